@@ -1,0 +1,109 @@
+# proxtalos.cluster: every target sets itself up (system packages, venv, pip, tools) first.
+#
+#   make demo    start the lab and run site.yml against inventories/lab
+#   make test    unit tests, lab tests, integration tests, Molecule, ansible-lint, ansible-test sanity
+#   make lint    ansible-lint (production profile, offline) and ansible-test sanity
+#   make bench   benchmarks against the lab (results in bench/results/)
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+ROOT := $(CURDIR)
+VENV := $(ROOT)/.venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.installed
+TOOLS := $(ROOT)/.tools
+COLLECTION_LINK := $(ROOT)/.collections/ansible_collections/proxtalos/cluster
+SANITY_ROOT := $(ROOT)/.collections/sanity/ansible_collections/proxtalos/cluster
+PYTEST_ARGS ?=
+INVENTORY ?= inventories/lab
+LAB_ARGS ?= --control-planes 3 --workers 3
+
+export PATH := $(BIN):$(TOOLS)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help setup system-packages test unit lab-test integration molecule lint ansible-lint sanity \
+        demo lab-up lab-down bench protos clean
+
+help:
+	@echo "make demo | make test | make lint | make bench | make setup | make clean"
+
+## --- setup ---------------------------------------------------------------------------------
+
+setup: $(STAMP) $(COLLECTION_LINK)
+
+system-packages:
+	@scripts/system-packages
+
+$(STAMP): requirements.txt requirements-dev.txt scripts/system-packages scripts/find-python scripts/fetch-k8s-tools
+	@scripts/system-packages
+	@test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) scripts/ansible-test-pip-stub >/dev/null
+	$(PY) scripts/fetch-k8s-tools
+	@touch $@
+
+# The collection is found by ansible.cfg through .collections/ (a link back to this checkout).
+$(COLLECTION_LINK):
+	@mkdir -p $(dir $@)
+	@ln -sfn ../../.. $@
+
+## --- the two README commands -----------------------------------------------------------------
+
+demo: setup
+	$(PY) -m lab up --detach $(LAB_ARGS) --reuse
+	$(BIN)/ansible-playbook site.yml -i $(INVENTORY)
+	$(PY) -m lab status
+
+test: setup unit lab-test integration molecule lint
+
+## --- test parts --------------------------------------------------------------------------------
+
+unit: setup
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+lab-test: setup
+	$(PY) -m pytest tests/lab $(PYTEST_ARGS)
+
+integration: setup
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+molecule: setup
+	$(BIN)/molecule test --all
+
+lint: ansible-lint sanity
+
+ansible-lint: setup
+	$(BIN)/ansible-lint --offline
+
+# ansible-test wants the collection at .../ansible_collections/<ns>/<name>; it gets a fresh copy
+# of the files git would track (the working tree, untracked files included, ignored ones not).
+sanity: setup
+	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
+	@git ls-files -z --cached --others --exclude-standard | \
+	    while IFS= read -r -d '' f; do [ -e "$$f" ] && printf '%s\0' "$$f"; done | \
+	    xargs -0 cp -a --parents -t $(SANITY_ROOT)/
+	cd $(SANITY_ROOT) && $(BIN)/ansible-test sanity --python $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])') --color no
+
+## --- lab and benchmarks --------------------------------------------------------------------------
+
+lab-up: setup
+	$(PY) -m lab up --detach $(LAB_ARGS) --reuse
+
+lab-down: setup
+	$(PY) -m lab down
+
+bench: setup
+	$(PY) -m bench
+
+## --- code generation ---------------------------------------------------------------------------
+
+protos: setup
+	$(PY) scripts/gen-talos-api
+
+clean:
+	-test -x $(PY) && $(PY) -m lab down
+	rm -rf $(ROOT)/.collections $(ROOT)/artifacts $(ROOT)/tests/output
