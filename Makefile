@@ -37,13 +37,13 @@ setup: $(STAMP) $(COLLECTION_LINK)
 system-packages:
 	@scripts/system-packages
 
-$(STAMP): requirements.txt requirements-dev.txt scripts/system-packages scripts/find-python scripts/fetch-k8s-tools
+$(STAMP): requirements.txt requirements-dev.txt scripts/system-packages scripts/find-python scripts/fetch_k8s_tools.py
 	@scripts/system-packages
 	@test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
-	$(PY) scripts/ansible-test-pip-stub >/dev/null
-	$(PY) scripts/fetch-k8s-tools
+	$(PY) scripts/ansible_test_pip_stub.py >/dev/null
+	$(PY) scripts/fetch_k8s_tools.py
 	@touch $@
 
 # The collection is found by ansible.cfg through .collections/ (a link back to this checkout).
@@ -80,12 +80,14 @@ ansible-lint: setup
 	$(BIN)/ansible-lint --offline
 
 # ansible-test wants the collection at .../ansible_collections/<ns>/<name>; it gets a fresh copy
-# of the files git would track (the working tree, untracked files included, ignored ones not).
+# of the files git would track (the working tree, untracked files included, ignored ones not),
+# in a repository of its own so that ansible-test lists exactly those files.
 sanity: setup
 	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
 	@git ls-files -z --cached --others --exclude-standard | \
 	    while IFS= read -r -d '' f; do [ -e "$$f" ] && printf '%s\0' "$$f"; done | \
 	    xargs -0 cp -a --parents -t $(SANITY_ROOT)/
+	@cd $(SANITY_ROOT) && git init -q && git add -A
 	cd $(SANITY_ROOT) && $(BIN)/ansible-test sanity --python $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])') --color no
 
 ## --- lab and benchmarks --------------------------------------------------------------------------

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write ansible-test's get-pip bootstrap script as an offline stand-in.
 
 ansible-test downloads get-pip-<version>.py from ci-files.testing.ansible.com before it builds
@@ -12,7 +11,7 @@ import re
 import sys
 
 STUB = '''\
-# Offline stand-in for get-pip.py, written by proxtalos.cluster's scripts/ansible-test-pip-stub.
+# Offline stand-in for get-pip.py, written by proxtalos.cluster's scripts/ansible_test_pip_stub.py.
 import ensurepip
 import os
 import subprocess

