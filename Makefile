@@ -15,7 +15,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 TOOLS := $(ROOT)/.tools
 COLLECTION_LINK := $(ROOT)/.collections/ansible_collections/proxtalos/cluster
-SANITY_ROOT := $(ROOT)/.collections/sanity/ansible_collections/proxtalos/cluster
+SANITY_ROOT ?= $(ROOT)/.collections/sanity/ansible_collections/proxtalos/cluster
 PYTEST_ARGS ?=
 INVENTORY ?= inventories/lab
 LAB_ARGS ?= --control-planes 3 --workers 3
@@ -104,7 +104,7 @@ bench: setup
 ## --- code generation ---------------------------------------------------------------------------
 
 protos: setup
-	$(PY) scripts/gen-talos-api
+	$(PY) scripts/gen_talos_api.py
 
 clean:
 	-test -x $(PY) && $(PY) -m lab down
