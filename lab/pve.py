@@ -1,0 +1,727 @@
+"""The lab's Proxmox VE: fakepve run in-process, with what the lab adds to it.
+
+fakepve (AGPL, imported and run, never copied) answers the real PVE API from PVE's schema. The
+lab adds:
+
+- TLS with a CA of its own (pve-ca.pem) so clients verify the server, and an API token;
+- storages `local` (iso, vztmpl, import, snippets, backup) and `local-lvm` (images, rootdir), and a
+  `vmbr0` bridge per node served by GET /nodes/{node}/network[/{iface}];
+- VM power events: `LabVm` replaces fakepve's FakeVm; its `status` and `started_at` are observed,
+  and `PowerEvents` turns their changes (and additions to / removals from `pve.vms`) into
+  started, stopped, reset and deleted events;
+- guest networking (`GuestNetwork`): the VM's address (cloud-init ipconfig0, else DHCP) and a
+  guest agent that answers network-get-interfaces after the boot delay, only when the VM config
+  enables the agent; other VMs get PVE's own agent errors;
+- the request log (method, path, status of every request) and the record of PVE task durations;
+- the PVE faults (`PveFaults`): task errors, config lock, flaky or slow network, 5xx answers,
+  node offline.
+"""
+
+import asyncio
+import datetime
+import ipaddress
+import logging
+import os
+import time
+
+import fakepve.model
+import fakepve.qemu
+import fakepve.server
+from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from fakepve import FakePve, FakeVm, PveError, TaskError
+
+from lab.addresses import DhcpServer, agent_enabled, nic_mac, parse_ipconfig
+from lab.faults import FaultError, Param
+
+LOG = logging.getLogger('lab.pve')
+
+PVE_PORT = 8006
+PVE_USER = 'root@pam'
+TOKEN_NAME = 'proxtalos'
+TOKEN_ID = PVE_USER + '!' + TOKEN_NAME
+
+STORAGE_CONTENT = {'local': 'backup,import,iso,snippets,vztmpl', 'local-lvm': 'images,rootdir'}
+
+# `lab fault pve-task-error OPERATION`: operation words and the PVE task types they mean. Any other
+# word is taken as a task type itself (resize, move_disk, ...).
+TASK_OPERATIONS = {
+    'create': 'qmcreate', 'start': 'qmstart', 'stop': 'qmstop', 'shutdown': 'qmshutdown', 'reboot': 'qmreboot',
+    'reset': 'qmreset', 'suspend': 'qmsuspend', 'resume': 'qmresume', 'config': 'qmconfig',
+    'destroy': 'qmdestroy', 'delete': 'qmdestroy', 'clone': 'qmclone', 'template': 'qmtemplate',
+    'migrate': 'qmigrate', 'snapshot': 'qmsnapshot', 'rollback': 'qmrollback', 'download-url': 'download',
+    'upload': 'imgcopy',
+}
+# The exit status a failed task of each type shows when the fault gives no message: PVE's wording.
+TASK_MESSAGES = {
+    'qmcreate': 'unable to create VM {tid} - lvcreate \'pve/vm-{tid}-disk-0\' error:   Volume group "pve" has '
+                'insufficient free space (0 extents): 8192 required.',
+    'qmstart': 'start failed: QEMU exited with code 1',
+    'qmstop': 'VM quit/powerdown failed',
+    'qmshutdown': 'VM quit/powerdown failed - got timeout',
+    'qmreboot': 'VM quit/powerdown failed - got timeout',
+    'qmreset': "VM {tid} qmp command 'system_reset' failed - got timeout",
+    'qmconfig': "VM {tid} qmp command 'device_add' failed - got timeout",
+    'qmdestroy': 'failed to remove config file: Device or resource busy',
+    'qmclone': 'clone failed: command \'qemu-img convert\' failed: exit code 1',
+    'download': 'download failed: 500 Can\'t connect to the download host (Connection timed out)',
+    'imgcopy': 'error during upload: No space left on device',
+}
+
+
+# ----------------------------------------------------------------------------------- TLS
+
+def write_tls(directory, host, days=365):
+    """Make a CA and a server certificate for host (its IP as SAN); write them into directory.
+
+    Returns (ca_path, cert_path, key_path): pve-ca.pem (give it to clients), pve.crt, pve.key (0600).
+    """
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, 'proxtalos lab'),
+                         x509.NameAttribute(NameOID.COMMON_NAME, 'proxtalos lab PVE CA')])
+    ca_cert = (x509.CertificateBuilder()
+               .subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+               .serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=days))
+               .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+               .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                            data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                            crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+               .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    ca_path = os.path.join(directory, 'pve-ca.pem')
+    cert_path = os.path.join(directory, 'pve.crt')
+    key_path = os.path.join(directory, 'pve.key')
+    write_file(ca_path, ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    write_file(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    write_file(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()), 0o600)
+    return ca_path, cert_path, key_path
+
+
+def write_file(path, data, mode=0o600):
+    """Write data (bytes or text) to path atomically, with this mode from the first byte on."""
+    if isinstance(data, str):
+        data = data.encode()
+    tmp = '%s.tmp.%d' % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------- power events
+
+class LabVm(FakeVm):
+    """fakepve's FakeVm whose power state is observed: changes go to `lab_observer` (a PowerEvents)."""
+
+    def __init__(self, *args, **kwargs):
+        self.lab_observer = None
+        self._lab_status = None
+        self._lab_started_at = None
+        super().__init__(*args, **kwargs)
+
+    @property
+    def status(self):
+        return self._lab_status
+
+    @status.setter
+    def status(self, value):
+        old, self._lab_status = self._lab_status, value
+        if self.lab_observer is not None and old != value:
+            self.lab_observer.status_changed(self, old, value)
+
+    @property
+    def started_at(self):
+        return self._lab_started_at
+
+    @started_at.setter
+    def started_at(self, value):
+        self._lab_started_at = value
+        if self.lab_observer is not None and value is not None:
+            self.lab_observer.started_at_changed(self)
+
+
+def install_lab_vm():
+    """Make fakepve create LabVm wherever it creates a FakeVm (model.add_vm, qemu create and clone)."""
+    for module in (fakepve.model, fakepve.qemu, fakepve.server):
+        module.FakeVm = LabVm
+
+
+class ObservedVmList(list):
+    """pve.vms: tells the observer when fakepve adds a VM (create, clone) or removes one (destroy).
+
+    fakepve changes the list only with append() and remove(); the other mutators are refused so
+    that a future fakepve that uses them fails loudly instead of silently losing events.
+    """
+
+    def __init__(self, observer):
+        super().__init__()
+        self.observer = observer
+
+    def append(self, vm):
+        super().append(vm)
+        self.observer.vm_added(vm)
+
+    def remove(self, vm):
+        super().remove(vm)
+        self.observer.vm_removed(vm)
+
+    def _refuse(self, *args, **kwargs):
+        raise NotImplementedError('the lab observes pve.vms through append() and remove() only')
+
+    insert = extend = pop = clear = __delitem__ = __setitem__ = __iadd__ = _refuse
+
+
+class PowerEvents(object):
+    """Turns LabVm changes into power events: emit(kind, vm), kind = started, stopped, reset or deleted.
+
+    A start sets status and then started_at in one go; a reset sets only started_at while the VM
+    runs; a reboot is a stop and a start. To tell them apart, a start is reported once the code
+    that made it has run to its end (call_soon), and a started_at change then is not a reset.
+    """
+
+    def __init__(self, emit, loop):
+        self._emit = emit
+        self._loop = loop
+        self._starting = set()
+
+    def vm_added(self, vm):
+        vm.lab_observer = self
+        if vm.status == 'running':
+            self.status_changed(vm, 'stopped', 'running')
+
+    def vm_removed(self, vm):
+        vm.lab_observer = None
+        if vm in self._starting:
+            self._starting.discard(vm)
+        elif vm.status == 'running':
+            self._emit('stopped', vm)
+        self._emit('deleted', vm)
+
+    def status_changed(self, vm, old, new):
+        was_running, running = old == 'running', new == 'running'
+        if running and not was_running:
+            self._starting.add(vm)
+            self._loop.call_soon(self._started, vm)
+        elif was_running and not running:
+            if vm in self._starting:
+                self._starting.discard(vm)  # stopped before its start was reported: nothing happened
+            else:
+                self._emit('stopped', vm)
+
+    def started_at_changed(self, vm):
+        if vm.status == 'running' and vm not in self._starting:
+            self._emit('reset', vm)
+
+    def _started(self, vm):
+        if vm in self._starting:
+            self._starting.discard(vm)
+            if vm.status == 'running' and vm.lab_observer is self:
+                self._emit('started', vm)
+
+
+# ------------------------------------------------------------------------ guest network
+
+class GuestNetwork(object):
+    """VM addresses and guest agents.
+
+    At power-on a VM gets its address: the static one of its cloud-init `ipconfig0`, else a DHCP
+    lease for the MAC of `net0`. If its config enables the agent, the agent starts after the
+    `vm_boot` delay and reports lo and eth0 with that address; it is gone while the VM is off
+    and comes back after each boot.
+    """
+
+    def __init__(self, net, pve, timing):
+        self.net = net
+        self.pve = pve
+        self.timing = timing
+        self.dhcp = DhcpServer(net)
+        self.current = {}   # vm -> {'address', 'prefix', 'source', 'mac'} while it runs
+        self._boots = {}    # vm -> asyncio task starting its agent
+
+    def _static_addresses(self, exclude=None):
+        taken = set()
+        for vm in self.pve.vms:
+            if vm is exclude:
+                continue
+            try:
+                config = parse_ipconfig(vm.config.get('ipconfig0'))
+            except ValueError:
+                continue
+            if config is not None and config.static:
+                taken.add(config.address)
+        return taken
+
+    def plan(self, vm, lease=False):
+        """Where the VM's address comes from now: {'address', 'prefix', 'source', 'mac'}.
+
+        source: static (ipconfig0), dhcp (a lease, made only when lease=True), none (no net0,
+        pool used up, or no lease yet), or 'invalid ipconfig0: ...'.
+        """
+        mac = nic_mac(vm.config)
+        try:
+            ipconfig = parse_ipconfig(vm.config.get('ipconfig0'))
+        except ValueError as exc:
+            return {'address': None, 'prefix': None, 'source': 'invalid ipconfig0: %s' % exc, 'mac': mac}
+        if mac is None:
+            return {'address': None, 'prefix': None, 'source': 'none', 'mac': None}
+        if ipconfig is not None and ipconfig.static:
+            return {'address': ipconfig.address, 'prefix': ipconfig.prefix, 'source': 'static', 'mac': mac}
+        if lease:
+            address = self.dhcp.lease(mac, self._static_addresses(exclude=vm))
+        else:
+            address = self.dhcp.leases.get(mac)
+        if address is None:
+            return {'address': None, 'prefix': None, 'source': 'none', 'mac': mac}
+        return {'address': address, 'prefix': 24, 'source': 'dhcp', 'mac': mac}
+
+    def power_on(self, vm):
+        """The VM booted (start or reset): assign its address, start its agent after the boot delay."""
+        self.power_off(vm)
+        plan = self.plan(vm, lease=True)
+        if plan['address'] is None and plan['source'] != 'none':
+            LOG.warning('VM %s (%s) has no address: %s', vm.vmid, vm.name, plan['source'])
+        self.current[vm] = plan
+        if agent_enabled(vm.config):
+            seconds = self.timing.seconds('vm_boot')
+            if seconds <= 0:
+                # No boot delay: the agent is there before the next request is read.
+                self.timing.end(self.timing.begin('vm_boot', vm.name, 0.0, 0.0))
+                self._agent_up(vm)
+            else:
+                self._boots[vm] = asyncio.ensure_future(self._boot(vm))
+        return plan['address']
+
+    async def _boot(self, vm):
+        try:
+            await self.timing.sleep('vm_boot', vm.name)
+        finally:
+            if self._boots.get(vm) is asyncio.current_task():
+                del self._boots[vm]
+        if vm.status == 'running' and vm in self.current:
+            self._agent_up(vm)
+
+    def _agent_up(self, vm):
+        plan = self.current[vm]
+        interfaces = [{'name': 'lo', 'hardware-address': '00:00:00:00:00:00',
+                       'ip-addresses': [{'ip-address': '127.0.0.1', 'ip-address-type': 'ipv4', 'prefix': 8},
+                                        {'ip-address': '::1', 'ip-address-type': 'ipv6', 'prefix': 128}]}]
+        if plan['mac']:
+            eth0 = {'name': 'eth0', 'hardware-address': plan['mac'], 'ip-addresses': []}
+            if plan['address']:
+                eth0['ip-addresses'].append({'ip-address': plan['address'], 'ip-address-type': 'ipv4',
+                                             'prefix': plan['prefix']})
+            interfaces.append(eth0)
+        vm.agent = {'interfaces': interfaces}
+
+    def power_off(self, vm):
+        """The VM stopped (or is about to boot again): its agent is gone."""
+        boot = self._boots.pop(vm, None)
+        if boot is not None:
+            boot.cancel()
+        self.current.pop(vm, None)
+        vm.agent = None
+
+    def forget(self, vm):
+        """The VM was deleted: power off and release its DHCP lease."""
+        self.power_off(vm)
+        mac = nic_mac(vm.config)
+        if mac:
+            self.dhcp.release(mac)
+
+    def clear(self):
+        for vm in list(self.current):
+            self.power_off(vm)
+        self.dhcp.clear()
+
+    def agent_state(self, vm):
+        """none (not enabled in the config), off (VM not running), booting, or running."""
+        if not agent_enabled(vm.config):
+            return 'none'
+        if vm.status != 'running':
+            return 'off'
+        return 'running' if vm.agent is not None else 'booting'
+
+
+# ------------------------------------------------------------------------------ fakepve
+
+class TaskFault(object):
+    """Tasks of one type (and optionally one VM) end in TASK ERROR: message; `times` tasks, or every one."""
+
+    def __init__(self, operation, task_type, vmid, message, times, on_exhausted):
+        self.operation = operation
+        self.task_type = task_type
+        self.vmid = vmid
+        self.message = message
+        self.times = times
+        self.on_exhausted = on_exhausted
+
+    def matches(self, task_type, tid):
+        return task_type == self.task_type and (self.vmid is None or str(tid) == str(self.vmid))
+
+
+class ApiErrorFault(object):
+    """Requests (one method or any, paths ending with `path`) answer status/message; `times` of them, or every one."""
+
+    def __init__(self, status, message, path, method, times, on_exhausted):
+        self.status = status
+        self.message = message
+        self.path = path
+        self.method = method
+        self.times = times
+        self.on_exhausted = on_exhausted
+
+    def matches(self, request):
+        return (self.method == 'ANY' or request.method == self.method) and request.path.endswith(self.path)
+
+
+class LabPve(FakePve):
+    """fakepve with the lab's TLS, token, storages, bridges, observed VMs, request log and faults."""
+
+    def __init__(self, host, nodes, net, timing, power_events, on_request=None, port=PVE_PORT,
+                 password=None, token_secret=None):
+        install_lab_vm()
+        super().__init__(user=PVE_USER, password=password, host=host, port=port)
+        self.time_scale = timing.pve_time_scale
+        self.timing = timing
+        self.on_request = on_request
+        self.vms = ObservedVmList(power_events)
+        self.nodes = dict((name, {'online': True}) for name in nodes)
+        self.net = net
+        if token_secret:
+            self.apitokens[TOKEN_ID] = token_secret
+        self.reset_storages()
+        self.node_networks = {}
+        for index, node in enumerate(nodes):
+            self.node_networks[node] = self._default_networks(min(2 + index, 9))
+        self.task_faults = {}
+        self.api_error = None
+
+    # ------------------------------------------------------------------ setup
+
+    def reseed(self, seed):
+        """Seed the generator behind the network faults (fakepve seeds it only when it starts)."""
+        self._random.seed(seed)
+
+    def reset_storages(self):
+        """Storages as on a fresh node: empty, with the content types the collection needs."""
+        fresh = fakepve.model.Model()
+        self.storages = fresh.storages
+        for name, content in STORAGE_CONTENT.items():
+            self.storages[name]['content'] = content
+
+    def _default_networks(self, host_number):
+        address = self.net.host(host_number)
+        return [
+            {'iface': 'vmbr0', 'type': 'bridge', 'method': 'static', 'method6': 'manual', 'families': ['inet'],
+             'priority': 3, 'active': 1, 'autostart': 1, 'exists': 1, 'address': address,
+             'netmask': '255.255.255.0', 'cidr': address + '/24', 'gateway': self.net.gateway,
+             'bridge_ports': 'eno1', 'bridge_stp': 'off', 'bridge_fd': '0', 'comments': 'lab bridge\n'},
+            {'iface': 'eno1', 'type': 'eth', 'method': 'manual', 'method6': 'manual', 'families': ['inet'],
+             'priority': 2, 'active': 1, 'exists': 1},
+        ]
+
+    def _build_app(self):
+        app = super()._build_app()
+        # Outermost: sees every request and the final status, including dropped connections.
+        app.middlewares.insert(0, self._lab_middleware)
+        return app
+
+    # ---------------------------------------------------------- request log
+
+    @web.middleware
+    async def _lab_middleware(self, request, handler):
+        started = time.monotonic()
+        status = None
+        try:
+            rule = self.api_error
+            if rule is not None and rule.matches(request):
+                response = fakepve.server.error(rule.status, rule.message)
+                self._count_api_error(rule)
+            else:
+                response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except ConnectionResetError:
+            status = 'dropped'
+            raise
+        except asyncio.CancelledError:
+            status = 'cancelled'
+            raise
+        finally:
+            if self.on_request is not None:
+                self.on_request('pve', request.method, request.path, status,
+                                duration_ms=round((time.monotonic() - started) * 1000, 3))
+
+    def _count_api_error(self, rule):
+        if rule.times is None:
+            return
+        rule.times -= 1
+        if rule.times <= 0:
+            if self.api_error is rule:
+                self.api_error = None
+            rule.on_exhausted()
+
+    # ----------------------------------------------------------------- tasks
+
+    async def task(self, node, ttype, tid, user, body, vm=None, lock=True, log=()):
+        """fakepve's task runner, with the injected task errors and the duration record."""
+        fault = self._take_task_fault(ttype, tid)
+        if fault is not None:
+            body = self._failing_body(fault, ttype, tid, vm)
+        timing = self.timing
+        run = body
+
+        async def timed():
+            record = timing.begin('pve_task', '%s:%s' % (ttype, tid), 0.0, 0.0)
+            outcome = 'failed'
+            try:
+                result = await run()
+                outcome = 'done'
+                return result
+            finally:
+                timing.end(record, outcome)
+        return await super().task(node, ttype, tid, user, timed, vm=vm, lock=lock, log=log)
+
+    def _take_task_fault(self, ttype, tid):
+        for fault in list(self.task_faults.values()):
+            if fault.matches(ttype, tid):
+                if fault.times is not None:
+                    fault.times -= 1
+                    if fault.times <= 0:
+                        self.task_faults.pop(fault.operation, None)
+                        fault.on_exhausted()
+                return fault
+        return None
+
+    def _failing_body(self, fault, ttype, tid, vm):
+        message = fault.message or TASK_MESSAGES.get(ttype, '{type} failed: error injected by the lab')
+        message = message.replace('{tid}', str(tid)).replace('{type}', ttype)
+
+        async def fail():
+            if ttype in ('qmcreate', 'qmclone') and vm is not None and vm in self.vms:
+                # PVE removes what a failed create or clone had started.
+                self.vms.remove(vm)
+            raise TaskError(message)
+        return fail
+
+    # ------------------------------------------------------------ guest agent
+
+    async def _agent_call(self, match, values):
+        # PVE::QemuServer::Agent::agent_available: configured, VM running, agent answering.
+        vm = self.find(values['node'], values['vmid'])
+        if not agent_enabled(vm.config):
+            raise PveError(500, 'No QEMU guest agent configured')
+        if vm.status != 'running':
+            raise PveError(500, 'VM {0} is not running'.format(vm.vmid))
+        return await super()._agent_call(match, values)
+
+    # --------------------------------------------------------------- network
+
+    def _routes_lab_network(self):
+        return [('GET', '/nodes/{node}/network', self._lab_network_list),
+                ('GET', '/nodes/{node}/network/{iface}', self._lab_network_read)]
+
+    async def _lab_network_list(self, values, user):
+        wanted = values.get('type')
+        out = []
+        for iface in self.node_networks.get(values['node'], []):
+            kind = iface['type']
+            if wanted in (None, '') or wanted == kind or (
+                    wanted in ('any_bridge', 'any_local_bridge') and kind in ('bridge', 'OVSBridge')):
+                out.append(dict(iface))
+        return out
+
+    async def _lab_network_read(self, values, user):
+        for iface in self.node_networks.get(values['node'], []):
+            if iface['iface'] == values['iface']:
+                return dict((k, v) for k, v in iface.items() if k != 'iface')
+        raise PveError(400, 'Parameter verification failed.', {'iface': 'interface does not exist'})
+
+
+# ------------------------------------------------------------------------------- faults
+
+class PveFaults(object):
+    """The PVE faults, each mapped onto fakepve's own scenario API where it has one."""
+
+    def __init__(self, pve, registry, loop):
+        self.pve = pve
+        self.registry = registry
+        self.loop = loop
+        self._lock_timers = {}
+
+    def register(self):
+        reg = self.registry.register
+        reg('pve-task-error',
+            'tasks of OPERATION end in "TASK ERROR: <message>" (the API call itself answers a UPID). OPERATION: '
+            + ', '.join(sorted(TASK_OPERATIONS)) + ', or a PVE task type', 'operation',
+            self.apply_task_error, self.clear_task_error,
+            params=[Param('vmid', str, None, 'only tasks of this VM (for download-url/upload: the storage id)'),
+                    Param('message', str, None, 'the exit status (default: what PVE says for such a failure)'),
+                    Param('times', int, None, 'fail this many tasks, then stop (default: every task until cleared)')])
+        reg('pve-config-lock',
+            "another task holds VMID's config lock: config changes fail with \"can't lock file ... got timeout\", "
+            'tasks end in that TASK ERROR (fakepve hold_config_lock)', 'vmid',
+            self.apply_config_lock, self.clear_config_lock,
+            params=[Param('secs', float, None, 'release after this many real seconds (default: until cleared)')])
+        reg('pve-flaky-network',
+            'a share of API requests is dropped (connection reset) or hangs (fakepve flaky_network)', None,
+            self.apply_flaky_network, self.clear_network,
+            params=[Param('drop_rate', float, 0.3, 'share of requests dropped, 0-1'),
+                    Param('hang_rate', float, 0.0, 'share of requests that hang for hang_secs, 0-1'),
+                    Param('hang_secs', float, 120.0, 'PVE seconds a hung request waits (times the time scale; '
+                                                    'real seconds at time scale 0)'),
+                    Param('seed', int, None, 'seed of the random choice, for repeatable runs')])
+        reg('pve-slow-network', 'every API answer is delayed by LATENCY PVE seconds times the time scale (no effect '
+                                'at time scale 0; fakepve slow_network)', None,
+            self.apply_slow_network, self.clear_network,
+            params=[Param('latency', float, 2.0, 'PVE seconds added to every answer'),
+                    Param('jitter', float, 0.0, 'random extra PVE seconds, up to this')])
+        reg('pve-5xx', 'the API answers the next TIMES requests (any method, or METHOD; paths ending with PATH) with '
+                       'an HTTP 5xx error, before authentication, as a failing proxy would', None,
+            self.apply_api_error, self.clear_api_error,
+            params=[Param('times', int, 1, 'number of requests that fail (0: every request until cleared)'),
+                    Param('status', int, 503, 'HTTP status, 500-599'),
+                    Param('message', str, 'Service Unavailable', 'error message'),
+                    Param('path', str, '', 'only paths ending with this (e.g. /status/current)'),
+                    Param('method', str, 'ANY', 'GET, POST, PUT, DELETE or ANY')])
+        reg('pve-node-offline', 'the PVE node is unreachable: requests for it answer 595 No route to host '
+                                '(fakepve set_node_offline)', 'node', self.apply_node_offline, self.clear_node_offline,
+            target_required=False)
+
+    # ----------------------------------------------------------- task errors
+
+    def apply_task_error(self, operation, vmid=None, message=None, times=None):
+        task_type = TASK_OPERATIONS.get(operation, operation)
+        if times is not None and times < 1:
+            raise FaultError('fault pve-task-error: times must be 1 or more, got %d' % times)
+
+        def exhausted():
+            self.registry.expire('pve-task-error', operation)
+        self.pve.task_faults[operation] = TaskFault(operation, task_type, vmid, message, times, exhausted)
+        return {'task_type': task_type}
+
+    def clear_task_error(self, operation):
+        self.pve.task_faults.pop(operation, None)
+
+    # ----------------------------------------------------------- config lock
+
+    def _vm(self, target):
+        try:
+            vmid = int(target)
+        except ValueError:
+            raise FaultError('VMID must be a number, got %r' % (target,)) from None
+        vm = self.pve.vm(vmid)
+        if vm is None:
+            raise FaultError('no VM %d in the lab (VMs: %s)' % (
+                vmid, ', '.join(str(v.vmid) for v in self.pve.vms) or 'none'))
+        return vm
+
+    async def apply_config_lock(self, target, secs=None):
+        vm = self._vm(target)
+        if secs is not None and secs <= 0:
+            raise FaultError('fault pve-config-lock: secs must be more than 0, got %r' % secs)
+        if vm.lock_holder == 'scenario':
+            self.pve.release_config_lock(vm.vmid)
+        try:
+            await self.pve.hold_config_lock(vm.vmid, None)
+        except TaskError as exc:
+            raise FaultError('VM %d: the config lock is busy (%s)' % (vm.vmid, exc)) from None
+        timer = self._lock_timers.pop(target, None)
+        if timer is not None:
+            timer.cancel()
+        if secs is not None:
+            def release():
+                self._lock_timers.pop(target, None)
+                self.clear_config_lock(target)
+                self.registry.expire('pve-config-lock', target)
+            self._lock_timers[target] = self.loop.call_later(secs, release)
+        return {'vmid': vm.vmid}
+
+    def clear_config_lock(self, target):
+        timer = self._lock_timers.pop(target, None)
+        if timer is not None:
+            timer.cancel()
+        vm = self.pve.vm(int(target))
+        if vm is not None:
+            self.pve.release_config_lock(vm.vmid)
+
+    # --------------------------------------------------------------- network
+
+    def apply_flaky_network(self, target, drop_rate=0.3, hang_rate=0.0, hang_secs=120.0, seed=None):
+        for name, rate in (('drop_rate', drop_rate), ('hang_rate', hang_rate)):
+            if not 0 <= rate <= 1:
+                raise FaultError('fault pve-flaky-network: %s must be between 0 and 1, got %r' % (name, rate))
+        self.pve.flaky_network(drop_rate=drop_rate, hang_rate=hang_rate, hang_secs=hang_secs, seed=seed)
+        if seed is not None:
+            # fakepve seeds its generator when it starts; a fault applied later seeds it here.
+            self.pve.reseed(seed)
+
+    def apply_slow_network(self, target, latency=2.0, jitter=0.0):
+        if latency < 0 or jitter < 0:
+            raise FaultError('fault pve-slow-network: latency and jitter must be zero or more')
+        self.pve.slow_network(latency, jitter)
+
+    def clear_network(self, target):
+        self.pve.flaky_network(0.0, 0.0)
+        self.pve.slow_network(0.0, 0.0)
+
+    # ------------------------------------------------------------ API errors
+
+    def apply_api_error(self, target, times=1, status=503, message='Service Unavailable', path='', method='ANY'):
+        if not 500 <= status <= 599:
+            raise FaultError('fault pve-5xx: status must be 500-599, got %d' % status)
+        method = method.upper()
+        if method not in ('ANY', 'GET', 'POST', 'PUT', 'DELETE'):
+            raise FaultError('fault pve-5xx: method must be GET, POST, PUT, DELETE or ANY, got %r' % method)
+        if times < 0:
+            raise FaultError('fault pve-5xx: times must be 0 (until cleared) or more, got %d' % times)
+
+        def exhausted():
+            self.registry.expire('pve-5xx')
+        self.pve.api_error = ApiErrorFault(status, message, path, method, times or None, exhausted)
+
+    def clear_api_error(self, target):
+        self.pve.api_error = None
+
+    # ------------------------------------------------------------ node offline
+
+    def _node(self, target):
+        node = target or sorted(self.pve.nodes)[0]
+        if node not in self.pve.nodes:
+            raise FaultError('no PVE node %r in the lab (nodes: %s)' % (node, ', '.join(sorted(self.pve.nodes))))
+        return node
+
+    def apply_node_offline(self, target):
+        node = self._node(target)
+        self.pve.set_node_offline(node)
+        return {'node': node}
+
+    def clear_node_offline(self, target):
+        self.pve.set_node_offline(self._node(target), offline=False)

@@ -1,0 +1,304 @@
+"""pytest plugin for tests against the lab (tests/conftest.py loads it: pytest_plugins = ["lab.testing"]).
+
+Fixtures:
+    lab          one lab for the session (3 control planes, 3 workers, time scale 0), started with
+                 `python -m lab up --detach` on a net and run dir of its own, stopped at the end
+    clean_lab    the session lab, reset (VMs deleted, faults cleared, storages emptied) before the test
+    lab_factory  start further labs in a test: lab_factory(workers=1, time_scale=0.02, ...); stopped after it
+
+A Lab handle has .net, .run_dir, .inventory (its hosts.yml), .inventory_dir (a folder with that
+hosts.yml and a group_vars link to inventories/lab/group_vars, for `ansible-playbook -i`),
+.pve_host/.pve_port/.pve_url/.ca_path/.token_id/.token_secret, and .status(), .fault(name,
+target, **params), .clear(name, target), .reset(), .control(op, **kw), .delays(), .requests(),
+.events(), .proxmox() (a proxmoxer client with the token and TLS verification on),
+.wait_until(probe, timeout).
+
+world_in_thread(run_dir, net, **options) runs a World in this process on a thread of its own, for
+tests that register listeners or drive the World's Python API directly.
+"""
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
+
+from lab import ROOT
+from lab.control import call
+from lab.pve import PVE_PORT, PVE_USER, TOKEN_ID, TOKEN_NAME
+from lab.world import LabOptions, RunPaths, World
+
+START_ATTEMPTS = 5
+COMMAND_TIMEOUT = 120
+
+
+class LabStartError(Exception):
+    """`python -m lab up --detach` failed; the message has its output."""
+
+
+def _candidate_nets(seed, count):
+    """Nets 127.100.0 - 127.199.255 picked from seed, away from the default (127.0.10) and manual ones."""
+    for attempt in range(count):
+        number = (seed * 7919 + attempt * 104729) % (100 * 256)
+        yield '127.%d.%d' % (100 + number // 256, number % 256)
+
+
+def _address_free(host, port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def run_lab_command(*args, timeout=COMMAND_TIMEOUT):
+    """Run `python -m lab ARGS` from the checkout; returns the CompletedProcess."""
+    return subprocess.run([sys.executable, '-m', 'lab'] + [str(a) for a in args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+class Lab(object):
+    """A running lab, reached through its run dir."""
+
+    def __init__(self, run_dir):
+        self.paths = RunPaths(run_dir)
+        self.run_dir = self.paths.run_dir
+        with open(self.paths.state, encoding='utf-8') as handle:
+            self.state = json.load(handle)
+        self.net = self.state['net']
+        self.pid = self.state['pid']
+        self.inventory = self.state['inventory']
+        self.pve_host = self.state['pve']['host']
+        self.pve_port = self.state['pve']['port']
+        self.pve_url = self.state['pve']['url']
+        self.ca_path = self.state['pve']['ca']
+        self.user = PVE_USER
+        self.token_id = TOKEN_ID
+        self.token_name = TOKEN_NAME
+        self.cluster_endpoint = self.state['cluster_endpoint']
+        self.inventory_dir = self._inventory_dir()
+
+    def __repr__(self):
+        return 'Lab(net=%s, run_dir=%s)' % (self.net, self.run_dir)
+
+    def _inventory_dir(self):
+        folder = os.path.join(self.run_dir, 'inventory')
+        os.makedirs(folder, exist_ok=True)
+        with open(self.inventory, encoding='utf-8') as source:
+            text = source.read()
+        with open(os.path.join(folder, 'hosts.yml'), 'w', encoding='utf-8') as target:
+            target.write(text)
+        group_vars = os.path.join(ROOT, 'inventories', 'lab', 'group_vars')
+        link = os.path.join(folder, 'group_vars')
+        if os.path.isdir(group_vars) and not os.path.lexists(link):
+            os.symlink(group_vars, link)
+        return folder
+
+    @property
+    def token_secret(self):
+        with open(self.paths.token, encoding='utf-8') as handle:
+            return handle.read().strip()
+
+    @property
+    def password(self):
+        with open(self.paths.password, encoding='utf-8') as handle:
+            return handle.read().strip()
+
+    # ---------------------------------------------------------------- control
+
+    def control(self, op, **params):
+        """One control request; returns its result, raises lab.control.ControlError when the lab refuses."""
+        return call(self.paths.control, op, **params)
+
+    def status(self):
+        return self.control('status')
+
+    def vms(self):
+        """The VM rows of the status: vmid, name, node, status, lock, address, address_source, mac, agent."""
+        return self.status()['pve']['vms']
+
+    def fault(self, name, target=None, **params):
+        return self.control('fault', name=name, target=target, params=params)
+
+    def clear(self, name=None, target=None):
+        return self.control('clear', name=name, target=target)
+
+    def reset(self, storage=True):
+        return self.control('reset', storage=storage)
+
+    def delays(self, since=0, kind=None, target=None):
+        return self.control('delays', since=since, kind=kind, target=target)
+
+    def requests(self, since=0, source=None, limit=0):
+        return self.control('requests', since=since, source=source, limit=limit)
+
+    def events(self, since=0):
+        return self.control('events', since=since)
+
+    def last_seq(self, what):
+        """The newest seq of 'requests', 'delays' or 'events' (pass it as since= to see only what follows)."""
+        entries = self.control(what) if what != 'requests' else self.requests(limit=1)
+        return entries[-1]['seq'] if entries else 0
+
+    # ----------------------------------------------------------------- clients
+
+    def proxmox(self, **kwargs):
+        """A proxmoxer client: API token, TLS verified with the lab's CA."""
+        from proxmoxer import ProxmoxAPI  # pylint: disable=import-outside-toplevel
+        options = dict(user=self.user, token_name=self.token_name, token_value=self.token_secret,
+                       verify_ssl=self.ca_path, port=self.pve_port, timeout=30)
+        options.update(kwargs)
+        return ProxmoxAPI(self.pve_host, **options)
+
+    @staticmethod
+    def wait_until(probe, timeout=10.0, interval=0.02, what='the condition'):
+        """Poll probe() -> (done, observation) until done; AssertionError with the last observation on timeout."""
+        result = _wait.wait_for(probe, timeout, interval=interval, backoff=1.5, max_interval=0.5)
+        if not result.ok:
+            raise AssertionError('%s did not happen within %.1f s; last seen: %r' % (what, timeout, result.observation))
+        return result.observation
+
+    # ----------------------------------------------------------------- stop
+
+    def stop(self):
+        done = run_lab_command('down', '--run-dir', self.run_dir)
+        if done.returncode != 0:
+            raise RuntimeError('python -m lab down failed (%d): %s%s' % (done.returncode, done.stdout, done.stderr))
+
+
+def start_lab(run_dir, net=None, control_planes=3, workers=3, time_scale=0.0, profile='realistic', seed=None,
+              extra_args=()):
+    """Start a lab with `python -m lab up --detach` and return its Lab handle.
+
+    Without net, a free net is picked from the process id (tries a few when one is taken).
+    """
+    nets = [net] if net else list(_candidate_nets(os.getpid(), START_ATTEMPTS * 4))
+    failures = []
+    for candidate in nets:
+        if len(failures) >= START_ATTEMPTS:
+            break
+        if not net and not _address_free(candidate + '.2', PVE_PORT):
+            continue
+        args = ['up', '--detach', '--net', candidate, '--run-dir', run_dir, '--control-planes', control_planes,
+                '--workers', workers, '--time-scale', time_scale, '--profile', profile]
+        if seed is not None:
+            args += ['--seed', seed]
+        done = run_lab_command(*(args + list(extra_args)))
+        if done.returncode == 0:
+            return Lab(run_dir)
+        failures.append('net %s: exit %d\n%s%s' % (candidate, done.returncode, done.stdout, done.stderr))
+        if 'address already in use' not in (done.stdout + done.stderr).lower():
+            break
+    raise LabStartError('the lab did not start:\n' + '\n'.join(failures))
+
+
+# ------------------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope='session')
+def lab(tmp_path_factory):
+    """One lab for the test session: 3 control planes, 3 workers, time scale 0, a net of its own."""
+    handle = start_lab(str(tmp_path_factory.mktemp('lab')))
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture
+def clean_lab(lab):  # pylint: disable=redefined-outer-name
+    """The session lab after a reset: no VMs, no faults, empty storages."""
+    lab.reset()
+    return lab
+
+
+@pytest.fixture
+def lab_factory(tmp_path_factory):
+    """Start extra labs inside a test: lab_factory(**start_lab options); they stop when the test ends."""
+    started = []
+
+    def make(**options):
+        handle = start_lab(str(tmp_path_factory.mktemp('lab')), **options)
+        started.append(handle)
+        return handle
+    try:
+        yield make
+    finally:
+        errors = []
+        for handle in started:
+            try:
+                handle.stop()
+            except RuntimeError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise RuntimeError('; '.join(errors))
+
+
+# ------------------------------------------------------------------------ in-process world
+
+class WorldThread(object):
+    """A World on an event loop in a daemon thread; call(coroutine or function) runs on that loop."""
+
+    def __init__(self, options, timeout=30):
+        self.timeout = timeout
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name='lab-world', daemon=True)
+        self.thread.start()
+        try:
+            self.world = self.call(self._make(options))
+        except BaseException:
+            self._halt()
+            raise
+
+    @staticmethod
+    async def _make(options):
+        world = World(options)
+        await world.start()
+        return world
+
+    def call(self, what):
+        """Run a coroutine (or a plain function) on the World's loop and return its result."""
+        if asyncio.iscoroutine(what):
+            return asyncio.run_coroutine_threadsafe(what, self.loop).result(self.timeout)
+
+        async def wrapped():
+            return what()
+        return asyncio.run_coroutine_threadsafe(wrapped(), self.loop).result(self.timeout)
+
+    def _halt(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(self.timeout)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+    def close(self):
+        try:
+            self.call(self.world.stop())
+        finally:
+            self._halt()
+
+
+@contextlib.contextmanager
+def world_in_thread(run_dir, net, **options):
+    """A started World in this process (LabOptions as keywords; extensions none unless given)."""
+    options.setdefault('extensions', ())
+    running = WorldThread(LabOptions(net=net, run_dir=str(run_dir), **options))
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def free_net():
+    """A net whose PVE address is free now, picked from the process id."""
+    for candidate in _candidate_nets(os.getpid() + 1, 50):
+        if _address_free(candidate + '.2', PVE_PORT):
+            return candidate
+    raise LabStartError('no free lab net found')
