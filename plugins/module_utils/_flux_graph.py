@@ -1,0 +1,823 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) proxtalos.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Flux dependency analysis of a GitOps repository. PRIVATE to the collection.
+
+Pure: reads YAML files under a directory, never a cluster. Finds the Flux Kustomizations
+(kustomize.toolkit.fluxcd.io) and HelmReleases (helm.toolkit.fluxcd.io), resolves their
+spec.dependsOn (a Kustomization depends on Kustomizations, a HelmRelease on HelmReleases; the
+namespace defaults to the dependant's own), and reports:
+
+- tiers: longest-path levels (tier 0 depends on nothing; tier n on something in tier n-1);
+- cycles: each strongly connected group, with one cycle through it in dependsOn order;
+- dangling: dependsOn entries that name nothing in the repository;
+- missing critical dependencies: rules (data) such as "proxmox-csi needs proxmox-ccm", checked
+  on the effective order (dependsOn, plus the dependsOn of the Kustomization that applies an
+  object), satisfied also by a release the bootstrap installs before Flux;
+- counts per kind (total, with dependsOn, wait: true, healthChecks) and a Mermaid graph;
+- the bootstrap releases' helmfile-style `needs` checked against Flux's order.
+
+Also runnable for CI, with the same code:
+  python -m ansible_collections.proxtalos.cluster.plugins.module_utils._flux_graph REPO [options]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import sys
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
+
+try:
+    import yaml
+except ImportError as exc:  # pragma: no cover - reported by the module through missing_required_lib
+    HAS_YAML = False
+    YAML_IMPORT_ERROR = exc
+else:
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None
+
+KUSTOMIZATION = 'Kustomization'
+HELMRELEASE = 'HelmRelease'
+FLUX_GROUPS = {KUSTOMIZATION: 'kustomize.toolkit.fluxcd.io/', HELMRELEASE: 'helm.toolkit.fluxcd.io/'}
+KUSTOMIZE_CONFIG_NAMES = ('kustomization.yaml', 'kustomization.yml', 'Kustomization')
+FINDINGS = ('cycles', 'dangling', 'missing_critical', 'bootstrap_contradictions')
+DEFAULT_FAIL_ON = ('cycles', 'dangling')
+DEFAULT_NAMESPACE = 'flux-system'
+
+_CSI = ['proxmox-csi*', 'csi-proxmox*']
+_CCM = ['proxmox-ccm*', 'proxmox-cloud-controller-manager*']
+_COREDNS = ['coredns*']
+_CNI = ['cilium', 'cilium-*', 'calico*', 'tigera-operator*', 'flannel*', 'kube-router*', 'cni', 'cni-*']
+
+# The issue's defaults. A rule: subject and requires are name globs; a subject node must come
+# (through the effective dependency order) after some node matching requires. Nodes matching
+# requires are never subjects of the same rule; exclude removes further subjects.
+DEFAULT_RULES = (
+    {'name': 'proxmox-csi needs proxmox-ccm', 'subject': _CSI, 'requires': _CCM,
+     'reason': 'the CSI reads region and zone from the node labels the CCM sets'},
+    {'name': 'proxmox-csi needs coredns', 'subject': _CSI, 'requires': _COREDNS,
+     'reason': 'the CSI controller reaches the Proxmox API and the API server by name'},
+    {'name': 'cert-manager needs coredns', 'subject': ['cert-manager*'], 'requires': _COREDNS,
+     'reason': 'ACME and webhook calls resolve names'},
+    {'name': 'monitoring needs coredns', 'subject': ['monitoring*', 'kube-prometheus-stack*', 'prometheus*', 'grafana*', 'observability*'],
+     'requires': _COREDNS, 'reason': 'scrape targets and alert receivers are found by name'},
+    {'name': 'networked workloads need the CNI', 'subject': ['*'], 'requires': _CNI,
+     'exclude': ['flux-system', '*-crds', 'crds', 'namespaces'],
+     'reason': 'pods get no network until the CNI agent runs on their node'},
+)
+
+
+# --- reading the repository ------------------------------------------------------------------
+
+def node_id(kind, namespace, name):
+    return '%s/%s/%s' % (kind, namespace, name)
+
+
+def _relative(root, path):
+    return os.path.relpath(path, root).replace(os.sep, '/')
+
+
+def _excluded(relpath, exclude):
+    return any(fnmatch.fnmatch(relpath, pattern) or fnmatch.fnmatch(relpath + '/', pattern) for pattern in exclude)
+
+
+def _yaml_files(root, exclude):
+    for directory, dirnames, filenames in os.walk(root):
+        reldir = _relative(root, directory)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith('.')
+                             and not _excluded(_relative(root, os.path.join(directory, d)), exclude))
+        for filename in sorted(filenames):
+            if filename.endswith(('.yaml', '.yml')) or filename == 'Kustomization':
+                relpath = filename if reldir == '.' else '%s/%s' % (reldir, filename)
+                if not _excluded(relpath, exclude):
+                    yield relpath
+
+
+def _load_documents(path):
+    with open(path, 'rb') as handle:
+        return list(yaml.safe_load_all(handle))
+
+
+def _yaml_error(exc):
+    """A one-line description of a YAML error, with line and column, without the file name."""
+    problem = getattr(exc, 'problem', None)
+    mark = getattr(exc, 'problem_mark', None)
+    if problem and mark is not None:
+        return '%s (line %d, column %d)' % (problem, mark.line + 1, mark.column + 1)
+    return ' '.join(str(exc).split())[:300]
+
+
+def _is_kustomize_config(filename, doc):
+    api_version = str(doc.get('apiVersion') or '')
+    if api_version.startswith('kustomize.config.k8s.io/'):
+        return True
+    return os.path.basename(filename) in KUSTOMIZE_CONFIG_NAMES and not api_version and 'spec' not in doc
+
+
+def _flux_kind(doc):
+    kind = doc.get('kind')
+    group = FLUX_GROUPS.get(kind)
+    if group and str(doc.get('apiVersion') or '').startswith(group):
+        return kind
+    return None
+
+
+def _patch_paths(config):
+    """Relative paths of the patch files a kustomization.yaml names."""
+    paths = []
+    for entry in config.get('patches') or []:
+        if isinstance(entry, dict) and isinstance(entry.get('path'), str):
+            paths.append(entry['path'])
+    for entry in config.get('patchesStrategicMerge') or []:
+        if isinstance(entry, str) and '\n' not in entry:
+            paths.append(entry)
+    for entry in config.get('patchesJson6902') or []:
+        if isinstance(entry, dict) and isinstance(entry.get('path'), str):
+            paths.append(entry['path'])
+    return paths
+
+
+class Repo(object):
+    """What was read from a repository tree: Flux objects, kustomize configs and what was skipped."""
+
+    def __init__(self, root):
+        self.root = root
+        self.nodes = {}
+        self.configs = {}            # directory (relative) -> kustomization.yaml content
+        self.files = []
+        self.skipped = []
+        self.parse_errors = []
+        self.duplicates = []
+        self.patch_files = set()
+
+
+def _partial_reason(kind, doc):
+    metadata = doc.get('metadata')
+    spec = doc.get('spec')
+    if '$patch' in doc or (isinstance(spec, dict) and '$patch' in spec):
+        return 'a strategic-merge patch ($patch)'
+    if not isinstance(metadata, dict) or not metadata.get('name'):
+        return 'no metadata.name (a patch or a template?)'
+    if not isinstance(spec, dict):
+        return 'no spec (a patch?)'
+    if kind == KUSTOMIZATION and not spec.get('sourceRef'):
+        return 'no spec.sourceRef (a patch?)'
+    if kind == HELMRELEASE and not spec.get('chart') and not spec.get('chartRef'):
+        return 'no spec.chart or spec.chartRef (a patch?)'
+    return None
+
+
+def _namespace_for(repo, relpath, default_namespace):
+    """The namespace kustomize would give an object without one: the nearest kustomization.yaml's."""
+    directory = os.path.dirname(relpath)
+    while True:
+        config = repo.configs.get(directory or '.')
+        if config and isinstance(config.get('namespace'), str) and config['namespace']:
+            return config['namespace']
+        if not directory:
+            return default_namespace
+        directory = os.path.dirname(directory)
+
+
+def _depends_on(kind, doc, namespace, relpath, index):
+    entries = []
+    raw = (doc.get('spec') or {}).get('dependsOn') or []
+    if not isinstance(raw, list):
+        return entries, ['%s#%d: spec.dependsOn must be a list' % (relpath, index)]
+    problems = []
+    for position, entry in enumerate(raw):
+        if not isinstance(entry, dict) or not entry.get('name'):
+            problems.append('%s#%d: spec.dependsOn[%d] has no name' % (relpath, index, position))
+            continue
+        entries.append(node_id(kind, entry.get('namespace') or namespace, str(entry['name'])))
+    return entries, problems
+
+
+def load_repo(root, exclude=(), default_namespace=DEFAULT_NAMESPACE):
+    """Read every YAML file under root (hidden directories and `exclude` globs left out)."""
+    if not HAS_YAML:
+        raise ValidationError('path', 'the Python library PyYAML is required to read the repository: %s' % YAML_IMPORT_ERROR)
+    if not os.path.isdir(root):
+        raise ValidationError('path', '%s is not a directory' % root)
+    repo = Repo(os.path.abspath(root))
+    documents = []
+    for relpath in _yaml_files(repo.root, list(exclude)):
+        repo.files.append(relpath)
+        try:
+            docs = _load_documents(os.path.join(repo.root, relpath))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            repo.parse_errors.append({'file': relpath, 'error': _yaml_error(exc) if isinstance(exc, yaml.YAMLError) else str(exc)})
+            continue
+        for index, doc in enumerate(docs):
+            if isinstance(doc, dict):
+                documents.append((relpath, index, doc))
+    # kustomize configs first: they give namespaces and name the patch files.
+    for relpath, index, doc in documents:
+        if _is_kustomize_config(relpath, doc):
+            directory = os.path.dirname(relpath) or '.'
+            repo.configs[directory] = doc
+            for patch in _patch_paths(doc):
+                repo.patch_files.add(os.path.normpath(os.path.join(os.path.dirname(relpath), patch)).replace(os.sep, '/'))
+    for relpath, index, doc in documents:
+        kind = _flux_kind(doc)
+        if kind is None:
+            continue
+        if relpath in repo.patch_files:
+            repo.skipped.append({'file': relpath, 'document': index, 'reason': 'a kustomize patch file'})
+            continue
+        reason = _partial_reason(kind, doc)
+        if reason:
+            repo.skipped.append({'file': relpath, 'document': index, 'reason': reason})
+            continue
+        metadata = doc['metadata']
+        namespace = metadata.get('namespace') or _namespace_for(repo, relpath, default_namespace)
+        name = str(metadata['name'])
+        identifier = node_id(kind, namespace, name)
+        depends_on, problems = _depends_on(kind, doc, namespace, relpath, index)
+        spec = doc['spec']
+        node = {
+            'id': identifier, 'kind': kind, 'name': name, 'namespace': namespace,
+            'api_version': doc.get('apiVersion'), 'file': relpath, 'document': index,
+            'depends_on': depends_on, 'problems': problems,
+            'wait': bool(spec.get('wait')) if kind == KUSTOMIZATION else None,
+            'health_checks': len(spec.get('healthChecks') or []) if kind == KUSTOMIZATION else None,
+            'path': spec.get('path') if kind == KUSTOMIZATION else None,
+            'source_ref': spec.get('sourceRef') if kind == KUSTOMIZATION else None,
+        }
+        if identifier in repo.nodes:
+            repo.duplicates.append({'id': identifier, 'file': relpath, 'first_file': repo.nodes[identifier]['file']})
+            continue
+        repo.nodes[identifier] = node
+    return repo
+
+
+# --- which objects a Kustomization applies ----------------------------------------------------
+
+def _files_under(repo, directory, seen):
+    """The YAML files kustomize would build from directory (its kustomization.yaml, else all files)."""
+    if directory in seen:
+        return set()
+    seen.add(directory)
+    prefix = '' if directory == '.' else directory + '/'
+    config = repo.configs.get(directory)
+    if config is None:
+        return set(f for f in repo.files if f.startswith(prefix))
+    found = set()
+    for entry in list(config.get('resources') or []) + list(config.get('components') or []):
+        if not isinstance(entry, str) or '://' in entry or entry.startswith(('github.com/', 'git@')):
+            continue
+        target = os.path.normpath(os.path.join(directory, entry)).replace(os.sep, '/')
+        if target in repo.files:
+            found.add(target)
+        elif target == '.' or any(f.startswith(target + '/') for f in repo.files):
+            found |= _files_under(repo, target, seen)
+    return found
+
+
+def ownership(repo):
+    """(owners, warnings): node id -> ids of the Kustomizations whose spec.path applies it."""
+    owners = {}
+    warnings = []
+    for node in repo.nodes.values():
+        if node['kind'] != KUSTOMIZATION:
+            continue
+        path = str(node['path'] or '.').strip()
+        directory = os.path.normpath(path.lstrip('/')).replace(os.sep, '/') if path not in ('', './', '.') else '.'
+        if directory != '.' and directory not in repo.configs and not any(f.startswith(directory + '/') for f in repo.files):
+            warnings.append('%s (%s): spec.path %s is not a directory of this repository (another source?)'
+                            % (node['id'], node['file'], path))
+            continue
+        for relpath in _files_under(repo, directory, set()):
+            for other in repo.nodes.values():
+                if other['file'] == relpath and other['id'] != node['id']:
+                    owners.setdefault(other['id'], []).append(node['id'])
+    return dict((key, sorted(value)) for key, value in owners.items()), warnings
+
+
+# --- graph algorithms ------------------------------------------------------------------------
+
+def strongly_connected(graph):
+    """Tarjan's strongly connected components (iterative); graph: id -> list of ids."""
+    index = {}
+    low = {}
+    on_stack = set()
+    stack = []
+    components = []
+    counter = [0]
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            vertex, successors = work[-1]
+            advanced = False
+            for successor in successors:
+                if successor not in graph:
+                    continue
+                if successor not in index:
+                    index[successor] = low[successor] = counter[0]
+                    counter[0] += 1
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(sorted(graph.get(successor, ())))))
+                    advanced = True
+                    break
+                if successor in on_stack:
+                    low[vertex] = min(low[vertex], index[successor])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[vertex])
+            if low[vertex] == index[vertex]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == vertex:
+                        break
+                components.append(sorted(component))
+    return components
+
+
+def _cycle_through(graph, members):
+    """One cycle through the first member, staying inside the component, in dependsOn order."""
+    inside = set(members)
+    start = members[0]
+    parents = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for vertex in frontier:
+            for successor in sorted(graph.get(vertex, ())):
+                if successor not in inside:
+                    continue
+                if successor == start:
+                    path = [vertex]
+                    while path[-1] != start:
+                        path.append(parents[path[-1]])
+                    return list(reversed(path)) + [start]
+                if successor not in parents:
+                    parents[successor] = vertex
+                    following.append(successor)
+        frontier = following
+    return [start, start]
+
+
+def tiers_of(graph):
+    """Longest-path levels of the acyclic part; nodes in or behind a cycle get None."""
+    tier = {}
+    remaining = dict((vertex, set(d for d in graph[vertex] if d in graph)) for vertex in graph)
+    dependants = {}
+    for vertex, deps in remaining.items():
+        for dep in deps:
+            dependants.setdefault(dep, set()).add(vertex)
+    ready = sorted(vertex for vertex, deps in remaining.items() if not deps)
+    for vertex in ready:
+        tier[vertex] = 0
+    while ready:
+        following = []
+        for vertex in ready:
+            for dependant in sorted(dependants.get(vertex, ())):
+                remaining[dependant].discard(vertex)
+                if not remaining[dependant]:
+                    tier[dependant] = 1 + max(tier[d] for d in graph[dependant] if d in graph)
+                    following.append(dependant)
+        ready = sorted(set(following))
+    return dict((vertex, tier.get(vertex)) for vertex in graph)
+
+
+def _closure(edges, start):
+    seen = set()
+    frontier = list(edges.get(start, ()))
+    while frontier:
+        vertex = frontier.pop()
+        if vertex in seen:
+            continue
+        seen.add(vertex)
+        frontier.extend(edges.get(vertex, ()))
+    seen.discard(start)
+    return seen
+
+
+def _path(edges, start, goal):
+    parents = {start: None}
+    frontier = [start]
+    while frontier:
+        following = []
+        for vertex in frontier:
+            for successor in sorted(edges.get(vertex, ())):
+                if successor in parents:
+                    continue
+                parents[successor] = vertex
+                if successor == goal:
+                    path = [goal]
+                    while parents[path[-1]] is not None:
+                        path.append(parents[path[-1]])
+                    return list(reversed(path))
+                following.append(successor)
+        frontier = following
+    return None
+
+
+# --- rules and bootstrap input ---------------------------------------------------------------
+
+def _glob_list(value, field):
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(item, str) and item for item in value):
+        raise ValidationError(field, 'must be a non-empty list of name patterns (globs)')
+    return list(value)
+
+
+def check_rules(rules):
+    """Validated copies of critical-dependency rules; errors name the rule and the field."""
+    if not isinstance(rules, (list, tuple)):
+        raise ValidationError('rules', 'must be a list of rules')
+    checked = []
+    for position, rule in enumerate(rules):
+        field = 'rules[%d]' % position
+        if not isinstance(rule, dict):
+            raise ValidationError(field, 'must be a mapping with subject and requires')
+        unknown = sorted(set(rule) - set(('name', 'subject', 'requires', 'exclude', 'reason')))
+        if unknown:
+            raise ValidationError(field, 'unknown keys %s (allowed: name, subject, requires, exclude, reason)' % ', '.join(unknown))
+        subject = _glob_list(rule.get('subject'), field + '.subject')
+        requires = _glob_list(rule.get('requires'), field + '.requires')
+        exclude = _glob_list(rule['exclude'], field + '.exclude') if rule.get('exclude') else []
+        name = rule.get('name') or '%s needs %s' % ('/'.join(subject), '/'.join(requires))
+        checked.append({'name': str(name), 'subject': subject, 'requires': requires, 'exclude': exclude,
+                        'reason': str(rule.get('reason') or '')})
+    return checked
+
+
+def _matches(name, patterns):
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _parse_need(text, default_namespace):
+    parts = str(text).strip().split('/')
+    if len(parts) == 1:
+        return default_namespace, parts[0]
+    return parts[-2], parts[-1]
+
+
+def check_bootstrap(releases):
+    """Validated bootstrap releases: [{name, namespace, needs: [(namespace, name)]}]."""
+    if releases is None:
+        return []
+    if not isinstance(releases, (list, tuple)):
+        raise ValidationError('bootstrap_releases', 'must be a list of releases (name, namespace, needs)')
+    checked = []
+    for position, release in enumerate(releases):
+        field = 'bootstrap_releases[%d]' % position
+        if not isinstance(release, dict) or not release.get('name'):
+            raise ValidationError(field, 'must be a mapping with at least a name')
+        namespace = str(release.get('namespace') or 'default')
+        needs = release.get('needs') or []
+        if not isinstance(needs, (list, tuple)) or not all(isinstance(need, str) and need for need in needs):
+            raise ValidationError(field + '.needs', 'must be a list of "namespace/name" strings')
+        checked.append({'name': str(release['name']), 'namespace': namespace,
+                        'needs': [_parse_need(need, namespace) for need in needs]})
+    return checked
+
+
+def releases_from_file(path):
+    """Bootstrap releases from a file: a YAML list of releases, or a helmfile (every document's `releases`)."""
+    if not HAS_YAML:
+        raise ValidationError('bootstrap_helmfile', 'the Python library PyYAML is required')
+    try:
+        documents = _load_documents(path)
+    except (OSError, IOError) as exc:
+        raise ValidationError('bootstrap_helmfile', 'cannot read %s: %s' % (path, exc)) from None
+    except yaml.YAMLError as exc:
+        raise ValidationError('bootstrap_helmfile', '%s is not plain YAML (render it with `helmfile build` first?): %s'
+                              % (path, _yaml_error(exc))) from None
+    documents = [doc for doc in documents if doc is not None]
+    if len(documents) == 1 and isinstance(documents[0], list):
+        return documents[0]
+    releases = []
+    for doc in documents:
+        if isinstance(doc, dict) and isinstance(doc.get('releases'), list):
+            for release in doc['releases']:
+                if isinstance(release, dict):
+                    releases.append(dict((k, release.get(k)) for k in ('name', 'namespace', 'needs') if release.get(k) is not None))
+    return releases
+
+
+# --- the analysis ----------------------------------------------------------------------------
+
+def _effective_edges(repo, owners, resolved):
+    """x -> y when y is ready before x: dependsOn, the dependsOn of x's Kustomization, and a
+    Kustomization after what it applies (it is Ready only once those are applied)."""
+    edges = dict((identifier, set(deps)) for identifier, deps in resolved.items())
+    for identifier, owner_ids in owners.items():
+        for owner in owner_ids:
+            edges[identifier] |= set(resolved.get(owner, ()))
+            edges.setdefault(owner, set()).add(identifier)
+    return edges
+
+
+def _rule_findings(repo, rules, edges, bootstrap):
+    missing = []
+    not_found = []
+    bootstrap_names = set(release['name'] for release in bootstrap)
+    for rule in rules:
+        providers = [node for node in repo.nodes.values() if _matches(node['name'], rule['requires'])]
+        from_bootstrap = sorted(name for name in bootstrap_names if _matches(name, rule['requires']))
+        subjects = [node for node in sorted(repo.nodes.values(), key=lambda n: n['id'])
+                    if _matches(node['name'], rule['subject']) and not _matches(node['name'], rule['requires'])
+                    and not _matches(node['name'], rule['exclude'])]
+        if not subjects:
+            continue
+        if from_bootstrap:
+            continue
+        if not providers:
+            not_found.append({'rule': rule['name'], 'requires': rule['requires'],
+                              'subjects': [node['id'] for node in subjects],
+                              'message': '%s: nothing named %s in the repository or the bootstrap releases (installed some other way?)'
+                                         % (rule['name'], ' or '.join(rule['requires']))})
+            continue
+        provider_ids = set(node['id'] for node in providers)
+        for node in subjects:
+            before = _closure(edges, node['id'])
+            if before & provider_ids:
+                continue
+            missing.append({'rule': rule['name'], 'node': node['id'], 'file': node['file'],
+                            'requires': sorted(provider_ids),
+                            'message': '%s (%s) is not ordered after %s: %s%s' % (
+                                node['id'], node['file'], ' or '.join(sorted(provider_ids)), rule['name'],
+                                ' (%s)' % rule['reason'] if rule['reason'] else '')})
+    return missing, not_found
+
+
+def _flux_nodes_for(repo, namespace, name):
+    exact = repo.nodes.get(node_id(HELMRELEASE, namespace, name))
+    if exact:
+        return [exact['id']]
+    return sorted(node['id'] for node in repo.nodes.values() if node['name'] == name)
+
+
+def _bootstrap_findings(repo, bootstrap, edges):
+    findings = []
+    known = set((release['namespace'], release['name']) for release in bootstrap)
+    for release in bootstrap:
+        label = '%s/%s' % (release['namespace'], release['name'])
+        for need_namespace, need_name in release['needs']:
+            need = '%s/%s' % (need_namespace, need_name)
+            if (need_namespace, need_name) not in known:
+                findings.append({'type': 'unknown_need', 'release': label, 'needs': need,
+                                 'message': 'bootstrap release %s needs %s, which is not a bootstrap release' % (label, need)})
+                continue
+            dependants = _flux_nodes_for(repo, release['namespace'], release['name'])
+            dependencies = _flux_nodes_for(repo, need_namespace, need_name)
+            if not dependants or not dependencies:
+                continue
+            reversed_path = None
+            for dependency in dependencies:
+                for dependant in dependants:
+                    reversed_path = reversed_path or _path(edges, dependency, dependant)
+            if reversed_path:
+                findings.append({'type': 'reversed', 'release': label, 'needs': need, 'path': reversed_path,
+                                 'message': 'bootstrap installs %s before %s (%s needs %s), but in Flux %s depends on %s: %s'
+                                            % (need, label, label, need, reversed_path[0], reversed_path[-1], ' -> '.join(reversed_path))})
+            elif not any(_path(edges, dependant, dependency) for dependant in dependants for dependency in dependencies):
+                findings.append({'type': 'order_not_kept', 'release': label, 'needs': need,
+                                 'message': 'bootstrap installs %s before %s, but Flux does not order %s after %s '
+                                            '(add a dependsOn to keep the order on re-installs)'
+                                            % (need, label, ' / '.join(dependants), ' / '.join(dependencies))})
+    return findings
+
+
+def counts_of(repo):
+    counts = {}
+    for kind in (KUSTOMIZATION, HELMRELEASE):
+        nodes = [node for node in repo.nodes.values() if node['kind'] == kind]
+        counts[kind] = {
+            'total': len(nodes),
+            'with_depends_on': sum(1 for node in nodes if node['depends_on']),
+            'wait_true': sum(1 for node in nodes if node['wait']) if kind == KUSTOMIZATION else None,
+            'with_health_checks': sum(1 for node in nodes if node['health_checks']) if kind == KUSTOMIZATION else None,
+        }
+    return counts
+
+
+def summary_table(counts):
+    lines = ['| kind | total | with dependsOn | wait: true | healthChecks |', '|---|---|---|---|---|']
+    for kind in (KUSTOMIZATION, HELMRELEASE):
+        row = counts[kind]
+        cells = [row['total'], row['with_depends_on'], row['wait_true'], row['with_health_checks']]
+        lines.append('| %s | %s |' % (kind, ' | '.join('-' if cell is None else str(cell) for cell in cells)))
+    return '\n'.join(lines)
+
+
+def _mermaid_label(text):
+    return text.replace('"', '#quot;')
+
+
+def mermaid(repo, resolved, dangling, tiers, cycle_members, owners):
+    """A Mermaid flowchart in apply order: dependency --> dependant; missing targets dashed;
+    a dotted "applies" link from a Kustomization to each HelmRelease in its path."""
+    lines = ['flowchart LR']
+    ids = {}
+    for position, identifier in enumerate(sorted(repo.nodes)):
+        ids[identifier] = 'n%d' % position
+        node = repo.nodes[identifier]
+        tier = tiers.get(identifier)
+        label = '%s %s/%s<br/>%s' % ('ks' if node['kind'] == KUSTOMIZATION else 'hr', node['namespace'], node['name'],
+                                      'tier %d' % tier if tier is not None else 'no tier')
+        shape = '["%s"]' if node['kind'] == KUSTOMIZATION else '("%s")'
+        lines.append('  %s%s%s' % (ids[identifier], shape % _mermaid_label(label), ':::cycle' if identifier in cycle_members else ''))
+    missing_ids = {}
+    for finding in dangling:
+        if finding['ref'] not in missing_ids:
+            missing_ids[finding['ref']] = 'm%d' % len(missing_ids)
+            lines.append('  %s["missing: %s"]:::missing' % (missing_ids[finding['ref']], _mermaid_label(finding['ref'])))
+    for identifier in sorted(resolved):
+        for dependency in sorted(resolved[identifier]):
+            lines.append('  %s --> %s' % (ids[dependency], ids[identifier]))
+    for finding in dangling:
+        lines.append('  %s -.-> %s' % (missing_ids[finding['ref']], ids[finding['node']]))
+    for identifier in sorted(owners):
+        if repo.nodes[identifier]['kind'] == HELMRELEASE:
+            for owner in owners[identifier]:
+                lines.append('  %s -. applies .-> %s' % (ids[owner], ids[identifier]))
+    lines.append('  classDef missing stroke-dasharray: 5 5,stroke:#c00,color:#c00')
+    lines.append('  classDef cycle stroke:#c00,stroke-width:3px')
+    return '\n'.join(lines) + '\n'
+
+
+def analyze(repo, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_FAIL_ON):
+    """The report (a dict of plain data) for a loaded repository."""
+    rules = check_rules(rules)
+    bootstrap = check_bootstrap(bootstrap_releases)
+    unknown = sorted(set(fail_on) - set(FINDINGS))
+    if unknown:
+        raise ValidationError('fail_on', 'unknown findings %s (choose from %s)' % (', '.join(unknown), ', '.join(FINDINGS)))
+
+    resolved = {}
+    dangling = []
+    for identifier, node in sorted(repo.nodes.items()):
+        resolved[identifier] = []
+        for ref in node['depends_on']:
+            if ref in repo.nodes:
+                resolved[identifier].append(ref)
+                continue
+            kind, namespace, name = ref.split('/', 2)
+            hints = [other['id'] for other in repo.nodes.values() if other['name'] == name and other['id'] != identifier]
+            hint = ''
+            if hints:
+                hint = ' (found %s; %s dependsOn names only %ss, in the dependant\'s namespace unless one is given)' % (
+                    ', '.join(sorted(hints)), kind, kind)
+            dangling.append({'node': identifier, 'file': node['file'], 'ref': ref,
+                             'message': '%s (%s) depends on %s, which is not in the repository%s' % (identifier, node['file'], ref, hint)})
+
+    cycles = []
+    cycle_members = set()
+    for component in strongly_connected(resolved):
+        if len(component) == 1 and component[0] not in resolved.get(component[0], ()):
+            continue
+        path = _cycle_through(resolved, component)
+        cycle_members.update(component)
+        cycles.append({'members': component, 'path': path,
+                       'message': 'dependsOn cycle: %s (Flux waits forever: each one is DependencyNotReady)' % ' -> '.join(path)})
+
+    tiers = tiers_of(resolved)
+    tier_list = []
+    for identifier, tier in sorted(tiers.items()):
+        if tier is not None:
+            while len(tier_list) <= tier:
+                tier_list.append([])
+            tier_list[tier].append(identifier)
+    untiered = sorted(identifier for identifier, tier in tiers.items() if tier is None)
+
+    owners, ownership_warnings = ownership(repo)
+    edges = _effective_edges(repo, owners, resolved)
+    missing, not_found = _rule_findings(repo, rules, edges, bootstrap)
+    bootstrap_findings = _bootstrap_findings(repo, bootstrap, edges)
+    contradictions = [finding for finding in bootstrap_findings if finding['type'] == 'reversed']
+    counts = counts_of(repo)
+
+    warnings = []
+    warnings.extend('%s: cannot be parsed as YAML, skipped: %s' % (item['file'], item['error']) for item in repo.parse_errors)
+    warnings.extend('%s is defined again in %s (first in %s); the first is used'
+                    % (item['id'], item['file'], item['first_file']) for item in repo.duplicates)
+    for node in repo.nodes.values():
+        warnings.extend(node['problems'])
+    warnings.extend(ownership_warnings)
+    warnings.extend(item['message'] for item in not_found)
+    warnings.extend(item['message'] for item in bootstrap_findings if item['type'] != 'reversed')
+
+    findings = {'cycles': cycles, 'dangling': dangling, 'missing_critical': missing, 'bootstrap_contradictions': contradictions}
+    errors = []
+    for finding in FINDINGS:
+        if finding in fail_on:
+            errors.extend(item['message'] for item in findings[finding])
+        else:
+            warnings.extend(item['message'] for item in findings[finding])
+
+    nodes = []
+    for identifier in sorted(repo.nodes):
+        node = repo.nodes[identifier]
+        nodes.append({'id': identifier, 'kind': node['kind'], 'name': node['name'], 'namespace': node['namespace'],
+                      'file': node['file'], 'depends_on': node['depends_on'], 'tier': tiers.get(identifier),
+                      'applied_by': owners.get(identifier, []), 'wait': node['wait'], 'health_checks': node['health_checks']})
+    return {
+        'root': repo.root,
+        'files_scanned': len(repo.files),
+        'nodes': nodes,
+        'tiers': tier_list,
+        'untiered': untiered,
+        'cycles': cycles,
+        'dangling': dangling,
+        'missing_critical': missing,
+        'components_not_found': not_found,
+        'bootstrap_findings': bootstrap_findings,
+        'bootstrap_contradictions': contradictions,
+        'counts': counts,
+        'summary_table': summary_table(counts),
+        'skipped': repo.skipped,
+        'parse_errors': repo.parse_errors,
+        'duplicates': repo.duplicates,
+        'mermaid': mermaid(repo, resolved, dangling, tiers, cycle_members, owners),
+        'warnings': warnings,
+        'errors': errors,
+        'failed': bool(errors),
+    }
+
+
+def analyze_path(path, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_FAIL_ON, exclude=(),
+                 default_namespace=DEFAULT_NAMESPACE):
+    """load_repo + analyze."""
+    return analyze(load_repo(path, exclude, default_namespace), rules, bootstrap_releases, fail_on)
+
+
+# --- command line ----------------------------------------------------------------------------
+
+def format_text(report):
+    lines = ['Flux dependency graph of %s (%d files)' % (report['root'], report['files_scanned']), '', report['summary_table'], '']
+    for tier, members in enumerate(report['tiers']):
+        lines.append('tier %d: %s' % (tier, ', '.join(members)))
+    if report['untiered']:
+        lines.append('no tier (in or behind a cycle): %s' % ', '.join(report['untiered']))
+    for title, items in (('ERROR', report['errors']), ('warning', report['warnings'])):
+        for item in items:
+            lines.append('%s: %s' % (title, item))
+    lines.append('')
+    lines.append('result: %s (%d errors, %d warnings)' % ('FAILED' if report['failed'] else 'ok', len(report['errors']), len(report['warnings'])))
+    return '\n'.join(lines) + '\n'
+
+
+def _load_yaml_file(path, field):
+    try:
+        with open(path, 'rb') as handle:
+            return yaml.safe_load(handle)
+    except (OSError, IOError, yaml.YAMLError) as exc:
+        raise ValidationError(field, 'cannot read %s: %s' % (path, _yaml_error(exc) if isinstance(exc, yaml.YAMLError) else exc)) from None
+
+
+def main(argv=None, stdout=None):
+    """CLI: exit 0 when nothing fails, 1 on failing findings, 2 on bad input."""
+    stdout = stdout or sys.stdout
+    parser = argparse.ArgumentParser(prog='flux_graph', description='Lint the Flux dependsOn graph of a GitOps repository.')
+    parser.add_argument('path', help='root of the GitOps repository')
+    parser.add_argument('--rules', help='YAML file with a list of critical-dependency rules')
+    parser.add_argument('--no-default-rules', action='store_true', help='use only the rules from --rules')
+    parser.add_argument('--bootstrap', help='helmfile (or YAML list of releases with needs) installed before Flux')
+    parser.add_argument('--exclude', action='append', default=[], help='glob of repository paths to leave out (repeatable)')
+    parser.add_argument('--default-namespace', default=DEFAULT_NAMESPACE)
+    parser.add_argument('--fail-on', default=','.join(DEFAULT_FAIL_ON), help='comma-separated: %s' % ', '.join(FINDINGS))
+    parser.add_argument('--format', choices=('text', 'json', 'mermaid'), default='text')
+    args = parser.parse_args(argv)
+    try:
+        rules = [] if args.no_default_rules else list(DEFAULT_RULES)
+        if args.rules:
+            rules.extend(_load_yaml_file(args.rules, '--rules') or [])
+        bootstrap = None
+        if args.bootstrap:
+            bootstrap = releases_from_file(args.bootstrap)
+        fail_on = [item.strip() for item in args.fail_on.split(',') if item.strip()]
+        report = analyze_path(args.path, rules, bootstrap, fail_on, args.exclude, args.default_namespace)
+    except ValidationError as exc:
+        sys.stderr.write('flux_graph: %s\n' % exc)
+        return 2
+    if args.format == 'json':
+        stdout.write(json.dumps(report, indent=2, sort_keys=True) + '\n')
+    elif args.format == 'mermaid':
+        stdout.write(report['mermaid'])
+    else:
+        stdout.write(format_text(report))
+    return 1 if report['failed'] else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,241 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) proxtalos.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: flux_graph
+short_description: Lint the Flux dependency graph of a GitOps repository
+version_added: 0.1.0
+description:
+  - Reads the YAML files of a GitOps repository checkout (multi-document files; other kinds, kustomize patch
+    files, partial objects and unparsable templates are skipped and listed) and finds the Flux Kustomizations
+    (C(kustomize.toolkit.fluxcd.io)) and HelmReleases (C(helm.toolkit.fluxcd.io)).
+  - Reports the C(dependsOn) tiers (longest-path levels), cycles (each with its members in order), dangling
+    C(dependsOn) references, missing critical dependencies from rules, counts per kind, and a Mermaid graph.
+  - Critical dependencies are checked on the effective order, which includes the C(dependsOn) of the
+    Kustomization whose C(spec.path) applies an object, and are satisfied also by a release the bootstrap
+    installs before Flux (O(bootstrap_releases), O(bootstrap_helmfile)).
+  - Cross-checks the bootstrap releases' helmfile-style C(needs) against Flux's order and reports contradictions
+    (the bootstrap installs B before A, but in Flux B depends on A), orders Flux does not keep, and needs that
+    name no bootstrap release.
+  - Read-only. Fails when a finding listed in O(fail_on) is present (cycles and dangling references by default);
+    every other finding is returned and given as a warning.
+  - The same analysis runs without Ansible, for CI, as
+    C(python -m ansible_collections.proxtalos.cluster.plugins.module_utils._flux_graph REPO).
+author:
+  - proxtalos.cluster developers
+extends_documentation_fragment:
+  - proxtalos.cluster._attributes.INFO_MODULE
+options:
+  path:
+    description: Root directory of the GitOps repository checkout.
+    type: path
+    required: true
+  exclude:
+    description:
+      - Globs of repository-relative paths to leave out (for example V(clusters/staging/*) when the repository holds
+        several clusters). Hidden directories (C(.git), C(.github)) are always left out.
+    type: list
+    elements: str
+    default: []
+  default_namespace:
+    description:
+      - Namespace of a Flux object that has none and is not under a C(kustomization.yaml) with a C(namespace).
+    type: str
+    default: flux-system
+  rules:
+    description:
+      - Critical-dependency rules. Each has C(subject) and C(requires) (lists of name globs), optionally C(name),
+        C(reason) and C(exclude) (globs of subjects to leave out). A node matching C(subject) must come after a node
+        matching C(requires). Nodes matching C(requires) are not subjects of the same rule.
+      - Added to the built-in rules unless O(use_default_rules=false).
+    type: list
+    elements: dict
+    default: []
+  use_default_rules:
+    description:
+      - Apply the built-in rules - proxmox-csi needs proxmox-ccm and coredns; cert-manager and monitoring need
+        coredns; everything except C(flux-system) and CRD/namespace bundles needs the CNI (cilium, calico, ...).
+    type: bool
+    default: true
+  bootstrap_releases:
+    description:
+      - Releases installed before Flux, each with C(name), C(namespace) and C(needs) (a list of
+        C(namespace/name), as in helmfile).
+    type: list
+    elements: dict
+  bootstrap_helmfile:
+    description:
+      - A plain-YAML helmfile (or a YAML list of releases) to read O(bootstrap_releases) from.
+      - Mutually exclusive with O(bootstrap_releases).
+    type: path
+  fail_on:
+    description: Findings that fail the task; the others are warnings.
+    type: list
+    elements: str
+    choices: [cycles, dangling, missing_critical, bootstrap_contradictions]
+    default: [cycles, dangling]
+seealso:
+  - name: Flux Kustomization dependencies
+    description: How kustomize-controller orders Kustomizations with dependsOn.
+    link: https://fluxcd.io/flux/components/kustomize/kustomizations/#dependencies
+"""
+
+EXAMPLES = r"""
+- name: Lint the GitOps repository before handing the cluster to Flux
+  proxtalos.cluster.flux_graph:
+    path: "{{ gitops_repo_dir }}"
+    bootstrap_releases: "{{ bootstrap_apps_releases }}"
+  register: flux_graph
+
+- name: Show the order Flux will follow
+  ansible.builtin.debug:
+    msg: "{{ flux_graph.summary_table }}"
+"""
+
+RETURN = r"""
+nodes:
+  description: Every Kustomization and HelmRelease found, with its file, resolved dependsOn ids, tier and the
+    Kustomizations that apply it (RV(nodes[].applied_by)).
+  returned: always
+  type: list
+  elements: dict
+tiers:
+  description: Node ids per tier (index = tier); tier 0 depends on nothing.
+  returned: always
+  type: list
+  elements: list
+untiered:
+  description: Node ids in a cycle or depending on one.
+  returned: always
+  type: list
+  elements: str
+cycles:
+  description: Each cycle, with C(members), C(path) (ids in dependsOn order, first repeated at the end) and C(message).
+  returned: always
+  type: list
+  elements: dict
+dangling:
+  description: dependsOn references that name nothing in the repository (C(node), C(file), C(ref), C(message)).
+  returned: always
+  type: list
+  elements: dict
+missing_critical:
+  description: Nodes not ordered after what a rule says they need (C(rule), C(node), C(file), C(requires), C(message)).
+  returned: always
+  type: list
+  elements: dict
+components_not_found:
+  description: Rules whose required component is neither in the repository nor a bootstrap release.
+  returned: always
+  type: list
+  elements: dict
+bootstrap_findings:
+  description: Bootstrap cross-check findings, C(type) one of C(reversed), C(order_not_kept), C(unknown_need).
+  returned: always
+  type: list
+  elements: dict
+bootstrap_contradictions:
+  description: The C(reversed) bootstrap findings.
+  returned: always
+  type: list
+  elements: dict
+counts:
+  description: Per kind, C(total), C(with_depends_on), C(wait_true), C(with_health_checks) (the last two only for
+    Kustomizations, null for HelmReleases).
+  returned: always
+  type: dict
+  sample: {Kustomization: {total: 6, with_depends_on: 4, wait_true: 4, with_health_checks: 1},
+           HelmRelease: {total: 5, with_depends_on: 0, wait_true: null, with_health_checks: null}}
+summary_table:
+  description: RV(counts) as a Markdown table.
+  returned: always
+  type: str
+mermaid:
+  description: The graph as a Mermaid flowchart, in apply order (dependency --> dependant).
+  returned: always
+  type: str
+skipped:
+  description: Flux-looking documents that were not taken as objects, with the reason (patch files, partial objects).
+  returned: always
+  type: list
+  elements: dict
+parse_errors:
+  description: Files that are not YAML (for example Helm chart templates), with the error.
+  returned: always
+  type: list
+  elements: dict
+duplicates:
+  description: Objects defined more than once; the first definition is used.
+  returned: always
+  type: list
+  elements: dict
+errors:
+  description: Messages of the findings that fail the task (see O(fail_on)).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _flux_graph
+from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError
+
+REPORT_KEYS = ('nodes', 'tiers', 'untiered', 'cycles', 'dangling', 'missing_critical', 'components_not_found',
+               'bootstrap_findings', 'bootstrap_contradictions', 'counts', 'summary_table', 'mermaid', 'skipped',
+               'parse_errors', 'duplicates', 'errors')
+
+
+def argument_spec():
+    return dict(
+        path=dict(type='path', required=True),
+        exclude=dict(type='list', elements='str', default=[]),
+        default_namespace=dict(type='str', default=_flux_graph.DEFAULT_NAMESPACE),
+        rules=dict(type='list', elements='dict', default=[]),
+        use_default_rules=dict(type='bool', default=True),
+        bootstrap_releases=dict(type='list', elements='dict'),
+        bootstrap_helmfile=dict(type='path'),
+        fail_on=dict(type='list', elements='str', choices=list(_flux_graph.FINDINGS), default=list(_flux_graph.DEFAULT_FAIL_ON)),
+    )
+
+
+def run(params):
+    """The report for the module parameters (raises ValidationError on bad input)."""
+    own_rules = _flux_graph.check_rules(params['rules'])   # errors name the user's rules[i]
+    rules = (list(_flux_graph.DEFAULT_RULES) if params['use_default_rules'] else []) + own_rules
+    bootstrap = params['bootstrap_releases']
+    if params['bootstrap_helmfile']:
+        bootstrap = _flux_graph.releases_from_file(params['bootstrap_helmfile'])
+    return _flux_graph.analyze_path(params['path'], rules, bootstrap, params['fail_on'], params['exclude'],
+                                    params['default_namespace'])
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), mutually_exclusive=[('bootstrap_releases', 'bootstrap_helmfile')],
+                           supports_check_mode=True)
+    if not _flux_graph.HAS_YAML:
+        module.fail_json(msg=missing_required_lib('PyYAML'), exception=str(_flux_graph.YAML_IMPORT_ERROR))
+    try:
+        report = run(module.params)
+    except ProxtalosError as exc:
+        module.fail_json(msg=str(exc), **exc.details)
+    except (OSError, IOError) as exc:
+        module.fail_json(msg='cannot read the repository: %s' % exc, exception=traceback.format_exc())
+
+    result = dict((key, report[key]) for key in REPORT_KEYS)
+    for warning in report['warnings']:
+        module.warn(warning)
+    if report['failed']:
+        module.fail_json(msg='Flux dependency graph of %s: %d problem(s): %s' % (module.params['path'], len(report['errors']),
+                                                                                 '; '.join(report['errors'])), **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == '__main__':
+    main()

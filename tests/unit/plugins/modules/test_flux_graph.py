@@ -1,0 +1,75 @@
+"""flux_graph module: read-only, fails on cycles and dangling references, warns on the rest."""
+import json
+import os
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.proxtalos.cluster.plugins.modules import flux_graph
+
+REPOS = os.path.join(os.path.dirname(__file__), '..', 'module_utils', 'fixtures', 'flux_repos')
+
+
+def run(capsys, **args):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            flux_graph.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def warning_texts(result):
+    """Warning messages, whether the core returns them as strings or as structured summaries (2.19+)."""
+    return [w['event']['msg'] if isinstance(w, dict) else w for w in result.get('warnings', [])]
+
+
+def test_clean_repo_passes_unchanged(capsys):
+    result = run(capsys, path=os.path.join(REPOS, 'clean'))
+    assert result.get('failed') is not True
+    assert result['changed'] is False
+    assert result['counts']['Kustomization']['total'] == 6
+    assert result['mermaid'].startswith('flowchart LR')
+    assert 'warnings' not in result
+
+
+def test_cycle_fails_with_the_cycle_named(capsys):
+    result = run(capsys, path=os.path.join(REPOS, 'cycle'), _ansible_check_mode=True)
+    assert result['failed'] is True
+    assert 'app-a -> Kustomization/flux-system/app-b -> Kustomization/flux-system/app-c -> Kustomization/flux-system/app-a' in result['msg']
+    assert len(result['cycles']) == 2
+
+
+def test_dangling_fails(capsys):
+    result = run(capsys, path=os.path.join(REPOS, 'dangling'))
+    assert result['failed'] is True and len(result['dangling']) == 3
+    assert 'cache, which is not in the repository' in result['msg']
+
+
+def test_missing_critical_warns_then_fails_on_request(capsys):
+    result = run(capsys, path=os.path.join(REPOS, 'missing_critical'))
+    assert result.get('failed') is not True
+    assert any('proxmox-csi needs proxmox-ccm' in warning for warning in warning_texts(result))
+    strict = run(capsys, path=os.path.join(REPOS, 'missing_critical'), fail_on=['missing_critical'])
+    assert strict['failed'] is True and len(strict['errors']) == 3
+
+
+def test_own_rules_only(capsys):
+    result = run(capsys, path=os.path.join(REPOS, 'missing_critical'), use_default_rules=False,
+                 rules=[{'subject': ['monitoring'], 'requires': ['cert-manager']}])
+    assert [item['node'] for item in result['missing_critical']] == ['Kustomization/flux-system/monitoring']
+
+
+def test_bootstrap_helmfile_cross_check(capsys):
+    path = os.path.join(REPOS, 'bootstrap')
+    result = run(capsys, path=path, bootstrap_helmfile=os.path.join(path, 'bootstrap', 'helmfile.yaml'))
+    assert result.get('failed') is not True
+    assert [item['type'] for item in result['bootstrap_contradictions']] == ['reversed']
+    failing = run(capsys, path=path, bootstrap_helmfile=os.path.join(path, 'bootstrap', 'helmfile.yaml'),
+                  fail_on=['cycles', 'dangling', 'bootstrap_contradictions'])
+    assert failing['failed'] is True and 'needs kube-system/cilium' in failing['msg']
+
+
+def test_bad_input_names_the_field(capsys):
+    result = run(capsys, path=os.path.join(REPOS, 'no-such-repo'))
+    assert result['failed'] is True and result['field'] == 'path'
+    result = run(capsys, path=os.path.join(REPOS, 'clean'), rules=[{'subject': ['x']}])
+    assert result['failed'] is True and result['field'] == 'rules[0].requires'
