@@ -227,3 +227,12 @@ def test_base64_helpers():
     with pytest.raises(ValidationError) as err:
         pki.b64decode_pem(None, 'certs.k8s.crt')
     assert str(err.value) == 'certs.k8s.crt: missing'
+
+
+def test_signature_check_across_key_types_is_false_not_an_error():
+    ed_crt, ed_key = pki.new_talos_ca('ed25519', now=NOW)
+    ec_crt, dummy = pki.new_talos_ca('ecdsa', now=NOW)
+    leaf, dummy = pki.new_client_certificate(ed_crt, ed_key, now=NOW)
+    # Both CAs are O=talos; only the Ed25519 one signed the leaf.
+    assert not pki.is_signed_by(x509.load_pem_x509_certificate(leaf), x509.load_pem_x509_certificate(ec_crt))
+    assert pki.is_signed_by(x509.load_pem_x509_certificate(leaf), x509.load_pem_x509_certificate(ed_crt))
