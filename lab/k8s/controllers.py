@@ -301,10 +301,16 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
         meta = obj['metadata']
         if plural in ('deployments', 'daemonsets', 'statefulsets', 'replicasets', 'jobs') and group in ('apps', 'batch'):
             self._dirty[(plural, meta.get('namespace'), meta['name'])] = True
+            for ref in meta.get('ownerReferences') or ():
+                self._dirty[(_plural_of(ref.get('kind')), meta.get('namespace'), ref.get('name'))] = True
         elif event.key == ('', 'pods'):
             self._dirty[('pod', meta.get('namespace'), meta['name'])] = True
             for ref in meta.get('ownerReferences') or ():
                 self._dirty[(_plural_of(ref.get('kind')), meta.get('namespace'), ref.get('name'))] = True
+                if ref.get('kind') == 'ReplicaSet':
+                    rs = self.store.peek(('apps', 'replicasets'), meta.get('namespace'), ref.get('name'))
+                    for owner in ((rs or {}).get('metadata') or {}).get('ownerReferences') or ():
+                        self._dirty[(_plural_of(owner.get('kind')), meta.get('namespace'), owner.get('name'))] = True
             labels = meta.get('labels') or {}
             if labels.get(CILIUM_LABEL[0]) == CILIUM_LABEL[1]:
                 self._dirty[('cni',)] = True

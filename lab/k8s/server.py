@@ -18,7 +18,7 @@ import urllib.parse
 import yaml
 from aiohttp import web
 
-from . import pki, tables
+from . import pki, protobuf, tables
 from .errors import ApiError, qualified
 from .openapi import OpenAPI
 from .selectors import FieldSelector, LabelSelector
@@ -432,7 +432,9 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
     async def _body(self, request):
         raw = await request.read()
         content_type = (request.headers.get('Content-Type') or 'application/json').split(';')[0].strip().lower()
-        if 'protobuf' in content_type or 'cbor' in content_type:
+        if 'protobuf' in content_type:
+            return protobuf.decode(raw)
+        if 'cbor' in content_type:
             raise ApiError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - accepted media types include: '
                            'application/json, application/yaml')
         try:
@@ -469,7 +471,9 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
         options = {}
         if request.can_read_body:
             raw = await request.read()
-            if raw.strip():
+            if raw.startswith(protobuf.MAGIC):
+                options = protobuf.decode(raw)
+            elif raw.strip():
                 try:
                     options = json.loads(raw)
                 except ValueError as exc:

@@ -43,8 +43,17 @@ def _items(schema, defs):
     return items if isinstance(items, dict) else {}
 
 
+# Values the server defaults for list-map key fields before merging (ports: protocol TCP).
+KEY_DEFAULTS = {'protocol': 'TCP'}
+
+
 def _item_key(item, keys):
-    return 'k:' + json.dumps({k: item.get(k) for k in keys}, sort_keys=True, separators=(',', ':'))
+    values = {}
+    for key in keys:
+        value = item.get(key, KEY_DEFAULTS.get(key))
+        if value is not None:
+            values[key] = value
+    return 'k:' + json.dumps(values, sort_keys=True, separators=(',', ':'))
 
 
 def fieldset(obj, schema, defs, section):
@@ -147,7 +156,8 @@ def _lookup(obj, path):
             if not isinstance(value, list):
                 return False, None
             want = json.loads(text)
-            value = next((i for i in value if isinstance(i, dict) and all(i.get(k) == v for k, v in want.items())), _MISSING)
+            value = next((i for i in value if isinstance(i, dict) and all(i.get(k, KEY_DEFAULTS.get(k)) == v for k, v in want.items())),
+                         _MISSING)
             if value is _MISSING:
                 return False, None
         elif kind == 'v:':
@@ -178,7 +188,7 @@ def _remove(obj, path):
         value.pop(text, None)
     elif kind == 'k:' and isinstance(value, list):
         want = json.loads(text)
-        value[:] = [i for i in value if not (isinstance(i, dict) and all(i.get(k) == v for k, v in want.items()))]
+        value[:] = [i for i in value if not (isinstance(i, dict) and all(i.get(k, KEY_DEFAULTS.get(k)) == v for k, v in want.items()))]
     elif kind == 'v:' and isinstance(value, list):
         want = json.loads(text)
         value[:] = [i for i in value if i != want]
