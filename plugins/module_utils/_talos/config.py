@@ -680,7 +680,8 @@ def _typed_problems(document, add, machine_type):
             add('auto', "either 'auto' or 'hostname' must be set")
         if auto == 'stable' and hostname:
             add('hostname', "'auto' and 'hostname' cannot be set at the same time")
-        if hostname and (len(hostname) > 253 or not _DNS_LABEL_RE.match(hostname.split('.')[0])):
+        if hostname and (not isinstance(hostname, str) or len(hostname) > 253
+                         or not _DNS_LABEL_RE.match(hostname.split('.')[0])):
             add('hostname', 'not a valid host name')
     elif kind == 'Layer2VIPConfig':
         if not _is_ip(document.get('name')):
@@ -726,6 +727,9 @@ def config_problems(documents, contract, requires_install=True):
     seen = set()
     hostname_documents = 0
     for index, document in enumerate(documents):
+        if not isinstance(document, dict):
+            problems.append(('document %d' % index, 'must be a mapping'))
+            continue
         if talos_patch.is_v1alpha1(document):
             continue
         label = talos_patch.describe_document(document)

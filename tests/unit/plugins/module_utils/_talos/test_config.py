@@ -460,3 +460,12 @@ def test_parse_machine_config_rejects_non_mappings():
     with pytest.raises(ValidationError) as err:
         config.parse_machine_config('version: v1alpha1\n---\n- a\n')
     assert str(err.value) == 'machine_config: document 1 is not a mapping'
+
+
+def test_odd_types_from_patches_are_problems_not_crashes(bundle):
+    docs = documents(render(bundle))
+    docs[1] = {'apiVersion': 'v1alpha1', 'kind': 'HostnameConfig', 'hostname': 42}
+    docs.append(['not', 'a', 'mapping'])
+    problems = config.config_problems(docs, '1.13')
+    assert ('HostnameConfig.hostname', 'not a valid host name') in problems
+    assert ('document 4', 'must be a mapping') in problems
