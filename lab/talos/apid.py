@@ -1,0 +1,337 @@
+"""A simulated node's apid: the grpclib server on <node address>:50000 and its RPC handlers.
+
+grpclib serves over Python's ssl, so the node presents Ed25519 certificates exactly like Talos
+(a grpcio client fails the handshake here as it fails against a real node). Authorization
+follows Talos v1.13:
+
+- maintenance mode: TLS without client certificates; every caller is os:reader;
+- configured mode: mTLS against the OS CA (machine.ca.crt + machine.acceptedCAs); the roles are
+  the client certificate's Organization values; a client certificate whose ExtKeyUsage is not
+  exactly [clientAuth] is refused (apid's verifyExtKeyUsage: the connection is dropped);
+- the roles each RPC allows are machined's `rules` (facts part 1.1); anything else is
+  PermissionDenied "not authorized". ApplyConfiguration also admits os:reader, but only in
+  maintenance mode.
+
+Replies carry no `metadata` (a direct call, no `nodes` proxying), as apid sends them.
+"""
+
+import asyncio
+import asyncio.sslproto
+import logging
+import ssl
+
+from grpclib import GRPCError
+from grpclib.const import Cardinality, Handler, Status
+from grpclib.server import Server
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import api
+from lab.talos import pki
+from lab.talos.node import RpcError
+
+LOG = logging.getLogger('lab.talos.apid')
+
+ADMIN = 'os:admin'
+OPERATOR = 'os:operator'
+READER = 'os:reader'
+ETCD_BACKUP = 'os:etcd:backup'
+
+# machined's rules for the RPCs the lab serves; an RPC without an entry is os:admin only.
+RULES = {
+    '/machine.MachineService/ApplyConfiguration': {ADMIN, READER},
+    '/machine.MachineService/Bootstrap': {ADMIN},
+    '/machine.MachineService/EtcdMemberList': {ADMIN, OPERATOR, READER, ETCD_BACKUP},
+    '/machine.MachineService/EtcdStatus': {ADMIN, OPERATOR, READER, ETCD_BACKUP},
+    '/machine.MachineService/Hostname': {ADMIN, OPERATOR, READER},
+    '/machine.MachineService/Kubeconfig': {ADMIN},
+    '/machine.MachineService/Reboot': {ADMIN, OPERATOR},
+    '/machine.MachineService/Reset': {ADMIN},
+    '/machine.MachineService/ServiceList': {ADMIN, OPERATOR, READER},
+    '/machine.MachineService/Shutdown': {ADMIN, OPERATOR},
+    '/machine.MachineService/Version': {ADMIN, OPERATOR, READER},
+    '/storage.StorageService/Disks': {ADMIN, OPERATOR, READER},
+}
+
+NOT_AUTHORIZED = 'not authorized'
+
+
+def install_tls_alerts():
+    """Make asyncio send the TLS alert of a failed handshake before it drops the connection.
+
+    Go's TLS server (apid) tells a client why the handshake failed: `certificate required`
+    when no client certificate came, `unknown certificate authority` for one from another CA.
+    asyncio (3.11-3.13) closes the socket without flushing that alert, so a client would only see
+    EOF. This wraps SSLProtocol._do_handshake to write the pending alert first; it changes nothing
+    for successful handshakes. Applied once per process; skipped if asyncio's internals differ.
+    """
+    protocol_class = getattr(asyncio.sslproto, 'SSLProtocol', None)
+    original = getattr(protocol_class, '_do_handshake', None)
+    if original is None or getattr(original, 'lab_sends_alerts', False):
+        return
+    if not hasattr(protocol_class, '_process_outgoing') or not hasattr(protocol_class, '_on_handshake_complete'):
+        LOG.warning('asyncio SSLProtocol has no _process_outgoing: TLS alerts are not sent by the lab')
+        return
+
+    again_errors = getattr(asyncio.sslproto, 'SSLAgainErrors', (ssl.SSLWantReadError, ssl.SSLSyscallError))
+
+    def _do_handshake(self):
+        # asyncio's own body (3.11-3.13), plus _process_outgoing() before reporting a failure.
+        try:
+            self._sslobj.do_handshake()
+        except again_errors:
+            self._process_outgoing()
+        except ssl.SSLError as exc:
+            try:
+                self._process_outgoing()
+            except Exception:  # pylint: disable=broad-except
+                pass
+            self._on_handshake_complete(exc)
+        else:
+            self._on_handshake_complete(None)
+
+    _do_handshake.lab_sends_alerts = True
+    protocol_class._do_handshake = _do_handshake
+
+
+class _ConnectionTrackingServer(Server):
+    """grpclib's Server, remembering its connections so that they can be cut."""
+
+    def __init__(self, handlers):
+        super().__init__(handlers)
+        self.lab_protocols = []
+
+    def _protocol_factory(self):
+        protocol = super()._protocol_factory()
+        self.lab_protocols = [p for p in self.lab_protocols if not _closed(p)] + [protocol]
+        return protocol
+
+
+def _transport(protocol):
+    connection = getattr(protocol, 'connection', None)
+    return getattr(connection, '_transport', None)
+
+
+def _closed(protocol):
+    transport = _transport(protocol)
+    return transport is not None and transport.is_closing()
+
+
+def _ssl_object(stream):
+    return stream.peer._transport.get_extra_info('ssl_object')
+
+
+class ApidServer(object):
+    """The listener of one node's apid."""
+
+    def __init__(self, node, fleet):
+        install_tls_alerts()
+        self.node = node
+        self.fleet = fleet
+        self._server = _ConnectionTrackingServer([MachineService(node, fleet), StorageService(node, fleet)])
+
+    async def start(self, host, port, ssl):
+        await self._server.start(host, port, ssl=ssl, reuse_address=True)
+
+    async def stop(self, graceful=False):
+        """Stop listening and end every connection: flush and close (graceful), or drop (power cut)."""
+        self._server.close()
+        for protocol in self._server.lab_protocols:
+            transport = _transport(protocol)
+            if transport is not None and not transport.is_closing():
+                if graceful:
+                    transport.close()
+                else:
+                    transport.abort()
+        await self._server.wait_closed()
+
+
+class BlackholeServer(object):
+    """The `talos-unreachable` fault: the port accepts TCP but never answers (TLS hangs until the deadline)."""
+
+    def __init__(self):
+        self._server = None
+        self._writers = set()
+
+    async def _hold(self, reader, writer):
+        self._writers.add(writer)
+        try:
+            while await reader.read(65536):
+                pass
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.transport.abort()
+
+    async def start(self, host, port, ssl=None):
+        self._server = await asyncio.start_server(self._hold, host, port, reuse_address=True)
+
+    async def stop(self, graceful=False):
+        self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        await self._server.wait_closed()
+
+
+class _Base(object):
+    """RPC plumbing shared by the services: authorization, errors, request log, after-reply actions."""
+
+    METHODS = ()
+
+    def __init__(self, node, fleet):
+        self.node = node
+        self.fleet = fleet
+
+    def __mapping__(self):
+        mapping = {}
+        for method in self.METHODS:
+            cardinality = Cardinality.UNARY_STREAM if method.reply_stream else Cardinality.UNARY_UNARY
+            mapping[method.path] = Handler(self._handler(method), cardinality, method.request, method.reply)
+        return mapping
+
+    def _roles(self, stream):
+        """The caller's roles, or None when apid must drop the connection (bad client certificate)."""
+        if self.node.phase == 'maintenance':
+            return {READER}
+        ssl_object = _ssl_object(stream)
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if der is None:
+            return None
+        roles, eku_ok = pki.client_roles(der)
+        if not eku_ok:
+            return None
+        return set(roles)
+
+    def _handler(self, method):
+        name = method.name
+        implementation = getattr(self, 'rpc_' + name)
+
+        async def handle(stream):
+            request = await stream.recv_message()
+            roles = self._roles(stream)
+            if roles is None:
+                self.fleet.record_request(self.node, method.path, 'DROPPED', [])
+                stream.peer._transport.abort()
+                return
+            code = 'OK'
+            deferred = []
+            try:
+                if not roles & RULES.get(method.path, {ADMIN}):
+                    raise RpcError('PERMISSION_DENIED', NOT_AUTHORIZED)
+                replies = implementation(request, roles, lambda function, label: deferred.append((function, label)))
+                for reply in replies:
+                    await stream.send_message(reply)
+            except RpcError as exc:
+                code = exc.code
+                self.fleet.record_request(self.node, method.path, code, sorted(roles))
+                raise GRPCError(Status[exc.code], exc.message)
+            self.fleet.record_request(self.node, method.path, code, sorted(roles))
+            await stream.send_trailing_metadata()
+            for function, label in deferred:
+                self.node.after_reply(function, label)
+
+        handle.__name__ = name
+        return handle
+
+
+class MachineService(_Base):
+    """machine.MachineService: the RPCs in scripts/protos/machine/machine.proto."""
+
+    METHODS = api.MachineService.METHODS
+
+    def rpc_ApplyConfiguration(self, request, roles, defer):
+        if ADMIN not in roles and self.node.phase != 'maintenance':
+            raise RpcError('PERMISSION_DENIED', NOT_AUTHORIZED)
+        mode_enum = api.machine.ApplyConfigurationRequest.Mode
+        mode = mode_enum.Name(request.mode)
+        try_timeout = request.try_mode_timeout.ToTimedelta().total_seconds() if request.HasField('try_mode_timeout') else 60.0
+        resolved, details, warnings = self.node.apply_configuration(request.data, mode, request.dry_run, try_timeout, defer)
+        reply = api.machine.ApplyConfigurationResponse()
+        reply.messages.add(mode=mode_enum.Value(resolved), mode_details=details, warnings=warnings)
+        return [reply]
+
+    def rpc_Bootstrap(self, request, roles, defer):
+        self.node.bootstrap()
+        reply = api.machine.BootstrapResponse()
+        reply.messages.add()
+        return [reply]
+
+    def rpc_EtcdMemberList(self, request, roles, defer):
+        members = self.node.etcd_members()
+        reply = api.machine.EtcdMemberListResponse()
+        entry = reply.messages.add()
+        for member in members:
+            entry.members.add(id=member.id, hostname=member.hostname, peer_urls=member.peer_urls,
+                              client_urls=member.client_urls, is_learner=member.is_learner)
+        return [reply]
+
+    def rpc_EtcdStatus(self, request, roles, defer):
+        status = self.node.etcd_status()
+        reply = api.machine.EtcdStatusResponse()
+        reply.messages.add().member_status.CopyFrom(api.machine.EtcdMemberStatus(**status))
+        return [reply]
+
+    def rpc_Hostname(self, request, roles, defer):
+        reply = api.machine.HostnameResponse()
+        reply.messages.add(hostname=self.node.hostname)
+        return [reply]
+
+    def rpc_Kubeconfig(self, request, roles, defer):
+        return [api.common.Data(bytes=self.node.kubeconfig_archive())]
+
+    def rpc_Reboot(self, request, roles, defer):
+        mode = api.machine.RebootRequest.Mode.Name(request.mode)
+        reply = api.machine.RebootResponse()
+        reply.messages.add(actor_id=self.node.reboot(mode, defer))
+        return [reply]
+
+    def rpc_Reset(self, request, roles, defer):
+        partitions = [(spec.label, spec.wipe) for spec in request.system_partitions_to_wipe]
+        wipe_mode = api.machine.ResetRequest.WipeMode.Name(request.mode)
+        actor = self.node.reset(request.graceful, request.reboot, partitions, list(request.user_disks_to_wipe), wipe_mode,
+                                defer)
+        reply = api.machine.ResetResponse()
+        reply.messages.add(actor_id=actor)
+        return [reply]
+
+    def rpc_ServiceList(self, request, roles, defer):
+        reply = api.machine.ServiceListResponse()
+        entry = reply.messages.add()
+        for service in self.node.service_list():
+            entry.services.append(service.to_proto(api.machine.ServiceInfo))
+        return [reply]
+
+    def rpc_Shutdown(self, request, roles, defer):
+        reply = api.machine.ShutdownResponse()
+        reply.messages.add(actor_id=self.node.shutdown(defer))
+        return [reply]
+
+    def rpc_Version(self, request, roles, defer):
+        info = self.node.version()
+        reply = api.machine.VersionResponse()
+        entry = reply.messages.add()
+        entry.version.tag = info['tag']
+        entry.version.sha = info['sha']
+        entry.version.built = info['built']
+        entry.version.go_version = info['go_version']
+        entry.version.os = info['os']
+        entry.version.arch = info['arch']
+        entry.platform.name = info['platform']
+        entry.platform.mode = info['platform_mode']
+        entry.features.rbac = info['rbac']
+        return [reply]
+
+
+class StorageService(_Base):
+    """storage.StorageService: Disks."""
+
+    METHODS = api.StorageService.METHODS
+
+    def rpc_Disks(self, request, roles, defer):
+        reply = api.storage.DisksResponse()
+        entry = reply.messages.add()
+        disk_type = api.storage.Disk.DiskType
+        for disk in self.node.disks():
+            values = dict(disk)
+            values['type'] = disk_type.Value(values['type'])
+            entry.disks.add(**values)
+        return [reply]

@@ -1,0 +1,661 @@
+"""One simulated Talos node: what it keeps on its disk, what it runs, and how it answers RPCs.
+
+The node exists while its VM runs. Its "disk" (NodeDisk) survives power cycles and is lost only
+when the VM is deleted: the applied machine config, a staged config, whether Talos is installed,
+and whether etcd has data. Everything else (services, the apid listener, running tasks) is
+process state: a VM stop or reset ends it like a power cut.
+
+Life cycle (each delay from the lab's timing, kinds in brackets):
+
+    power on -[vm_boot]-> maintenance (no installed config)      server-only TLS, self-signed Ed25519
+                       -> configured  (installed config)         mTLS against machine.ca
+    maintenance + ApplyConfiguration -> reply NO_REBOOT, port closes -[talos_install_reboot]-> configured
+    Reboot RPC / apply that needs a reboot -> port closes -[talos_reboot]-> configured (staged config applied)
+    Reset RPC -> port closes -[talos_reset]-> maintenance (reboot=true) or halted
+    Shutdown RPC -> port closes -[talos_shutdown]-> halted (the VM itself keeps running in the lab)
+
+Configured boot: control planes issue apid's certificate from machine.ca (they hold its key).
+Workers only hold the CA certificate: in Talos they get their certificate from trustd on a
+control plane. The lab does the same: a worker's apid comes up only once a control plane of the
+lab, configured and up, holds the key of the worker's OS CA (then [talos_apid_cert]); until then
+its port stays closed.
+
+Services (ServiceList): machined, udevd, containerd, apid, cri, trustd (control planes), etcd
+(control planes: Preparing until the cluster is bootstrapped or this node joined, then Running
+and healthy), kubelet (Running and healthy once configured; on control planes after etcd runs).
+
+RPC handlers raise RpcError(code, message); lab/talos/apid.py turns it into a gRPC status.
+"""
+
+import asyncio
+import base64
+import hashlib
+import io
+import logging
+import re
+import tarfile
+import time
+
+import yaml
+
+from lab.talos import machineconfig, pki
+from lab.talos.services import Service
+
+LOG = logging.getLogger('lab.talos')
+
+TALOS_VERSION = 'v1.13.9'
+TALOS_SHA = '3ebd10a7'
+GO_VERSION = 'go1.24.11'
+
+KUBELET_VOLUME_MESSAGE = 'Waiting for volume "/var/lib/kubelet" to be mounted'
+
+
+class RpcError(Exception):
+    """An RPC answered with a gRPC status: code is the status name ('INVALID_ARGUMENT')."""
+
+    def __init__(self, code, message):
+        super().__init__('%s: %s' % (code, message))
+        self.code = code
+        self.message = message
+
+
+class NodeDisk(object):
+    """What survives a power cycle."""
+
+    def __init__(self):
+        self.config = None          # machineconfig.MachineConfig
+        self.config_bytes = None
+        self.staged = None          # (MachineConfig, bytes) applied at the next boot
+        self.installed = False
+        self.etcd_data = False
+
+    def wipe(self, state=True, ephemeral=True):
+        if state:
+            self.config = None
+            self.config_bytes = None
+            self.staged = None
+        if ephemeral:
+            self.etcd_data = False
+
+
+class TalosNode(object):
+    """A Talos node bound to one VM. Driven by its TalosFleet."""
+
+    def __init__(self, fleet, key, name, address=None, disk_size=32 * 1024 ** 3):
+        self.fleet = fleet
+        self.key = key
+        self.name = name
+        self.address = address
+        self.disk_size = disk_size
+        self.disk = NodeDisk()
+        self.powered = False
+        self.phase = 'off'           # off, booting, maintenance, installing, running, rebooting, resetting, halted, hung
+        self.services = {}
+        self.identity = None
+        self.server = None
+        self.boot_count = 0
+        self.booted_at = None
+        self.hostname_value = None
+        self.apply_in_progress = False
+        self.reboot_pending = False
+        self.bootstrap_requested = False
+        self.kubelet_volume_stuck = False
+        self.try_revert = None
+        self._tasks = set()
+
+    # ------------------------------------------------------------------ state as others see it
+
+    @property
+    def mode(self):
+        """maintenance, configured, booting (installing, rebooting, waiting for its certificate), halted, off."""
+        if self.phase == 'maintenance':
+            return 'maintenance'
+        if self.phase == 'running' and self.server is not None:
+            return 'configured'
+        if self.phase in ('off', 'halted'):
+            return self.phase
+        return 'booting'
+
+    @property
+    def config(self):
+        return self.disk.config
+
+    @property
+    def machine_type(self):
+        return self.disk.config.machine_type if self.disk.config is not None else None
+
+    @property
+    def control_plane(self):
+        return self.disk.config is not None and self.disk.config.control_plane
+
+    @property
+    def cluster_id(self):
+        return self.disk.config.cluster_id if self.disk.config is not None else None
+
+    @property
+    def hostname(self):
+        if self.disk.config is not None and self.phase != 'maintenance' and self.disk.config.hostname:
+            return self.disk.config.hostname
+        if self.hostname_value is None:
+            digest = hashlib.sha256(('%s' % (self.key,)).encode('utf-8')).hexdigest()
+            self.hostname_value = 'talos-%s-%s' % (digest[:3], digest[3:6])
+        return self.hostname_value
+
+    @property
+    def api_up(self):
+        return self.server is not None
+
+    def service(self, service_id):
+        return self.services.get(service_id)
+
+    def issues_worker_certs_for(self, ca_crt):
+        """True if this node, configured and up, holds the key of the OS CA `ca_crt` (trustd)."""
+        if self.phase != 'running' or not self.control_plane:
+            return False
+        crt, key = self.disk.config.os_ca
+        return bool(key) and crt == ca_crt
+
+    # ------------------------------------------------------------------ tasks
+
+    def _spawn(self, coroutine, name):
+        task = asyncio.ensure_future(coroutine)
+        task.lab_name = '%s:%s' % (self.name, name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task):
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            LOG.error('talos node %s: task %s failed: %r', self.name, getattr(task, 'lab_name', '?'), exc, exc_info=exc)
+
+    async def _cancel_tasks(self):
+        current = asyncio.current_task()
+        tasks = [task for task in self._tasks if task is not current]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # pylint: disable=broad-except
+                pass
+
+    # ------------------------------------------------------------------ power
+
+    async def power_on(self, address):
+        """The VM started: boot after the VM boot delay."""
+        if self.powered:
+            await self.power_off()
+        self.address = address
+        self.powered = True
+        self.phase = 'booting'
+        self._spawn(self._boot(first_delay='vm_boot'), 'boot')
+
+    async def power_off(self):
+        """The VM stopped: the OS is gone at once (a power cut)."""
+        self.powered = False
+        await self._cancel_tasks()
+        await self._stop_api()
+        self._forget_process_state()
+        self.phase = 'off'
+        self.fleet.changed()
+
+    def _forget_process_state(self):
+        if self.bootstrap_requested and self.cluster_id:
+            cluster = self.fleet.etcd_cluster(self.cluster_id)
+            if not cluster.bootstrapped:
+                cluster.bootstrapping = False  # the request died with the process: etcd never formed
+        self.services = {}
+        self.identity = None
+        self.apply_in_progress = False
+        self.reboot_pending = False
+        self.bootstrap_requested = False
+        self.try_revert = None
+
+    # ------------------------------------------------------------------ boot
+
+    async def _boot(self, first_delay):
+        """Boot from the disk: after first_delay, maintenance or configured."""
+        self.phase = 'booting'
+        self.fleet.changed()
+        await self.fleet.delay(first_delay, self.name)
+        self.boot_count += 1
+        self.booted_at = time.time()
+        if self.disk.staged is not None:
+            self.disk.config, self.disk.config_bytes = self.disk.staged
+            self.disk.staged = None
+        self.kubelet_volume_stuck = self.fleet.kubelet_volume_fault(self) is not None
+        if self.disk.config is None or not self.disk.installed:
+            await self._enter_maintenance()
+        else:
+            await self._enter_configured()
+
+    def _base_services(self, ids):
+        self.services = {}
+        for service_id in ids:
+            self.services[service_id] = Service(service_id)
+
+    def _run(self, service_id, message='Service started as goroutine', healthy=True):
+        service = self.services[service_id]
+        service.event('Starting', 'Starting service')
+        service.event('Running', message)
+        if healthy is not None:
+            service.set_health(healthy, '' if healthy else 'not healthy')
+
+    async def _enter_maintenance(self):
+        self._base_services(('machined', 'udevd', 'apid'))
+        self._run('machined')
+        self._run('udevd', 'Started task udevd (PID 1402) for container udevd', healthy=None)
+        self.identity = pki.maintenance_identity([self.address], self.hostname)
+        await self._start_api(client_cas=None)
+        self._run('apid', 'Started task apid (PID 1571) for container apid')
+        self.phase = 'maintenance'
+        LOG.info('talos node %s (%s): maintenance mode, server certificate fingerprint %s', self.name, self.address,
+                 self.identity.fingerprint)
+        self.fleet.changed()
+
+    async def _enter_configured(self):
+        config = self.disk.config
+        ids = ['machined', 'udevd', 'containerd', 'apid', 'cri']
+        if config.control_plane:
+            ids += ['trustd', 'etcd']
+        ids.append('kubelet')
+        self._base_services(ids)
+        self._run('machined')
+        self._run('udevd', 'Started task udevd (PID 1402) for container udevd', healthy=None)
+        self._run('containerd', 'Started task containerd (PID 1766) for container containerd')
+        self._run('cri', 'Started task cri (PID 1873) for container cri')
+        apid = self.services['apid']
+        apid.event('Waiting', 'Waiting for service "containerd" to be "up", api certificates')
+        kubelet = self.services['kubelet']
+        kubelet.event('Waiting', 'Waiting for service "cri" to be "up", time sync, network')
+        self.phase = 'running'
+        if config.control_plane:
+            self._run('trustd', 'Started task trustd (PID 1998) for container trustd')
+            etcd = self.services['etcd']
+            etcd.event('Waiting', 'Waiting for service "cri" to be "up", time sync, network, etcd spec')
+            ca_crt, ca_key = config.os_ca
+            self.identity = pki.apid_identity(pki.load_certificate(ca_crt), pki.load_private_key(ca_key), [self.address],
+                                              self.hostname, config.cert_sans)
+        else:
+            self.fleet.changed()
+            ca_crt, dummy_key = config.os_ca
+            await self.fleet.wait_for(lambda: self.fleet.find_cert_issuer(ca_crt) is not None)
+            issuer = self.fleet.find_cert_issuer(ca_crt)
+            await self.fleet.delay('talos_apid_cert', self.name)
+            issuer_crt, issuer_key = issuer.disk.config.os_ca
+            self.identity = pki.apid_identity(pki.load_certificate(issuer_crt), pki.load_private_key(issuer_key),
+                                              [self.address], self.hostname, config.cert_sans, worker=True)
+        client_cas = b''.join(pem for pem in [config.os_ca[0]] + config.accepted_cas if pem)
+        await self._start_api(client_cas=client_cas)
+        self._run('apid', 'Started task apid (PID 2105) for container apid')
+        self.fleet.changed()
+        if config.control_plane:
+            self._spawn(self._run_etcd(), 'etcd')
+        self._spawn(self._run_kubelet(), 'kubelet')
+
+    # ------------------------------------------------------------------ etcd and kubelet
+
+    async def _run_etcd(self):
+        etcd = self.services['etcd']
+        cluster = self.fleet.etcd_cluster(self.cluster_id)
+        etcd.event('Preparing', 'Running pre state')
+        if self.disk.etcd_data and cluster.member_for(self.key) is not None:
+            await self.fleet.delay('etcd_start', self.name)
+        else:
+            # Blocks until this node is told to bootstrap, or the cluster was bootstrapped elsewhere.
+            await self.fleet.wait_for(lambda: self.bootstrap_requested or cluster.bootstrapped)
+            if self.bootstrap_requested and not cluster.bootstrapped:
+                await self.fleet.delay('etcd_bootstrap', self.name)
+                cluster.bootstrap(self.key, self.hostname, self.address)
+                self.fleet.notify('on_etcd_bootstrapped', self.cluster_id, self)
+            else:
+                await self.fleet.delay('etcd_join', self.name)
+                cluster.add(self.key, self.hostname, self.address)
+            self.disk.etcd_data = True
+        cluster.add(self.key, self.hostname, self.address)
+        etcd.event('Preparing', 'Creating service runner')
+        etcd.event('Running', 'Started task etcd (PID 2467) for container etcd')
+        etcd.set_health(True)
+        self.fleet.changed()
+
+    async def _run_kubelet(self):
+        kubelet = self.services['kubelet']
+        if self.control_plane:
+            await self.fleet.wait_for(lambda: self.services.get('etcd') is not None and self.services['etcd'].is_healthy)
+        if self.kubelet_volume_stuck:
+            kubelet.event('Waiting', KUBELET_VOLUME_MESSAGE)
+            self.fleet.changed()
+            await self.fleet.wait_for(lambda: not self.kubelet_volume_stuck)
+        kubelet.event('Preparing', 'Running pre state')
+        await self.fleet.delay('kubelet_start', self.name)
+        kubelet.event('Preparing', 'Creating service runner')
+        kubelet.event('Running', 'Started task kubelet (PID 2601) for container kubelet')
+        kubelet.set_health(True)
+        self.fleet.changed()
+        self.fleet.notify('on_kubelet_running', self)
+
+    # ------------------------------------------------------------------ apid listener
+
+    async def _start_api(self, client_cas):
+        if self.fleet.is_unreachable(self):
+            server = self.fleet.blackhole_server(self)
+            await server.start(self.address, self.fleet.port)
+            self.server = server
+            return
+        context = pki.server_ssl_context(self.identity, client_cas)
+        server = self.fleet.apid_server(self)
+        await server.start(self.address, self.fleet.port, ssl=context)
+        self.server = server   # only now: `mode` says configured/maintenance once the port answers
+        self.fleet.api_listening(self, True)
+
+    async def _stop_api(self, graceful=False):
+        """Close the listener and its connections: graceful flushes what was sent, else a power cut."""
+        server, self.server = self.server, None
+        if server is not None:
+            self.fleet.api_listening(self, False)
+            await server.stop(graceful=graceful)
+
+    async def restart_api(self):
+        """Close and reopen the listener (the unreachable fault is applied or cleared)."""
+        if self.server is None or self.identity is None:
+            return
+        client_cas = None
+        if self.phase == 'running':
+            config = self.disk.config
+            client_cas = b''.join(pem for pem in [config.os_ca[0]] + config.accepted_cas if pem)
+        await self._stop_api()
+        await self._start_api(client_cas)
+
+    async def _go_down(self, phase):
+        """The OS stops serving: listener closed, services and tasks gone (except the caller)."""
+        await self._stop_api(graceful=True)
+        await self._cancel_tasks()
+        self._forget_process_state()
+        self.phase = phase
+        self.fleet.changed()
+
+    def after_reply(self, coroutine_function, name):
+        """Run what an RPC set in motion once its reply went out (apid calls this after the trailers)."""
+        self._spawn(coroutine_function(), name)
+
+    # ------------------------------------------------------------------ RPCs
+
+    def version(self):
+        return {'tag': TALOS_VERSION, 'sha': TALOS_SHA, 'built': '', 'go_version': GO_VERSION, 'os': 'linux',
+                'arch': 'amd64', 'platform': 'metal', 'platform_mode': 'metal', 'rbac': True}
+
+    def disks(self):
+        return [
+            {'device_name': '/dev/sda', 'name': 'sda', 'size': self.disk_size, 'model': 'QEMU HARDDISK',
+             'serial': '', 'type': 'HDD', 'bus_path': '/pci0000:00/0000:00:05.0/virtio2/host2/target2:0:0/2:0:0:0',
+             'system_disk': self.disk.installed and self.phase != 'maintenance', 'subsystem': '/sys/class/block',
+             'readonly': False},
+            {'device_name': '/dev/sr0', 'name': 'sr0', 'size': 104857600, 'model': 'QEMU DVD-ROM', 'serial': '',
+             'type': 'CD', 'bus_path': '/pci0000:00/0000:00:01.1/ata2/host1/target1:0:0/1:0:0:0',
+             'system_disk': False, 'subsystem': '/sys/class/block', 'readonly': True},
+        ]
+
+    def service_list(self):
+        return list(self.services.values())
+
+    def apply_configuration(self, data, mode, dry_run, try_timeout, defer):
+        """ApplyConfiguration as Talos v1.13 handles it: (mode name, mode_details, warnings).
+
+        defer(coroutine_function, name): what to run once the reply is out (install, reboot).
+        """
+        if self.apply_in_progress:
+            raise RpcError('FAILED_PRECONDITION', 'another apply configuration is already in progress')
+        if self.reboot_pending:
+            raise RpcError('FAILED_PRECONDITION', 'configuration was already applied and node is rebooting, '
+                                                  'please wait for the reboot to complete')
+        rejection = self.fleet.take_apply_reject(self)
+        if rejection is not None:
+            raise RpcError('INVALID_ARGUMENT', rejection)
+        maintenance = self.phase == 'maintenance'
+        try:
+            new, warnings = machineconfig.parse(data, installed=self.disk.installed and not maintenance)
+        except machineconfig.ConfigError as exc:
+            raise RpcError('INVALID_ARGUMENT', str(exc))
+        old = None if maintenance else self.disk.config
+
+        if maintenance:
+            if mode in ('STAGED', 'TRY'):
+                raise RpcError('UNIMPLEMENTED', "apply configuration --mode='%s' is not supported in maintenance mode"
+                               % mode.lower().replace('_', '-'))
+            resolved, details = 'NO_REBOOT', 'Applied configuration without a reboot'
+            reasons = []
+        else:
+            reasons = machineconfig.reboot_reasons(old, new)
+            resolved, details = self._resolve_mode(mode, reasons, try_timeout)
+
+        if dry_run:
+            summary = 'Dry run summary:\n%s (skipped in dry-run).\nConfig diff:\n\n%s' % (
+                details.split('\n', 1)[0], machineconfig.diff(old, new))
+            return resolved, summary, []
+
+        self.apply_in_progress = True
+        try:
+            if maintenance:
+                self.disk.config, self.disk.config_bytes = new, bytes(data)
+                defer(self._install_and_reboot, 'install')
+            elif resolved == 'STAGED':
+                self.disk.staged = (new, bytes(data))
+            elif resolved == 'REBOOT':
+                self.disk.config, self.disk.config_bytes = new, bytes(data)
+                self.disk.staged = None
+                self.reboot_pending = True
+                defer(self._reboot, 'reboot-after-apply')
+            else:
+                previous = (self.disk.config, self.disk.config_bytes)
+                self.disk.config, self.disk.config_bytes = new, bytes(data)
+                self.disk.staged = None
+                if resolved == 'TRY':
+                    self.try_revert = self._spawn(self._revert_after(previous, try_timeout), 'try-revert')
+                elif self.try_revert is not None:
+                    self.try_revert.cancel()
+                    self.try_revert = None
+        finally:
+            self.apply_in_progress = False
+        self.fleet.changed()
+        return resolved, details, warnings
+
+    @staticmethod
+    def _resolve_mode(mode, reasons, try_timeout):
+        reason_text = 'the following changes require a reboot: %s' % ', '.join(reasons)
+        if mode == 'AUTO':
+            if reasons:
+                return 'REBOOT', 'Applied configuration with a reboot: %s' % reason_text
+            return 'NO_REBOOT', 'Applied configuration without a reboot'
+        if mode == 'REBOOT':
+            return 'REBOOT', 'Applied configuration with a reboot'
+        if mode == 'STAGED':
+            return 'STAGED', 'Staged configuration to be applied after the next reboot'
+        if reasons:
+            raise RpcError('FAILED_PRECONDITION', 'cannot apply configuration in %s mode: %s'
+                           % ('no-reboot' if mode == 'NO_REBOOT' else 'try', reason_text))
+        if mode == 'TRY':
+            return 'TRY', ('Applied configuration without a reboot\nThe config is applied in \'try\' mode and will be '
+                           'automatically reverted back in %s' % _duration_text(try_timeout))
+        return 'NO_REBOOT', 'Applied configuration without a reboot'
+
+    async def _revert_after(self, previous, seconds):
+        await asyncio.sleep(seconds)
+        self.disk.config, self.disk.config_bytes = previous
+        self.try_revert = None
+        self.fleet.changed()
+
+    async def _install_and_reboot(self):
+        """Maintenance apply: install to the disk and reboot into the configured system."""
+        await self._go_down('installing')
+        await self.fleet.delay('talos_install_reboot', self.name)
+        self.disk.installed = True
+        await self._boot(first_delay=None)
+
+    async def _reboot(self):
+        await self._go_down('rebooting')
+        self.fleet.talos_rebooted(self)
+        if self.fleet.reboot_hangs(self):
+            self.phase = 'hung'
+            self.fleet.changed()
+            LOG.info('talos node %s: reboot hangs (fault talos-reboot-hang)', self.name)
+            return
+        await self.fleet.delay('talos_reboot', self.name)
+        await self._boot(first_delay=None)
+
+    def bootstrap(self):
+        """The checks of Talos' Bootstrap handler, in its order (facts 1.4)."""
+        if self.phase != 'running' or self.disk.config is None:
+            raise RpcError('FAILED_PRECONDITION', 'bootstrap is not available yet')
+        if not self.control_plane:
+            raise RpcError('UNIMPLEMENTED', 'bootstrap is only available on control plane nodes')
+        cluster = self.fleet.etcd_cluster(self.cluster_id)
+        if self.disk.etcd_data or cluster.bootstrapped or cluster.bootstrapping:
+            raise RpcError('ALREADY_EXISTS', 'etcd data directory is not empty')
+        cluster.bootstrapping = True
+        self.bootstrap_requested = True
+        self.fleet.changed()
+
+    def reboot(self, mode, defer):
+        if self.reboot_pending:
+            raise RpcError('FAILED_PRECONDITION', 'reboot is already in progress')
+        self.reboot_pending = True
+        defer(self._reboot, 'reboot')
+        return self._actor_id()
+
+    def reset(self, graceful, reboot, partitions, user_disks, wipe_mode, defer):
+        if wipe_mode == 'USER_DISKS' and partitions:
+            raise RpcError('INVALID_ARGUMENT', 'wipe mode USER_DISKS cannot be combined with system partitions to wipe')
+        if wipe_mode == 'SYSTEM_DISK' and user_disks:
+            raise RpcError('INVALID_ARGUMENT', 'wipe mode SYSTEM_DISK cannot be combined with user disks to wipe')
+        labels = dict((label, wipe) for label, wipe in partitions)
+        wipe_all = not labels and wipe_mode != 'USER_DISKS'
+        wipe_state = wipe_all or labels.get('STATE', False)
+        wipe_ephemeral = wipe_all or labels.get('EPHEMERAL', False)
+        if graceful and self.control_plane and wipe_ephemeral:
+            cluster = self.fleet.etcd_cluster(self.cluster_id)
+            if cluster.bootstrapped and len(cluster.members) == 1 and cluster.member_for(self.key) is not None:
+                raise RpcError('FAILED_PRECONDITION', 'etcd: this node is the last member of the cluster; '
+                                                      'use --graceful=false to reset it')
+        self.reboot_pending = True
+        defer(lambda: self._reset(reboot, wipe_state, wipe_ephemeral), 'reset')
+        return self._actor_id()
+
+    async def _reset(self, reboot, wipe_state, wipe_ephemeral):
+        cluster_id = self.cluster_id
+        control_plane = self.control_plane
+        await self._go_down('resetting')
+        if control_plane and wipe_ephemeral:
+            self.fleet.etcd_cluster(cluster_id).remove(self.key)
+        self.disk.wipe(state=wipe_state, ephemeral=wipe_ephemeral)
+        await self.fleet.delay('talos_reset', self.name)
+        if reboot:
+            await self._boot(first_delay=None)
+        else:
+            self.phase = 'halted'
+            self.fleet.changed()
+
+    def shutdown(self, defer):
+        self.reboot_pending = True
+        defer(self._shutdown, 'shutdown')
+        return self._actor_id()
+
+    async def _shutdown(self):
+        await self._go_down('halted')
+        await self.fleet.delay('talos_shutdown', self.name)
+        self.fleet.notify('on_node_shutdown', self)
+
+    def etcd_members(self):
+        cluster = self.fleet.etcd_cluster(self.cluster_id) if self.cluster_id else None
+        if cluster is None or not cluster.bootstrapped or not any(
+                node.service('etcd') is not None and node.service('etcd').is_healthy
+                for node in self.fleet.cluster_nodes(self.cluster_id)):
+            raise RpcError('UNAVAILABLE', 'etcd is not running: no etcd member answered (is the cluster bootstrapped?)')
+        return cluster.members
+
+    def etcd_status(self):
+        etcd = self.services.get('etcd')
+        if not self.control_plane:
+            raise RpcError('UNIMPLEMENTED', 'etcd status is only available on control plane nodes')
+        if etcd is None or not etcd.is_healthy:
+            raise RpcError('UNAVAILABLE', 'etcd is not running on this node')
+        cluster = self.fleet.etcd_cluster(self.cluster_id)
+        member = cluster.member_for(self.key)
+        cluster.tick()
+        return {'member_id': member.id, 'leader': cluster.leader or 0, 'raft_index': cluster.raft_index,
+                'raft_term': cluster.raft_term, 'raft_applied_index': cluster.raft_index,
+                'db_size': 20480 + 4096 * cluster.raft_index, 'db_size_in_use': 16384 + 2048 * cluster.raft_index,
+                'protocol_version': '3.6.0', 'storage_version': '3.6.0'}
+
+    def kubeconfig_archive(self):
+        """The gzip tar Talos streams: one `kubeconfig` file, mode 0600, no end-of-archive blocks."""
+        if not self.control_plane:
+            raise RpcError('UNIMPLEMENTED', 'kubeconfig is only available on control plane nodes')
+        etcd = self.services.get('etcd')
+        if etcd is None or not etcd.is_healthy:
+            raise RpcError('UNAVAILABLE', 'etcd is not running on this node yet: bootstrap the cluster first')
+        config = self.disk.config
+        k8s_crt, k8s_key = config.k8s_ca
+        if not k8s_crt or not k8s_key:
+            raise RpcError('FAILED_PRECONDITION', 'the machine config has no Kubernetes CA (cluster.ca)')
+        client_crt, client_key = pki.kube_admin_certificate(pki.load_certificate(k8s_crt), pki.load_private_key(k8s_key))
+        name = config.cluster_name
+        user = 'admin@%s' % name
+        document = {
+            'apiVersion': 'v1',
+            'kind': 'Config',
+            'clusters': [{'name': name, 'cluster': {
+                'server': config.endpoint,
+                'certificate-authority-data': base64.b64encode(k8s_crt).decode('ascii')}}],
+            'users': [{'name': user, 'user': {
+                'client-certificate-data': base64.b64encode(client_crt).decode('ascii'),
+                'client-key-data': base64.b64encode(client_key).decode('ascii')}}],
+            'contexts': [{'name': user, 'context': {'cluster': name, 'namespace': 'default', 'user': user}}],
+            'current-context': user,
+        }
+        content = yaml.safe_dump(document, default_flow_style=False, sort_keys=False).encode('utf-8')
+        raw = io.BytesIO()
+        tar = tarfile.open(fileobj=raw, mode='w', format=tarfile.PAX_FORMAT)
+        info = tarfile.TarInfo('kubeconfig')
+        info.size = len(content)
+        info.mode = 0o600
+        info.mtime = int(time.time())
+        tar.addfile(info, io.BytesIO(content))
+        # Talos does not close its tar writer: no end-of-archive blocks (tar.close() would add them).
+        import gzip  # pylint: disable=import-outside-toplevel
+        return gzip.compress(raw.getvalue())
+
+    def _actor_id(self):
+        return '%s-%d' % (re.sub(r'[^a-z0-9]', '', str(self.key).lower()) or 'node', int(time.time() * 1000))
+
+    # ------------------------------------------------------------------ faults
+
+    async def clear_kubelet_volume(self):
+        self.kubelet_volume_stuck = False
+        self.fleet.changed()
+
+    def status(self):
+        """The node's section of `lab status`."""
+        services = dict((service_id, service.summary()) for service_id, service in sorted(self.services.items()))
+        member = None
+        if self.cluster_id:
+            found = self.fleet.etcd_cluster(self.cluster_id).member_for(self.key)
+            member = found.as_dict() if found is not None else None
+        return {
+            'name': self.name, 'address': self.address, 'mode': self.mode, 'phase': self.phase,
+            'machine_type': self.machine_type, 'hostname': self.hostname if self.powered else None,
+            'installed': self.disk.installed, 'staged_config': self.disk.staged is not None,
+            'services': services, 'etcd_member': member, 'boot_count': self.boot_count,
+            'fingerprint': self.identity.fingerprint if self.identity is not None and self.phase == 'maintenance' else None,
+        }
+
+
+def _duration_text(seconds):
+    seconds = float(seconds)
+    minutes, rest = divmod(seconds, 60)
+    if minutes:
+        return '%dm%gs' % (minutes, rest)
+    return '%gs' % rest
