@@ -67,6 +67,20 @@ def default_pod_spec(spec):
                 _default_container(container)
 
 
+def check_pod_spec(spec, prefix):
+    """What ValidatePodSpec reports that the schema cannot: containers and their images."""
+    problems = []
+    if not isinstance(spec, dict):
+        return problems
+    if not spec.get('containers'):
+        problems.append(Problem('FieldValueRequired', prefix + '.containers', 'Required value'))
+    for field in ('containers', 'initContainers'):
+        for index, container in enumerate(spec.get(field) or ()):
+            if isinstance(container, dict) and not container.get('image'):
+                problems.append(Problem('FieldValueRequired', '%s.%s[%d].image' % (prefix, field, index), 'Required value'))
+    return problems
+
+
 def _template_spec(obj):
     template = (obj.get('spec') or {}).get('template')
     return template.get('spec') if isinstance(template, dict) else None
@@ -140,6 +154,7 @@ def prepare(rtype, obj, old, allocator):  # pylint: disable=too-many-branches
                                     'Required value: valid values: "OnFailure", "Never"' if not restart
                                     else 'Unsupported value: "%s": supported values: "OnFailure", "Never"' % restart))
     elif kind == ('', 'pods'):
+        problems += check_pod_spec(spec, 'spec')
         default_pod_spec(spec)
         if old is None:
             obj['status'] = {'phase': 'Pending', 'qosClass': 'BestEffort'}
@@ -156,6 +171,7 @@ def prepare(rtype, obj, old, allocator):  # pylint: disable=too-many-branches
             obj.setdefault('data', {})[key] = base64.b64encode(str(value).encode()).decode()
     template_spec = _template_spec(obj)
     if template_spec is not None and kind[0] in ('apps', 'batch'):
+        problems += check_pod_spec(template_spec, 'spec.template.spec')
         default_pod_spec(template_spec)
     if old is not None and kind in (('apps', 'deployments'), ('apps', 'daemonsets'), ('apps', 'statefulsets'), ('apps', 'replicasets'),
                                     ('batch', 'jobs')):

@@ -245,6 +245,10 @@ class Validator:
                 out[key] = sub
             else:
                 unknown.append(sub_path)
+        if self.structural and props:
+            for name, prop in props.items():
+                if name not in out and isinstance(prop, dict) and 'default' in prop:
+                    out[name] = json.loads(json.dumps(prop['default']))
         for name in schema.get('required') or ():
             if out.get(name) is None and not (name in ('apiVersion', 'kind', 'metadata') and not path):
                 sub_path = '%s.%s' % (path, name) if path else name
