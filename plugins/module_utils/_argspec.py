@@ -4,7 +4,8 @@
 """Shared argument specs. PRIVATE to the collection.
 
 Each constant has a doc fragment of the same name in plugins/doc_fragments (lower case, with a
-leading underscore): _wait for WAIT_SPEC, _proxmox_auth for PROXMOX_AUTH_SPEC. Keep each pair in
+leading underscore): _wait for WAIT_SPEC, _proxmox_auth for PROXMOX_AUTH_SPEC, _k8s_auth for
+K8S_AUTH_SPEC. Keep each pair in
 step; validate-modules checks the modules that use them.
 """
 
@@ -35,6 +36,22 @@ PROXMOX_AUTH_SPEC = dict(
 PROXMOX_AUTH_CONSTRAINTS = dict(
     required_one_of=[('api_password', 'api_token_id')],
     required_together=[('api_token_id', 'api_token_secret')],
+)
+
+# Names follow kubernetes.core where they mean the same (kubeconfig, context, validate_certs;
+# ca_path is this collection's name for kubernetes.core's ca_cert, which stays as an alias).
+K8S_AUTH_SPEC = dict(
+    kubeconfig=dict(type='path', fallback=(env_fallback, ['K8S_AUTH_KUBECONFIG'])),
+    kubeconfig_content=dict(type='raw', no_log=True),
+    context=dict(type='str', fallback=(env_fallback, ['K8S_AUTH_CONTEXT'])),
+    validate_certs=dict(type='bool', default=True, aliases=['verify_ssl'],
+                        fallback=(env_fallback, ['K8S_AUTH_VALIDATE_CERTS', 'K8S_AUTH_VERIFY_SSL'])),
+    ca_path=dict(type='path', aliases=['ca_cert'], fallback=(env_fallback, ['K8S_AUTH_CA_CERT', 'K8S_AUTH_SSL_CA_CERT'])),
+    api_timeout=dict(type='float', default=10.0),
+)
+
+K8S_AUTH_CONSTRAINTS = dict(
+    mutually_exclusive=[('kubeconfig', 'kubeconfig_content')],
 )
 
 

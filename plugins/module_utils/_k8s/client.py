@@ -1,0 +1,310 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) proxtalos.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Kubernetes client factory and a narrow read-only client over plain JSON. PRIVATE.
+
+build_client() resolves a kubeconfig (a file, or its content passed as a string or dict) and a
+context with the official `kubernetes` package, then KubeClient does plain GETs through the
+package's TLS-configured connection pool and returns dicts. The gates want plain JSON (their
+predicates are pure functions over dicts), not generated model objects, and this way one pool
+serves every probe of a module run.
+
+Errors: connection refused/reset, timeouts, HTTP 429 and 5xx raise TransientApiError (a wait
+treats them as "not yet"); TLS verification failures, 401/403 and other 4xx raise ApiError
+(waiting does not fix them). 404 on a GET is "absent" (None), not an error.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import time
+import warnings
+from urllib.parse import quote, urlencode
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _secrets
+
+try:
+    import yaml
+    HAS_YAML = True
+except ImportError:
+    HAS_YAML = False
+
+try:
+    import urllib3
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+    from kubernetes.config.config_exception import ConfigException
+    HAS_KUBERNETES = True
+    KUBERNETES_IMPORT_ERROR = None
+except ImportError as exc:
+    HAS_KUBERNETES = False
+    KUBERNETES_IMPORT_ERROR = exc
+
+    class ConfigException(Exception):
+        """Stand-in so the except clauses below stay valid without the library."""
+
+SERVICE = 'Kubernetes API'
+
+# Kinds the gates read, so they need no discovery: (apiVersion, kind) -> (plural, namespaced).
+KNOWN_RESOURCES = {
+    ('v1', 'Node'): ('nodes', False),
+    ('v1', 'Pod'): ('pods', True),
+    ('v1', 'Namespace'): ('namespaces', False),
+    ('apps/v1', 'DaemonSet'): ('daemonsets', True),
+    ('apps/v1', 'Deployment'): ('deployments', True),
+    ('apps/v1', 'StatefulSet'): ('statefulsets', True),
+    ('apiextensions.k8s.io/v1', 'CustomResourceDefinition'): ('customresourcedefinitions', False),
+}
+
+# Secret-bearing keys of a kubeconfig's users[].user (and auth-provider config).
+KUBECONFIG_SECRET_KEYS = ('client-key-data', 'token', 'password', 'id-token', 'refresh-token',
+                          'client-secret', 'access-token')
+
+
+def api_path(api_version, plural, namespace=None, name=None):
+    """/api/v1/... for the core group, /apis/<group>/<version>/... otherwise."""
+    base = '/api/%s' % api_version if '/' not in api_version else '/apis/%s' % api_version
+    if namespace:
+        base += '/namespaces/%s' % quote(namespace, safe='')
+    base += '/%s' % plural
+    if name:
+        base += '/%s' % quote(name, safe='')
+    return base
+
+
+def kubeconfig_secrets(config_dict):
+    """Secret strings of a kubeconfig dict: client keys (base64 and decoded), tokens, passwords."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in KUBECONFIG_SECRET_KEYS and isinstance(value, str):
+                    found.append(value)
+                    if key == 'client-key-data':
+                        found.append(_b64_text(value))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for user in (config_dict or {}).get('users') or []:
+        walk(user)
+    return [value for value in found if value]
+
+
+def _b64_text(value):
+    try:
+        return base64.b64decode(value).decode('utf-8')
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return None
+
+
+def parse_kubeconfig_content(content):
+    """kubeconfig_content (YAML text or a dict) -> dict, or ValidationError naming the field."""
+    if isinstance(content, dict):
+        data = content
+    else:
+        if not HAS_YAML:
+            raise _errors.ValidationError('kubeconfig_content', 'PyYAML is needed to read kubeconfig content')
+        try:
+            data = yaml.safe_load(content)
+        except yaml.YAMLError as exc:
+            raise _errors.ValidationError('kubeconfig_content', 'not valid YAML (%s)' % exc.__class__.__name__)
+    if not isinstance(data, dict) or not data.get('clusters'):
+        raise _errors.ValidationError('kubeconfig_content', 'not a kubeconfig: no clusters list')
+    return data
+
+
+def build_client(params, module=None, warn=None):
+    """A KubeClient from K8S_AUTH_SPEC parameters.
+
+    params: kubeconfig (path), kubeconfig_content (str or dict), context, validate_certs,
+    ca_path, api_timeout. module: used to register secrets found in kubeconfig content.
+    warn: callable(text) for the TLS-verification-off warning (module.warn).
+    """
+    if not HAS_KUBERNETES:
+        raise _errors.ValidationError('kubernetes', 'the kubernetes Python package is required (%s)' % KUBERNETES_IMPORT_ERROR)
+    path = params.get('kubeconfig')
+    content = params.get('kubeconfig_content')
+    context = params.get('context')
+    if path and content:
+        raise _errors.ValidationError('kubeconfig', 'give either kubeconfig (a path) or kubeconfig_content, not both')
+    configuration = k8s_client.Configuration()
+    try:
+        if content:
+            data = parse_kubeconfig_content(content)
+            if module is not None:
+                _secrets.register(module, *kubeconfig_secrets(data))
+            k8s_config.load_kube_config_from_dict(data, context=context, client_configuration=configuration,
+                                                  persist_config=False)
+        else:
+            if path:
+                path = os.path.expanduser(path)
+                if not os.path.isfile(path):
+                    raise _errors.ValidationError('kubeconfig', 'no such file: %s' % path)
+            k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration,
+                                        persist_config=False)
+    except ConfigException as exc:
+        text = str(exc)
+        field = 'context' if context and 'context' in text.lower() else ('kubeconfig_content' if content else 'kubeconfig')
+        raise _errors.ValidationError(field, text)
+    except (OSError, ValueError, TypeError) as exc:
+        raise _errors.ValidationError('kubeconfig_content' if content else 'kubeconfig',
+                                      'cannot load: %s' % (exc.__class__.__name__ if content else exc))
+    ca_path = params.get('ca_path')
+    if ca_path:
+        ca_path = os.path.expanduser(ca_path)
+        if not os.path.isfile(ca_path):
+            raise _errors.ValidationError('ca_path', 'no such file: %s' % ca_path)
+        configuration.ssl_ca_cert = ca_path
+    validate = params.get('validate_certs', True)
+    configuration.verify_ssl = bool(validate)
+    if not validate:
+        if warn is not None:
+            warn('validate_certs=false: the certificate of the Kubernetes API at %s is not verified' % configuration.host)
+        warnings.filterwarnings('ignore', category=urllib3.exceptions.InsecureRequestWarning)
+    configuration.retries = False
+    return KubeClient(configuration, timeout=params.get('api_timeout') or 10.0)
+
+
+class KubeClient(object):
+    """Read-only GETs returning JSON dicts, over one connection pool."""
+
+    def __init__(self, configuration, timeout=10.0, clock=time.monotonic):
+        self.configuration = configuration
+        self.host = configuration.host.rstrip('/')
+        self.timeout = float(timeout)
+        self.deadline = None  # an _wait.Deadline; requests never outlive it by more than 1 s
+        self.clock = clock
+        self.requests = 0
+        self._pool = k8s_client.ApiClient(configuration).rest_client.pool_manager
+        self._resources = dict(KNOWN_RESOURCES)
+
+    # --- transport ------------------------------------------------------------------------
+
+    def _headers(self):
+        headers = {'Accept': 'application/json', 'User-Agent': 'proxtalos.cluster/k8s_gate'}
+        for setting in self.configuration.auth_settings().values():
+            if setting.get('in') == 'header' and setting.get('value'):
+                headers[setting['key']] = setting['value']
+        return headers
+
+    def _request_timeout(self):
+        limit = self.timeout
+        if self.deadline is not None:
+            limit = min(limit, max(self.deadline.remaining(), 1.0))
+        return limit
+
+    def request(self, path, query=None):
+        """GET path -> (status, body bytes). Connection problems raise TransientApiError."""
+        url = self.host + path
+        if query:
+            url += '?' + urlencode([(k, v) for k, v in query.items() if v not in (None, '')])
+        self.requests += 1
+        try:
+            response = self._pool.request('GET', url, headers=self._headers(), retries=False,
+                                          timeout=urllib3.Timeout(total=self._request_timeout()))
+        except urllib3.exceptions.SSLError as exc:
+            raise _errors.ApiError('TLS with %s failed: %s (check ca_path, or the kubeconfig certificate-authority)'
+                                   % (self.host, exc), service=SERVICE)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _errors.TransientApiError('%s at %s unreachable: %s' % (SERVICE, self.host, _short(exc)),
+                                            service=SERVICE)
+        return response.status, response.data
+
+    def get_json(self, path, query=None):
+        """GET returning the decoded JSON, or None for 404."""
+        status, body = self.request(path, query)
+        if status == 404:
+            return None
+        if status == 429 or status >= 500:
+            raise _errors.TransientApiError('%s answered %d for %s: %s' % (SERVICE, status, path, _status_message(body)),
+                                            service=SERVICE, status=status)
+        if status >= 400:
+            hint = ' (credentials in the kubeconfig rejected)' if status == 401 else (
+                ' (the kubeconfig user may not read this)' if status == 403 else '')
+            raise _errors.ApiError('%s answered %d for %s: %s%s' % (SERVICE, status, path, _status_message(body), hint),
+                                   service=SERVICE, status=status)
+        try:
+            return json.loads(body.decode('utf-8'))
+        except (ValueError, UnicodeDecodeError):
+            raise _errors.ApiError('%s sent a body that is not JSON for %s' % (SERVICE, path), service=SERVICE, status=status)
+
+    # --- resources -----------------------------------------------------------------------------
+
+    def resource(self, api_version, kind):
+        """(plural, namespaced) for a kind, from discovery of its group-version; None if not served."""
+        key = (api_version, kind)
+        if key not in self._resources:
+            # Discover again while the kind is missing: a CRD may add it during the wait.
+            base = '/api/%s' % api_version if '/' not in api_version else '/apis/%s' % api_version
+            listing = self.get_json(base)
+            if listing is None:
+                return None
+            for entry in listing.get('resources') or []:
+                if '/' in entry.get('name', ''):
+                    continue  # subresources such as deployments/status
+                self._resources[(api_version, entry.get('kind'))] = (entry['name'], bool(entry.get('namespaced')))
+        return self._resources.get(key)
+
+    def _plural(self, api_version, kind):
+        found = self.resource(api_version, kind)
+        if found is None:
+            raise NotServed(api_version, kind)
+        return found
+
+    def list(self, api_version, kind, namespace=None, label_selector=None, field_selector=None):
+        """Items of a kind (all namespaces when namespace is None for namespaced kinds)."""
+        plural, namespaced = self._plural(api_version, kind)
+        path = api_path(api_version, plural, namespace if namespaced else None)
+        data = self.get_json(path, {'labelSelector': label_selector, 'fieldSelector': field_selector})
+        if data is None:
+            raise NotServed(api_version, kind)
+        items = data.get('items') or []
+        for item in items:  # list items carry no kind; the predicates like to know it
+            item.setdefault('kind', kind)
+            item.setdefault('apiVersion', api_version)
+        return items
+
+    def get(self, api_version, kind, name, namespace=None):
+        """One object as a dict, or None when it does not exist."""
+        plural, namespaced = self._plural(api_version, kind)
+        return self.get_json(api_path(api_version, plural, namespace if namespaced else None, name))
+
+    def readyz(self, verbose=False):
+        """(HTTP status, body text) of /readyz; a 500 is an answer here, not an error."""
+        status, body = self.request('/readyz', {'verbose': 'true'} if verbose else None)
+        return status, body.decode('utf-8', 'replace')
+
+
+class NotServed(_errors.ProxtalosError):
+    """The API does not serve this apiVersion/kind (yet): a CRD not installed, or a typo."""
+
+    def __init__(self, api_version, kind):
+        super().__init__('%s does not serve kind %s in %s (yet)' % (SERVICE, kind, api_version),
+                         api_version=api_version, kind=kind)
+        self.api_version = api_version
+        self.kind = kind
+
+
+def _status_message(body):
+    try:
+        data = json.loads(body.decode('utf-8'))
+        if isinstance(data, dict) and data.get('message'):
+            return data['message']
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        pass
+    text = body.decode('utf-8', 'replace').strip() if isinstance(body, bytes) else str(body)
+    return text[:200] or '(empty body)'
+
+
+def _short(exc):
+    reason = getattr(exc, 'reason', None)
+    text = str(reason or exc)
+    return text if len(text) < 300 else text[:297] + '...'

@@ -1,0 +1,292 @@
+"""The client factory and KubeClient against a real loopback HTTP(S) server with canned answers."""
+import base64
+import datetime
+import ipaddress
+import json
+import os
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import client as k8s_client
+
+TOKEN = 'kube-token-0123456789abcdef'
+
+
+class CannedApi(object):
+    """Answers by path (without query); records what it was asked."""
+
+    def __init__(self):
+        self.routes = {}
+        self.seen = []
+
+    def handler(self):
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server naming)
+                path, query = (self.path.split('?', 1) + [''])[:2]
+                api.seen.append({'path': path, 'query': query, 'authorization': self.headers.get('Authorization')})
+                status, body = api.routes.get(path, (404, {'kind': 'Status', 'message': 'not found'}))
+                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+
+def _serve(api, tls_context=None):
+    server = ThreadingHTTPServer(('127.0.0.1', 0), api.handler())
+    if tls_context is not None:
+        server.socket = tls_context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    return server
+
+
+def _kubeconfig(server_url, ca_pem=None, user=None):
+    cluster = {'server': server_url}
+    if ca_pem:
+        cluster['certificate-authority-data'] = base64.b64encode(ca_pem).decode()
+    return {
+        'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'admin@lab',
+        'clusters': [{'name': 'lab', 'cluster': cluster}],
+        'users': [{'name': 'admin@lab', 'user': user or {'token': TOKEN}}],
+        'contexts': [{'name': 'admin@lab', 'context': {'cluster': 'lab', 'user': 'admin@lab'}},
+                     {'name': 'other', 'context': {'cluster': 'lab', 'user': 'admin@lab', 'namespace': 'x'}}],
+    }
+
+
+class FakeModule(object):
+    def __init__(self):
+        self.no_log_values = set()
+
+
+@pytest.fixture
+def api():
+    canned = CannedApi()
+    server = _serve(canned)
+    canned.url = 'http://127.0.0.1:%d' % server.server_address[1]
+    yield canned
+    server.shutdown()
+    server.server_close()
+
+
+def _client(api, **params):
+    base = {'kubeconfig_content': _kubeconfig(api.url), 'validate_certs': True, 'api_timeout': 5.0}
+    base.update(params)
+    return k8s_client.build_client(base)
+
+
+def test_list_returns_items_with_kind_and_sends_the_token(api):
+    api.routes['/api/v1/nodes'] = (200, {'kind': 'NodeList', 'items': [{'metadata': {'name': 'cp-1'}}]})
+    client = _client(api)
+    items = client.list('v1', 'Node', label_selector='node-role.kubernetes.io/control-plane')
+    assert items == [{'metadata': {'name': 'cp-1'}, 'kind': 'Node', 'apiVersion': 'v1'}]
+    assert api.seen[-1]['authorization'] == 'Bearer %s' % TOKEN
+    assert api.seen[-1]['query'] == 'labelSelector=node-role.kubernetes.io%2Fcontrol-plane'
+    assert client.requests == 1
+
+
+def test_namespaced_get_and_404_is_none(api):
+    api.routes['/apis/apps/v1/namespaces/kube-system/daemonsets/cilium'] = (200, {'metadata': {'name': 'cilium'}})
+    client = _client(api)
+    assert client.get('apps/v1', 'DaemonSet', 'cilium', 'kube-system')['metadata']['name'] == 'cilium'
+    assert client.get('apps/v1', 'DaemonSet', 'nope', 'kube-system') is None
+
+
+@pytest.mark.parametrize('status', [429, 500, 503])
+def test_throttling_and_server_errors_are_transient(api, status):
+    api.routes['/api/v1/nodes'] = (status, {'kind': 'Status', 'message': 'etcdserver: leader changed'})
+    with pytest.raises(_errors.TransientApiError) as caught:
+        _client(api).list('v1', 'Node')
+    assert caught.value.status == status
+    assert 'answered %d for /api/v1/nodes: etcdserver: leader changed' % status in str(caught.value)
+
+
+@pytest.mark.parametrize('status, hint', [(401, 'credentials in the kubeconfig rejected'),
+                                          (403, 'the kubeconfig user may not read this')])
+def test_auth_errors_are_not_transient(api, status, hint):
+    api.routes['/api/v1/nodes'] = (status, {'kind': 'Status', 'message': 'Unauthorized'})
+    with pytest.raises(_errors.ApiError) as caught:
+        _client(api).list('v1', 'Node')
+    assert not isinstance(caught.value, _errors.TransientApiError)
+    assert hint in str(caught.value)
+
+
+def test_connection_refused_is_transient():
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+    client = k8s_client.build_client({'kubeconfig_content': _kubeconfig('http://127.0.0.1:%d' % port)})
+    with pytest.raises(_errors.TransientApiError) as caught:
+        client.list('v1', 'Node')
+    assert 'unreachable' in str(caught.value)
+
+
+def test_readyz_returns_500_as_an_answer(api):
+    api.routes['/readyz'] = (500, '[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed')
+    status, text = _client(api).readyz(verbose=True)
+    assert status == 500 and '[-]etcd failed' in text
+    assert api.seen[-1]['query'] == 'verbose=true'
+
+
+def test_discovery_resolves_a_custom_kind_once(api):
+    api.routes['/apis/kustomize.toolkit.fluxcd.io/v1'] = (200, {'kind': 'APIResourceList', 'resources': [
+        {'name': 'kustomizations', 'kind': 'Kustomization', 'namespaced': True},
+        {'name': 'kustomizations/status', 'kind': 'Kustomization', 'namespaced': True}]})
+    api.routes['/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/apps'] = (
+        200, {'metadata': {'name': 'apps'}})
+    client = _client(api)
+    assert client.resource('kustomize.toolkit.fluxcd.io/v1', 'Kustomization') == ('kustomizations', True)
+    assert client.get('kustomize.toolkit.fluxcd.io/v1', 'Kustomization', 'apps', 'flux-system') is not None
+    assert [s['path'] for s in api.seen].count('/apis/kustomize.toolkit.fluxcd.io/v1') == 1
+
+
+def test_a_group_not_served_yet(api):
+    client = _client(api)
+    assert client.resource('helm.toolkit.fluxcd.io/v2', 'HelmRelease') is None
+    with pytest.raises(k8s_client.NotServed) as caught:
+        client.list('helm.toolkit.fluxcd.io/v2', 'HelmRelease')
+    assert str(caught.value) == 'Kubernetes API does not serve kind HelmRelease in helm.toolkit.fluxcd.io/v2 (yet)'
+
+
+def test_context_selection_and_unknown_context(api):
+    client = _client(api, context='other')
+    assert client.host == api.url
+    with pytest.raises(_errors.ValidationError) as caught:
+        _client(api, context='nope')
+    assert caught.value.field == 'context'
+
+
+def test_kubeconfig_path_missing_and_both_given(tmp_path, api):
+    with pytest.raises(_errors.ValidationError) as caught:
+        k8s_client.build_client({'kubeconfig': str(tmp_path / 'absent')})
+    assert caught.value.field == 'kubeconfig' and 'no such file' in str(caught.value)
+    path = tmp_path / 'kubeconfig'
+    path.write_text(yaml.safe_dump(_kubeconfig(api.url)))
+    with pytest.raises(_errors.ValidationError) as caught:
+        k8s_client.build_client({'kubeconfig': str(path), 'kubeconfig_content': 'x'})
+    assert caught.value.field == 'kubeconfig'
+    assert k8s_client.build_client({'kubeconfig': str(path)}).host == api.url
+
+
+@pytest.mark.parametrize('content, reason', [
+    ('clusters: [unclosed', 'not valid YAML'),
+    ('just a string', 'not a kubeconfig: no clusters list'),
+])
+def test_bad_kubeconfig_content_names_the_field(content, reason):
+    with pytest.raises(_errors.ValidationError) as caught:
+        k8s_client.build_client({'kubeconfig_content': content})
+    assert caught.value.field == 'kubeconfig_content' and reason in str(caught.value)
+
+
+def test_secrets_in_kubeconfig_content_are_registered(api):
+    key_pem = b'-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIFAKEFAKEFAKE\n-----END EC PRIVATE KEY-----\n'
+    user = {'client-certificate-data': base64.b64encode(b'cert').decode(),
+            'client-key-data': base64.b64encode(key_pem).decode(), 'token': TOKEN}
+    content = yaml.safe_dump(_kubeconfig(api.url, user=user))
+    module = FakeModule()
+    # the client key is not a real key, so loading may fail later; registration comes first
+    try:
+        k8s_client.build_client({'kubeconfig_content': content}, module=module)
+    except _errors.ProxtalosError:
+        pass
+    assert user['client-key-data'] in module.no_log_values
+    assert key_pem.decode() in module.no_log_values
+    assert TOKEN in module.no_log_values
+    assert user['client-certificate-data'] not in module.no_log_values  # a certificate is not a secret
+
+
+# --- TLS -------------------------------------------------------------------------------------------
+
+def _self_signed(tmp_path):
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, 'kube-apiserver')])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address('127.0.0.1'))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    key_path, cert_path = tmp_path / 'tls.key', tmp_path / 'tls.crt'
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    cert_path.write_bytes(cert_pem)
+    os.chmod(str(key_path), 0o600)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert_path), str(key_path))
+    return context, cert_pem, cert_path
+
+
+@pytest.fixture
+def tls_api(tmp_path):
+    context, cert_pem, cert_path = _self_signed(tmp_path)
+    canned = CannedApi()
+    server = _serve(canned, context)
+    canned.url = 'https://127.0.0.1:%d' % server.server_address[1]
+    canned.ca_pem, canned.ca_path = cert_pem, str(cert_path)
+    canned.routes['/readyz'] = (200, 'ok')
+    yield canned
+    server.shutdown()
+    server.server_close()
+
+
+def test_tls_verified_with_the_kubeconfig_ca(tls_api):
+    client = k8s_client.build_client({'kubeconfig_content': _kubeconfig(tls_api.url, tls_api.ca_pem)})
+    assert client.readyz() == (200, 'ok')
+
+
+def test_tls_with_an_unknown_ca_fails_at_once_not_transient(tls_api):
+    client = k8s_client.build_client({'kubeconfig_content': _kubeconfig(tls_api.url)})
+    with pytest.raises(_errors.ApiError) as caught:
+        client.readyz()
+    assert not isinstance(caught.value, _errors.TransientApiError)
+    assert 'TLS with %s failed' % tls_api.url in str(caught.value)
+
+
+def test_ca_path_option_supplies_the_ca(tls_api):
+    client = k8s_client.build_client({'kubeconfig_content': _kubeconfig(tls_api.url), 'ca_path': tls_api.ca_path})
+    assert client.readyz() == (200, 'ok')
+    with pytest.raises(_errors.ValidationError) as caught:
+        k8s_client.build_client({'kubeconfig_content': _kubeconfig(tls_api.url), 'ca_path': '/nonexistent/ca.pem'})
+    assert caught.value.field == 'ca_path'
+
+
+def test_validate_certs_false_is_explicit_and_warned(tls_api):
+    warnings = []
+    client = k8s_client.build_client({'kubeconfig_content': _kubeconfig(tls_api.url), 'validate_certs': False},
+                                     warn=warnings.append)
+    assert client.readyz() == (200, 'ok')
+    assert warnings == ['validate_certs=false: the certificate of the Kubernetes API at %s is not verified' % tls_api.url]
+
+
+def test_insecure_skip_in_kubeconfig_does_not_turn_verification_off(tls_api):
+    config = _kubeconfig(tls_api.url)
+    config['clusters'][0]['cluster']['insecure-skip-tls-verify'] = True
+    client = k8s_client.build_client({'kubeconfig_content': config, 'validate_certs': True})
+    with pytest.raises(_errors.ApiError):
+        client.readyz()
+
+
+def test_api_path():
+    assert k8s_client.api_path('v1', 'pods', 'kube-system', 'a') == '/api/v1/namespaces/kube-system/pods/a'
+    assert k8s_client.api_path('apps/v1', 'daemonsets') == '/apis/apps/v1/daemonsets'

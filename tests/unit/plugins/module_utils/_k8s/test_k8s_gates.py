@@ -1,0 +1,309 @@
+"""Gates end to end over a fake API and a fake clock: waiting, progress, diagnosis, fail-fast."""
+import pytest
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import gates
+from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import progress
+from ansible_collections.proxtalos.cluster.tests.unit.plugins.module_utils._k8s.fake_kube import (
+    FakeClock, FakeKube, fixture, transient)
+
+
+def params(**overrides):
+    base = dict(gate='nodes', kind=None, api_version=None, name=None, namespace=None, names=None,
+                label_selectors=[], node_label_selectors=[], expected_count=None, node_state='ready',
+                every_node=False, accept_unschedulable_replicas=False, condition_type='Ready',
+                condition_status='True')
+    base.update(overrides)
+    return base
+
+
+def cluster(clock, node_names=('cp-1', 'w-1', 'w-2'), pod_names=('cilium-4xk2p', 'cilium-9bqzt', 'cilium-x7k2m')):
+    kube = FakeKube(clock)
+    kube.add(*[fixture('nodes.yaml', n) for n in node_names])
+    kube.add(*[fixture('pods.yaml', n) for n in pod_names])
+    return kube
+
+
+def make_ready(kube, node_name=None, pod_name=None):
+    if node_name:
+        node = kube.find('Node', node_name)
+        node['spec']['taints'] = []
+        node['status']['conditions'] = [{'type': 'Ready', 'status': 'True', 'reason': 'KubeletReady'}]
+    if pod_name:
+        pod = kube.find('Pod', pod_name)
+        pod['status']['conditions'] = [{'type': 'Ready', 'status': 'True'}]
+        pod['status']['containerStatuses'][0].update(ready=True, state={'running': {}})
+
+
+def run(gate_params, kube, clock, timeout=30, interval=2):
+    gate = gates.build_gate(gate_params)
+    timeline = progress.Progress('test', clock=clock.clock)
+    outcome = gates.run(gate, kube, timeout, interval, on_progress=timeline.record, clock=clock.clock, sleep=clock.sleep)
+    timeline.finish(outcome.result.observation, outcome.result.elapsed, outcome.result.attempts, outcome.passed)
+    outcome.timeline = timeline.timeline
+    return outcome
+
+
+# --- building gates: bad input names the option ----------------------------------------------
+
+@pytest.mark.parametrize('overrides, field, text', [
+    (dict(gate='nodes', every_node=True), 'every_node', 'does not apply to gate=nodes'),
+    (dict(gate='api', namespace='x'), 'namespace', 'does not apply to gate=api (it reads: no options)'),
+    (dict(gate='workload', kind='Job', name='a', namespace='b'), 'kind', "gate=workload takes one of DaemonSet, Deployment, StatefulSet, got 'Job'"),
+    (dict(gate='workload', kind='DaemonSet', name='a', namespace='b', accept_unschedulable_replicas=True),
+     'accept_unschedulable_replicas', 'applies to Deployment and StatefulSet'),
+    (dict(gate='crds'), 'names', 'gate=crds needs names or label_selectors'),
+    (dict(gate='pods', node_label_selectors=['a=b']), 'node_label_selectors', 'only used with every_node=true'),
+    (dict(gate='condition', api_version='v1', kind='ConfigMap', name='a', label_selectors=['x=y']),
+     'label_selectors', 'by name or by label_selectors, not both'),
+    (dict(gate='nodes', expected_count=-1), 'expected_count', 'must be zero or more'),
+    (dict(gate='bogus'), 'gate', 'must be one of'),
+])
+def test_bad_options_name_the_field(overrides, field, text):
+    with pytest.raises(_errors.ValidationError) as caught:
+        gates.build_gate(params(**overrides))
+    assert caught.value.field == field
+    assert text in str(caught.value)
+
+
+# --- nodes -------------------------------------------------------------------------------------
+
+def test_nodes_gate_waits_until_the_node_turns_ready_and_keeps_a_timeline():
+    clock = FakeClock()
+    kube = cluster(clock).at(5, lambda k: make_ready(k, 'w-2'))
+    outcome = run(params(gate='nodes', expected_count=3), kube, clock)
+    assert outcome.passed
+    assert outcome.result.attempts == 4 and clock.sleeps == [2, 2, 2]
+    assert [entry['summary'] for entry in outcome.timeline] == [
+        'nodes Ready 2/3: w-2 NetworkPluginNotReady', 'nodes Ready 3/3']
+    assert outcome.timeline[-1]['attempt'] == 4
+    assert kube.deadline is not None and kube.deadline.timeout == 30
+
+
+def test_nodes_gate_timeout_names_node_reason_and_failing_pod_there():
+    clock = FakeClock()
+    kube = cluster(clock)
+    outcome = run(params(gate='nodes'), kube, clock, timeout=10)
+    assert not outcome.passed
+    assert outcome.result.elapsed == pytest.approx(10)
+    text = gates.explain(outcome, kube)
+    lines = text.splitlines()
+    assert lines[0] == 'nodes not reached after 10.0s (6 probes): nodes Ready 2/3: w-2 NetworkPluginNotReady'
+    assert lines[1] == (
+        '- w-2: Ready=False KubeletNotReady: container runtime network not ready: NetworkReady=false '
+        'reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized; '
+        'pods not Ready there: kube-system/cilium-x7k2m on w-2: CrashLoopBackOff (container cilium-agent, '
+        '7 restarts, last exit code 1 Error)')
+
+
+def test_nodes_gate_without_any_cni_pod_suggests_the_cni():
+    clock = FakeClock()
+    kube = cluster(clock, pod_names=())
+    outcome = run(params(gate='nodes'), kube, clock, timeout=0)
+    assert outcome.result.attempts == 1
+    assert 'no pod on it reports a problem: is a CNI agent (Cilium) scheduled on this node?' in gates.explain(outcome, kube)
+
+
+def test_nodes_gate_missing_node_is_named():
+    clock = FakeClock()
+    kube = cluster(clock, node_names=('cp-1',))
+    outcome = run(params(gate='nodes', names=['cp-1', 'w-9']), kube, clock, timeout=0)
+    assert '- w-9: not registered (no Node object; is kubelet running on it?)' in gates.explain(outcome, kube)
+
+
+def test_registered_state_passes_before_the_cni():
+    clock = FakeClock()
+    outcome = run(params(gate='nodes', node_state='registered', expected_count=3), cluster(clock), clock)
+    assert outcome.passed and outcome.result.attempts == 1
+
+
+def test_api_flapping_is_not_yet_and_shows_in_progress():
+    clock = FakeClock()
+    kube = cluster(clock, node_names=('cp-1', 'w-1'))
+    kube.fail_next = [transient('connection refused'), transient('connection reset by peer')]
+    outcome = run(params(gate='nodes'), kube, clock)
+    assert outcome.passed and outcome.result.attempts == 3
+    assert outcome.timeline[0]['summary'].startswith('TransientApiError: Kubernetes API at https://127.0.0.1:6443 unreachable')
+
+
+def test_timeout_on_an_api_error_keeps_the_last_answer():
+    clock = FakeClock()
+    kube = cluster(clock)
+    kube.at(3, lambda k: k.fail_next.extend([transient()] * 50))  # the API goes away mid-wait
+    outcome = run(params(gate='nodes'), kube, clock, timeout=8)
+    assert not outcome.passed
+    headline = outcome.headline()
+    assert headline.startswith('TransientApiError: Kubernetes API at https://127.0.0.1:6443 unreachable')
+    assert headline.endswith('(last answer: nodes Ready 2/3: w-2 NetworkPluginNotReady)')
+    # the diagnosis cannot read the API either, and says so instead of failing
+    assert gates.explain(outcome, kube).splitlines()[-1].startswith('- (could not read more detail: ')
+
+
+def test_non_transient_api_errors_end_the_wait():
+    clock = FakeClock()
+    kube = cluster(clock)
+    kube.fail_next = [_errors.ApiError('Kubernetes API answered 403 for /api/v1/nodes: forbidden')]
+    with pytest.raises(_errors.ApiError):
+        run(params(gate='nodes'), kube, clock)
+
+
+# --- workloads -----------------------------------------------------------------------------------
+
+def test_daemonset_gate_timeout_names_node_pod_and_reason():
+    clock = FakeClock()
+    kube = cluster(clock).add(fixture('workloads.yaml', 'cilium'))
+    outcome = run(params(gate='workload', kind='DaemonSet', namespace='kube-system', name='cilium'), kube, clock, timeout=6)
+    assert not outcome.passed
+    text = gates.explain(outcome, kube)
+    assert text.startswith('DaemonSet kube-system/cilium not reached after 6.0s (4 probes): '
+                           'DaemonSet kube-system/cilium Ready on 2/3 eligible nodes: w-2 cilium-x7k2m CrashLoopBackOff')
+    assert ('- w-2: cilium-x7k2m CrashLoopBackOff (container cilium-agent, 7 restarts, last exit code 1 Error) '
+            '(node not Ready: NetworkPluginNotReady)') in text.splitlines()
+
+
+def test_daemonset_gate_passes_once_the_agent_recovers():
+    clock = FakeClock()
+    kube = cluster(clock).add(fixture('workloads.yaml', 'cilium'))
+
+    def recover(k):
+        make_ready(k, pod_name='cilium-x7k2m')
+        k.find('DaemonSet', 'cilium')['status']['numberReady'] = 3
+
+    kube.at(3, recover)
+    outcome = run(params(gate='workload', kind='DaemonSet', namespace='kube-system', name='cilium'), kube, clock)
+    assert outcome.passed and outcome.result.attempts == 3
+    assert outcome.timeline[-1]['summary'] == 'DaemonSet kube-system/cilium Ready on 3/3 eligible nodes'
+
+
+def test_missing_workload_keeps_waiting_then_is_named():
+    clock = FakeClock()
+    kube = cluster(clock)
+    outcome = run(params(gate='workload', kind='Deployment', namespace='kube-system', name='cilium-operator'),
+                     kube, clock, timeout=2)
+    assert outcome.result.attempts == 2
+    assert outcome.headline() == 'Deployment kube-system/cilium-operator not found'
+
+
+def test_deployment_gate_accepting_unschedulable_replicas():
+    clock = FakeClock()
+    kube = cluster(clock, node_names=('cp-1',), pod_names=('cilium-operator-6d8f9b7c4-zt5lp', 'cilium-operator-6d8f9b7c4-mwq9r'))
+    kube.add(fixture('workloads.yaml', 'cilium-operator'))
+    strict = params(gate='workload', kind='Deployment', namespace='kube-system', name='cilium-operator')
+    outcome = run(strict, kube, clock, timeout=0)
+    assert not outcome.passed
+    assert "- cilium-operator-6d8f9b7c4-zt5lp on (no node): Pending Unschedulable: 0/1 nodes are available" in gates.explain(outcome, kube)
+    outcome = run(dict(strict, accept_unschedulable_replicas=True), kube, clock, timeout=0)
+    assert outcome.passed
+    assert outcome.verdict.notes == ['1 of 2 replicas can be scheduled on 1 eligible node(s) '
+                                     '(required pod anti-affinity on kubernetes.io/hostname allows 1)']
+
+
+# --- pods, CRDs -----------------------------------------------------------------------------------
+
+def test_pods_gate_every_node():
+    clock = FakeClock()
+    kube = cluster(clock)
+    gate_params = params(gate='pods', namespace='kube-system', label_selectors=['k8s-app=cilium'], every_node=True)
+    outcome = run(gate_params, kube, clock, timeout=0)
+    assert not outcome.passed
+    assert outcome.headline().startswith('pods k8s-app=cilium Ready 2/3, on nodes 2/3: cilium-x7k2m CrashLoopBackOff')
+    make_ready(kube, pod_name='cilium-x7k2m')
+    outcome = run(gate_params, kube, clock, timeout=0)
+    assert outcome.passed
+
+
+def test_crds_gate_by_names():
+    clock = FakeClock()
+    kube = FakeKube(clock).add(fixture('crds.yaml', 'kustomizations.kustomize.toolkit.fluxcd.io'))
+    names = ['kustomizations.kustomize.toolkit.fluxcd.io', 'gitrepositories.source.toolkit.fluxcd.io']
+    kube.at(4, lambda k: k.add(fixture('crds.yaml', 'gitrepositories.source.toolkit.fluxcd.io')))
+    kube.at(8, lambda k: k.find('CustomResourceDefinition', names[1])['status']['conditions'][1].update(status='True'))
+    outcome = run(params(gate='crds', names=names), kube, clock)
+    assert outcome.passed
+    assert [entry['summary'] for entry in outcome.timeline] == [
+        'CRDs Established 1/2: gitrepositories.source.toolkit.fluxcd.io not found',
+        'CRDs Established 1/2: gitrepositories.source.toolkit.fluxcd.io Established=False Installing: '
+        'the initial names have been accepted',
+        'CRDs Established 2/2']
+
+
+# --- conditions -----------------------------------------------------------------------------------
+
+FLUX_KS = dict(gate='condition', api_version='kustomize.toolkit.fluxcd.io/v1', kind='Kustomization')
+
+
+def test_condition_gate_waits_for_the_crd_then_the_object():
+    clock = FakeClock()
+    kube = FakeKube(clock)
+
+    def install(k):
+        k.serve('kustomize.toolkit.fluxcd.io/v1', 'Kustomization', 'kustomizations')
+        k.add(fixture('flux.yaml', 'flux-system'))
+
+    kube.at(4, install)
+    outcome = run(params(name='flux-system', namespace='flux-system', **FLUX_KS), kube, clock)
+    assert outcome.passed and outcome.result.attempts == 3
+    assert outcome.timeline[0]['summary'] == ('Kubernetes API does not serve kind Kustomization in '
+                                               'kustomize.toolkit.fluxcd.io/v1 (yet) (CRD not installed?)')
+    assert outcome.verdict.items[0]['name'] == 'flux-system/flux-system'
+
+
+def test_condition_gate_stalled_fails_at_once():
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    kube.serve('kustomize.toolkit.fluxcd.io/v1', 'Kustomization', 'kustomizations')
+    kube.add(fixture('flux.yaml', 'flux-system'), fixture('flux.yaml', 'csi'))
+    outcome = run(params(namespace='flux-system', **FLUX_KS), kube, clock, timeout=300)
+    assert not outcome.passed and outcome.result.attempts == 1
+    text = gates.explain(outcome, kube)
+    assert text.startswith('Kustomization (all) in namespace flux-system failed (will not recover without a change)')
+    assert ("- flux-system/csi: Stalled BuildFailed: kustomize build failed: accumulating resources: "
+            "'kubernetes/apps/csi/app' not found (generation 1, observedGeneration 1)") in text
+
+
+def test_condition_gate_dependency_not_ready_is_named_on_timeout():
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    kube.serve('kustomize.toolkit.fluxcd.io/v1', 'Kustomization', 'kustomizations')
+    kube.add(fixture('flux.yaml', 'apps'))
+    outcome = run(params(name='apps', namespace='flux-system', **FLUX_KS), kube, clock, timeout=4)
+    assert ("- flux-system/apps: Ready=False DependencyNotReady: dependency 'flux-system/infra-configs' is not ready "
+            "(generation 2, observedGeneration 1)") in gates.explain(outcome, kube)
+
+
+def test_condition_gate_namespaced_kind_needs_a_namespace():
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    kube.serve('kustomize.toolkit.fluxcd.io/v1', 'Kustomization', 'kustomizations')
+    with pytest.raises(_errors.ValidationError) as caught:
+        run(params(name='apps', **FLUX_KS), kube, clock)
+    assert caught.value.field == 'namespace'
+
+
+def test_condition_gate_missing_object():
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    kube.serve('kustomize.toolkit.fluxcd.io/v1', 'Kustomization', 'kustomizations')
+    outcome = run(params(name='apps', namespace='flux-system', **FLUX_KS), kube, clock, timeout=0)
+    assert outcome.headline() == 'Kustomization flux-system/apps not found'
+
+
+# --- API -------------------------------------------------------------------------------------------
+
+def test_api_gate_until_ready():
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    kube.readyz_answers = [(500, '[-]etcd failed: reason withheld\nreadyz check failed'), (200, 'ok')]
+    outcome = run(params(gate='api'), kube, clock)
+    assert outcome.passed and outcome.result.attempts == 2
+    assert outcome.timeline[0]['summary'] == 'API /readyz answered 500, failing checks: etcd failed: reason withheld'
+
+
+def test_api_gate_timeout_reads_the_verbose_checks():
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    kube.readyz_answers = [(500, 'readyz check failed')]
+    kube.verbose_readyz = (500, '[+]ping ok\n[-]etcd failed: reason withheld\n[-]informer-sync failed\nreadyz check failed')
+    outcome = run(params(gate='api'), kube, clock, timeout=2)
+    assert gates.explain(outcome, kube).splitlines()[-1] == (
+        '- /readyz?verbose answered 500; failing: [-]etcd failed: reason withheld, [-]informer-sync failed')
