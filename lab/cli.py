@@ -308,8 +308,8 @@ def render_status(status):
     lab, pve = status['lab'], status['pve']
     lines = ['lab %s: pid %d, up %ss, profile %s, time scale %s, run dir %s'
              % (lab['net'], lab['pid'], lab['uptime'], lab['profile'], lab['time_scale'], lab['run_dir']),
-             'PVE %s: nodes %s' % (pve['url'], ', '.join('%s (%s)' % (n['name'], 'online' if n['online'] else 'OFFLINE')
-                                                        for n in pve['nodes'])),
+             'PVE %s: nodes %s' % (pve['url'], ', '.join(
+                 '%s (%s)' % (n['name'], 'online' if n['online'] else 'OFFLINE') for n in pve['nodes'])),
              'endpoints: ' + (', '.join('%s %s:%s' % (e['name'], e['host'], e['port']) for e in lab['endpoints'])
                               or 'none'),
              'VMs:', table([dict((k, v) for k, v in vm.items() if k != 'mac') for vm in pve['vms']])]
@@ -396,8 +396,8 @@ def cmd_requests(args):
         print(json.dumps(entries, indent=2))
     else:
         for entry in entries:
-            print('%6d %s %-5s %-6s %s %s' % (entry['seq'], entry['time'], entry['source'], entry['method'],
-                                            entry['status'], entry['path']))
+            print('%6d %s %-5s %-6s %s %s' % (
+                entry['seq'], entry['time'], entry['source'], entry['method'], entry['status'], entry['path']))
     return 0
 
 

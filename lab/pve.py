@@ -595,8 +595,8 @@ class PveFaults(object):
             self.apply_flaky_network, self.clear_network,
             params=[Param('drop_rate', float, 0.3, 'share of requests dropped, 0-1'),
                     Param('hang_rate', float, 0.0, 'share of requests that hang for hang_secs, 0-1'),
-                    Param('hang_secs', float, 120.0, 'PVE seconds a hung request waits (times the time scale; '
-                                                    'real seconds at time scale 0)'),
+                    Param('hang_secs', float, 120.0,
+                          'PVE seconds a hung request waits (times the time scale; real seconds at time scale 0)'),
                     Param('seed', int, None, 'seed of the random choice, for repeatable runs')])
         reg('pve-slow-network', 'every API answer is delayed by LATENCY PVE seconds times the time scale (no effect '
                                 'at time scale 0; fakepve slow_network)', None,

@@ -23,6 +23,7 @@ import dataclasses
 import datetime
 import errno
 import fcntl
+import functools
 import importlib
 import inspect
 import json
@@ -103,7 +104,7 @@ class RunPaths(object):
 
     def __init__(self, run_dir):
         self.run_dir = os.path.abspath(run_dir)
-        join = lambda name: os.path.join(self.run_dir, name)  # noqa: E731 pylint: disable=unnecessary-lambda-assignment
+        join = functools.partial(os.path.join, self.run_dir)
         self.state = join('state.json')
         self.lock = join('lab.lock')
         self.control = join('control.sock')

@@ -95,8 +95,8 @@ def test_a_lab_that_cannot_start_shows_its_log(tmp_path):
 def test_status_faults_fault_clear_from_the_command_line(clean_lab):
     run_dir = ['--run-dir', clean_lab.run_dir]
     api = clean_lab.proxmox()
-    Tasks.blocking_status(api, api.nodes('pve1').qemu.post(vmid=1021, name='lab-w-1', net0='virtio,bridge=vmbr0',
-                                                          agent=1, start=1), polling_interval=0.01)
+    upid = api.nodes('pve1').qemu.post(vmid=1021, name='lab-w-1', net0='virtio,bridge=vmbr0', agent=1, start=1)
+    Tasks.blocking_status(api, upid, polling_interval=0.01)
     text = run_lab_command('status', *run_dir)
     assert text.returncode == 0
     row = [line.split() for line in text.stdout.splitlines() if line.split()[:1] == ['1021']][0]

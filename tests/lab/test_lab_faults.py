@@ -101,7 +101,7 @@ def test_flaky_network_drops_requests_repeatably_and_clears(clean_lab):
 
     def pattern():
         outcome = []
-        for _ in range(12):
+        for attempt in range(12):
             try:
                 api.version.get()
                 outcome.append('ok')
@@ -122,10 +122,10 @@ def test_flaky_network_drops_requests_repeatably_and_clears(clean_lab):
 def test_5xx_for_n_calls_then_recovers(clean_lab):
     api = clean_lab.proxmox()
     clean_lab.fault('pve-5xx', times=2, status=503)
-    for _ in range(2):
+    for attempt in (1, 2):
         with pytest.raises(ResourceException) as raised:
             api.nodes.get()
-        assert raised.value.status_code == 503
+        assert raised.value.status_code == 503, attempt
     assert [n['node'] for n in api.nodes.get()] == ['pve1']
     assert active(clean_lab) == []
 

@@ -85,8 +85,9 @@ def test_instant_profile_imposes_nothing_and_realistic_scales():
 
 
 def test_ranges_are_drawn_from_the_seed():
-    first = [Timing('realistic', 1.0, seed=7).nominal('image_pull') for _ in range(3)]
-    again = [Timing('realistic', 1.0, seed=7).nominal('image_pull') for _ in range(3)]
+    first, again = (Timing('realistic', 1.0, seed=7), Timing('realistic', 1.0, seed=7))
+    first = [first.nominal('image_pull') for count in range(3)]
+    again = [again.nominal('image_pull') for count in range(3)]
     assert first == again
     assert all(10.0 <= value <= 30.0 for value in first)
 
@@ -165,15 +166,16 @@ def test_fault_apply_converts_params_and_clear_undoes():
     ('thing-broken', 'missing', {}, 'no such thing'),
 ])
 def test_fault_errors_name_the_field(name, target, params, message):
-    registry, applied, _ = make_registry()
+    registry, applied, cleared = make_registry()
     with pytest.raises(FaultError, match=message):
         asyncio.run(registry.apply(name, target, params))
-    assert not applied and not registry.active
+    assert not applied and not registry.active and not cleared
 
 
 def test_expired_fault_leaves_the_active_list():
-    registry, _, cleared = make_registry()
+    registry, applied, cleared = make_registry()
     asyncio.run(registry.apply('all-broken'))
+    assert applied == [(None, None, False)]
     assert registry.expire('all-broken') is not None
     assert asyncio.run(registry.clear()) == [] and cleared == []
 

@@ -130,7 +130,7 @@ def test_extension_installs_status_section_fault_and_delay_kind(tmp_path):
         world.add_status_section('widgets', lambda: [{'name': 'w1', 'broken': 'w1' in state['broken']}])
         world.faults.register('widget-broken', 'a widget breaks', 'widget',
                               apply=lambda target, loud=False: state['broken'].add(target),
-                              clear=lambda target: state['broken'].discard(target),
+                              clear=state['broken'].discard,
                               params=[Param('loud', bool, False, 'make noise')])
     module.install = install
     sys.modules[module.__name__] = module
