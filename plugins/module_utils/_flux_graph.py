@@ -633,8 +633,8 @@ def mermaid(repo, resolved, dangling, tiers, cycle_members, owners):
         ids[identifier] = 'n%d' % position
         node = repo.nodes[identifier]
         tier = tiers.get(identifier)
-        label = '%s %s/%s<br/>%s' % ('ks' if node['kind'] == KUSTOMIZATION else 'hr', node['namespace'], node['name'],
-                                      'tier %d' % tier if tier is not None else 'no tier')
+        tier_text = 'tier %d' % tier if tier is not None else 'no tier'
+        label = '%s %s/%s<br/>%s' % ('ks' if node['kind'] == KUSTOMIZATION else 'hr', node['namespace'], node['name'], tier_text)
         shape = '["%s"]' if node['kind'] == KUSTOMIZATION else '("%s")'
         lines.append('  %s%s%s' % (ids[identifier], shape % _mermaid_label(label), ':::cycle' if identifier in cycle_members else ''))
     missing_ids = {}
@@ -820,4 +820,4 @@ def main(argv=None, stdout=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    raise SystemExit(main())

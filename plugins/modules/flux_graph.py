@@ -26,7 +26,7 @@ description:
   - The same analysis runs without Ansible, for CI, as
     C(python -m ansible_collections.proxtalos.cluster.plugins.module_utils._flux_graph REPO).
 author:
-  - proxtalos.cluster developers
+  - proxtalos.cluster contributors (@proxtalos)
 extends_documentation_fragment:
   - proxtalos.cluster._attributes.INFO_MODULE
 options:
@@ -99,7 +99,7 @@ EXAMPLES = r"""
 RETURN = r"""
 nodes:
   description: Every Kustomization and HelmRelease found, with its file, resolved dependsOn ids, tier and the
-    Kustomizations that apply it (RV(nodes[].applied_by)).
+    Kustomizations whose C(spec.path) applies it (C(applied_by)).
   returned: always
   type: list
   elements: dict

@@ -26,7 +26,7 @@ description:
   - Returns the certificate and fingerprints, never the private key unless O(return_content=true).
   - Creating the C(kube-system) Secret from these files is not done here (see the C(sealed_secrets) role).
 author:
-  - proxtalos.cluster developers
+  - proxtalos.cluster contributors (@proxtalos)
 extends_documentation_fragment:
   - proxtalos.cluster._attributes
 attributes:

@@ -11,7 +11,7 @@ short_description: Seal a Secret offline into a kubeseal-compatible SealedSecret
 version_added: 0.1.0
 description:
   - Turns Secret values into a C(bitnami.com/v1alpha1) SealedSecret the way C(kubeseal --cert) does, without a
-    cluster: every item is sealed on its own with a fresh AES-256-GCM session key, wrapped with RSA-OAEP (SHA-256)
+    cluster. Every item is sealed on its own with a fresh AES-256-GCM session key, wrapped with RSA-OAEP (SHA-256)
     for the certificate's public key, with the OAEP label of the scope (V(strict) binds namespace and name,
     V(namespace-wide) the namespace, V(cluster-wide) nothing).
   - Writes the SealedSecret to O(dest) (for the GitOps repository) and returns it.
@@ -20,7 +20,7 @@ description:
     key, scope, name and metadata (C(changed=false)). Without O(private_key_path) it cannot tell, and re-seals
     O(dest) on every run (C(changed=true)).
 author:
-  - proxtalos.cluster developers
+  - proxtalos.cluster contributors (@proxtalos)
 extends_documentation_fragment:
   - proxtalos.cluster._attributes
 attributes:

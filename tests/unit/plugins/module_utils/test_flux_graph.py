@@ -2,13 +2,36 @@
 import io
 import json
 import os
+import shutil
 
 import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _flux_graph
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 
-REPOS = os.path.join(os.path.dirname(__file__), 'fixtures', 'flux_repos')
+FIXTURES = os.path.join(os.path.dirname(__file__), 'fixtures', 'flux_repos')
+REPOS = None
+
+
+@pytest.fixture(scope='module', autouse=True)
+def repos(tmp_path_factory):
+    """The fixture repositories, laid out for reading.
+
+    They are stored as *.yaml.in because ansible-test's yamllint allows one document per
+    .yaml file (and no Helm templates), while these repositories need multi-document files.
+    """
+    global REPOS  # pylint: disable=global-statement
+    REPOS = materialize(str(tmp_path_factory.mktemp('flux_repos')))
+    yield REPOS
+
+
+def materialize(target):
+    shutil.copytree(FIXTURES, target, dirs_exist_ok=True)
+    for directory, _dirnames, filenames in os.walk(target):
+        for filename in filenames:
+            if filename.endswith('.in'):
+                os.rename(os.path.join(directory, filename), os.path.join(directory, filename[:-3]))
+    return target
 
 
 def repo(name):

@@ -1,13 +1,28 @@
 """flux_graph module: read-only, fails on cycles and dangling references, warns on the rest."""
 import json
 import os
+import shutil
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.modules import flux_graph
 
-REPOS = os.path.join(os.path.dirname(__file__), '..', 'module_utils', 'fixtures', 'flux_repos')
+FIXTURES = os.path.join(os.path.dirname(__file__), '..', 'module_utils', 'fixtures', 'flux_repos')
+REPOS = None
+
+
+@pytest.fixture(scope='module', autouse=True)
+def repos(tmp_path_factory):
+    """The fixture repositories with their *.yaml.in files renamed to *.yaml (see module_utils/test_flux_graph.py)."""
+    global REPOS  # pylint: disable=global-statement
+    REPOS = str(tmp_path_factory.mktemp('flux_repos'))
+    shutil.copytree(FIXTURES, REPOS, dirs_exist_ok=True)
+    for directory, _dirnames, filenames in os.walk(REPOS):
+        for filename in filenames:
+            if filename.endswith('.in'):
+                os.rename(os.path.join(directory, filename), os.path.join(directory, filename[:-3]))
+    yield REPOS
 
 
 def run(capsys, **args):
@@ -47,7 +62,7 @@ def test_dangling_fails(capsys):
 def test_missing_critical_warns_then_fails_on_request(capsys):
     result = run(capsys, path=os.path.join(REPOS, 'missing_critical'))
     assert result.get('failed') is not True
-    assert any('proxmox-csi needs proxmox-ccm' in warning for warning in warning_texts(result))
+    assert any('proxmox-csi needs proxmox-ccm' in warning for warning in warning_texts(result)), result.get('warnings')
     strict = run(capsys, path=os.path.join(REPOS, 'missing_critical'), fail_on=['missing_critical'])
     assert strict['failed'] is True and len(strict['errors']) == 3
 
