@@ -190,8 +190,8 @@ def test_aescbc_bundle_renders_aescbc_secret(bundle):
 # --- validity ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('talos_version, contract', VERSIONS)
-@pytest.mark.parametrize('machine_type, node', [('controlplane', CP_NODE), ('worker', WORKER_NODE),
-                                                 ('controlplane', {}), ('worker', {})])
+@pytest.mark.parametrize('machine_type, node', [
+    ('controlplane', CP_NODE), ('worker', WORKER_NODE), ('controlplane', {}), ('worker', {})])
 @pytest.mark.parametrize('with_patches', [False, True])
 def test_rendered_configs_are_valid(bundle, schemas, talos_version, contract, machine_type, node, with_patches):
     text = render(bundle, machine_type, node=node, patches=PATCHES if with_patches else None, talos_version=talos_version)
