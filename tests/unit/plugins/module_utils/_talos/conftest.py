@@ -35,7 +35,7 @@ def ecdsa_bundle():
 
 @pytest.fixture(scope='session')
 def talosctl_bundle_text():
-    with open(fixture_path('talosctl-secrets.yaml')) as handle:
+    with open(fixture_path('talosctl-secrets.txt')) as handle:
         return handle.read()
 
 
