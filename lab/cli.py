@@ -13,6 +13,7 @@ import sys
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 
 from lab import DEFAULT_RUN_DIR, ROOT
+from lab.addresses import Net
 from lab.control import ControlError, LabNotRunning, call
 from lab.timing import PROFILES
 from lab.world import EXTENSIONS, LabError, LabOptions, RunPaths, World
@@ -69,6 +70,12 @@ def is_lab_process(pid):
     except OSError:
         return False
     return any(argv[i:i + 3] == [b'-m', b'lab', b'up'] for i in range(len(argv)))
+
+
+def lab_running(state):
+    """True when state.json names a live `python -m lab up` process."""
+    pid = (state or {}).get('pid')
+    return isinstance(pid, int) and process_alive(pid) and is_lab_process(pid)
 
 
 def endpoint_problems(state):
@@ -139,7 +146,7 @@ def cmd_up(args):
         raise CliError(str(exc)) from None
     paths = RunPaths(options.run_dir)
     state = read_state(paths)
-    if state and process_alive(state.get('pid', -1)):
+    if lab_running(state):
         return reuse_running(args, options, state)
     if args.detach:
         return detach(args, options, paths)
@@ -162,7 +169,7 @@ def reuse_running(args, options, state):
     if not args.reuse:
         raise CliError('a lab is already running in %s; stop it with `python -m lab down --run-dir %s`, or pass --reuse'
                        % (where, options.run_dir))
-    wanted = {'net': options.net, 'control_planes': options.control_planes, 'workers': options.workers}
+    wanted = {'net': str(Net(options.net)), 'control_planes': options.control_planes, 'workers': options.workers}
     different = ['%s %s (asked for %s)' % (k, state.get(k), v) for k, v in wanted.items() if state.get(k) != v]
     if different:
         raise CliError('a lab is running in %s with %s; stop it first with `python -m lab down --run-dir %s`'
@@ -227,7 +234,7 @@ def stop_process(pid):
 def cmd_down(args):
     paths = RunPaths(args.run_dir)
     state = read_state(paths)
-    pid = state.get('pid') if state else None
+    pid = state.get('pid') if lab_running(state) else None
     asked = False
     try:
         answer = call(paths.control, 'shutdown', timeout=10)
@@ -242,6 +249,10 @@ def cmd_down(args):
             if os.path.exists(path):
                 os.unlink(path)
         print('no lab running in %s' % paths.run_dir)
+        return 0
+    if asked and not is_lab_process(pid):
+        # A World run inside another process (lab.testing.world_in_thread): it stops, its process stays.
+        print('asked the lab in %s to stop (it runs inside process %d)' % (paths.run_dir, pid))
         return 0
     if not (asked and wait_gone(pid, args.timeout)):
         if not stop_process(pid):

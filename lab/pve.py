@@ -261,6 +261,7 @@ class GuestNetwork(object):
         self.dhcp = DhcpServer(net)
         self.current = {}   # vm -> {'address', 'prefix', 'source', 'mac'} while it runs
         self._boots = {}    # vm -> asyncio task starting its agent
+        self._leased = {}   # vm -> the MAC it holds a DHCP lease for
 
     def _static_addresses(self, exclude=None):
         taken = set()
@@ -291,7 +292,12 @@ class GuestNetwork(object):
         if ipconfig is not None and ipconfig.static:
             return {'address': ipconfig.address, 'prefix': ipconfig.prefix, 'source': 'static', 'mac': mac}
         if lease:
+            previous = self._leased.get(vm)
+            if previous is not None and previous != mac:
+                self.dhcp.release(previous)   # its net0 got a new MAC: the old lease is free again
             address = self.dhcp.lease(mac, self._static_addresses(exclude=vm))
+            if address is not None:
+                self._leased[vm] = mac
         else:
             address = self.dhcp.leases.get(mac)
         if address is None:
@@ -348,13 +354,14 @@ class GuestNetwork(object):
     def forget(self, vm):
         """The VM was deleted: power off and release its DHCP lease."""
         self.power_off(vm)
-        mac = nic_mac(vm.config)
+        mac = self._leased.pop(vm, None)
         if mac:
             self.dhcp.release(mac)
 
     def clear(self):
         for vm in list(self.current):
             self.power_off(vm)
+        self._leased = {}
         self.dhcp.clear()
 
     def agent_state(self, vm):

@@ -377,6 +377,7 @@ class World(object):
         if self._control is not None:
             await self._control.close()
             self._control = None
+        await self.drain_events()
         for listener in list(self._listeners):
             await self._call_hook(listener, 'on_lab_stop')
         for hook in reversed(self._shutdown_hooks):

@@ -126,3 +126,17 @@ def test_two_labs_on_different_nets_at_once(lab, lab_factory):
                               polling_interval=0.01)
     assert 1011 in [vm['vmid'] for vm in lab.vms()] and [vm['vmid'] for vm in other.vms()] == [2011]
     lab.reset()
+
+
+def test_down_and_up_over_a_stale_state_file(tmp_path):
+    """A lab killed hard leaves state.json behind, naming a pid that is gone or reused."""
+    run = tmp_path / 'run'
+    run.mkdir()
+    (run / 'state.json').write_text(json.dumps({'pid': os.getpid(), 'net': '127.0.10'}))
+    done = run_lab_command('down', '--run-dir', run)
+    assert (done.returncode, done.stdout.strip()) == (0, 'no lab running in %s' % run)
+    assert not (run / 'state.json').exists()
+    (run / 'state.json').write_text(json.dumps({'pid': os.getpid(), 'net': '127.0.10'}))
+    handle = start_lab(str(run), control_planes=1, workers=0)
+    assert handle.pid != os.getpid()
+    handle.stop()

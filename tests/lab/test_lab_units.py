@@ -213,3 +213,12 @@ def test_large_labs_keep_vm_ids_unique_and_spread_pve_nodes():
 def test_inventory_limits(cps, workers, message):
     with pytest.raises(ValueError, match=message):
         inventory.plan_nodes(Net('127.0.10'), cps, workers, ['pve1'])
+
+
+def test_repo_inventory_is_written_only_for_the_default_run_dir(tmp_path):
+    from lab import DEFAULT_RUN_DIR
+    from lab.world import LabOptions
+    assert LabOptions().writes_repo_inventory is True
+    assert LabOptions(run_dir=DEFAULT_RUN_DIR + '/').writes_repo_inventory is True
+    assert LabOptions(run_dir=str(tmp_path)).writes_repo_inventory is False
+    assert LabOptions(run_dir=str(tmp_path), repo_inventory=True).writes_repo_inventory is True

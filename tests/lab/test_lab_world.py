@@ -165,3 +165,28 @@ def test_missing_extension_is_skipped_but_a_broken_one_stops_the_start(tmp_path)
                 pass
     finally:
         del sys.modules[module.__name__]
+
+
+def test_several_pve_nodes_each_with_a_bridge(tmp_path):
+    with world_in_thread(tmp_path / 'run', free_net(), pve_nodes=('pve1', 'pve2')) as running:
+        api = proxmox_of(running)
+        net = running.world.net
+        assert [n['node'] for n in api.nodes.get()] == ['pve1', 'pve2']
+        assert api.nodes('pve2').network('vmbr0').get()['cidr'] == net.host(3) + '/24'
+        ok(api, api.nodes('pve2').qemu.post(vmid=1021, name='w', net0='virtio,bridge=vmbr0', agent=1, start=1))
+        rows = running.call(running.world.vm_rows)
+        assert [(r['vmid'], r['node'], r['address']) for r in rows] == [(1021, 'pve2', net.host(100))]
+
+
+def test_a_new_mac_frees_the_old_lease(running):
+    api = proxmox_of(running)
+    net = running.world.net
+    qemu = api.nodes('pve1').qemu
+    ok(api, qemu.post(vmid=1021, name='w', net0='virtio=BC:24:11:00:00:01,bridge=vmbr0', start=1))
+    ok(api, qemu(1021).status.stop.post())
+    qemu(1021).config.put(net0='virtio=BC:24:11:00:00:02,bridge=vmbr0')
+    ok(api, qemu(1021).status.start.post())
+    ok(api, qemu.post(vmid=1022, name='x', net0='virtio=BC:24:11:00:00:03,bridge=vmbr0', start=1))
+    rows = running.call(running.world.vm_rows)
+    assert [(r['vmid'], r['mac'], r['address']) for r in rows] == [
+        (1021, 'bc:24:11:00:00:02', net.host(100)), (1022, 'bc:24:11:00:00:03', net.host(101))]
