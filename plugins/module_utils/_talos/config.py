@@ -56,11 +56,13 @@ DEFAULT_API_PORT = 6443
 KUBEPRISM_PORT = 7445
 CNI_NAMES = ('none', 'flannel', 'custom')
 
-# Dotted paths of secret values in a rendered v1alpha1 document (for _diff.hide).
+# Dotted paths of secret values in a rendered v1alpha1 document (for _diff.hide). Inline
+# manifests are included: a `helm template` of Cilium can carry TLS keys (Hubble, clustermesh).
 CONFIG_SECRET_PATHS = (
     'machine.token', 'machine.ca.key', 'cluster.secret', 'cluster.token',
     'cluster.secretboxEncryptionSecret', 'cluster.aescbcEncryptionSecret', 'cluster.ca.key',
     'cluster.aggregatorCA.key', 'cluster.serviceAccount.key', 'cluster.etcd.ca.key',
+    'cluster.inlineManifests.*.contents',
 )
 
 # Keys Talos accepts but leaves out of its JSON schema (`docgen:nodoc`), per contract.

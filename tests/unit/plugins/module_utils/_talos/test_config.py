@@ -469,3 +469,14 @@ def test_odd_types_from_patches_are_problems_not_crashes(bundle):
     problems = config.config_problems(docs, '1.13')
     assert ('HostnameConfig.hostname', 'not a valid host name') in problems
     assert ('document 4', 'must be a mapping') in problems
+
+
+def test_secret_paths_hide_every_secret_of_a_rendered_config(bundle):
+    from ansible_collections.proxtalos.cluster.plugins.module_utils import _diff
+    text = render(bundle)
+    hidden = talosyaml.dump(_diff.hide(v1(text), config.CONFIG_SECRET_PATHS))
+    for value in bundle.secret_values():
+        assert value not in hidden
+    assert 'kind: Namespace' in text and 'kind: Namespace' not in hidden
+    # Certificates and names stay visible for the diff.
+    assert pki.b64encode_pem(bundle.certs['os']['crt']) in hidden and 'clusterName: lab' in hidden
