@@ -90,7 +90,7 @@ def test_timeout_fails_with_the_diagnosis(kube, clock, capsys):
 
 def test_check_mode_probes_once(kube, clock, capsys):
     rc, result = run_module({'gate': 'nodes', 'kubeconfig': '/dev/null', 'wait_timeout': 300,
-                                '_ansible_check_mode': True}, capsys)
+                             '_ansible_check_mode': True}, capsys)
     assert rc == 1 and result['attempts'] == 1 and clock.sleeps == []
     kube.at(0, heal_w2)
     heal_w2(kube)
@@ -106,7 +106,7 @@ def test_wait_false_probes_once(kube, clock, capsys):
 def test_daemonset_gate_via_the_module(kube, clock, capsys):
     kube.add(fixture('workloads.yaml', 'cilium'))
     rc, result = run_module({'gate': 'workload', 'kind': 'DaemonSet', 'namespace': 'kube-system', 'name': 'cilium',
-                                'kubeconfig': '/dev/null', 'wait_timeout': 4}, capsys)
+                             'kubeconfig': '/dev/null', 'wait_timeout': 4}, capsys)
     assert rc == 1
     assert result['target'] == 'DaemonSet kube-system/cilium'
     assert '- w-2: cilium-x7k2m CrashLoopBackOff' in result['msg']

@@ -179,7 +179,7 @@ def test_missing_workload_keeps_waiting_then_is_named():
     clock = FakeClock()
     kube = cluster(clock)
     outcome = run(params(gate='workload', kind='Deployment', namespace='kube-system', name='cilium-operator'),
-                     kube, clock, timeout=2)
+                  kube, clock, timeout=2)
     assert outcome.result.attempts == 2
     assert outcome.headline() == 'Deployment kube-system/cilium-operator not found'
 
@@ -244,7 +244,7 @@ def test_condition_gate_waits_for_the_crd_then_the_object():
     outcome = run(params(name='flux-system', namespace='flux-system', **FLUX_KS), kube, clock)
     assert outcome.passed and outcome.result.attempts == 3
     assert outcome.timeline[0]['summary'] == ('Kubernetes API does not serve kind Kustomization in '
-                                               'kustomize.toolkit.fluxcd.io/v1 (yet) (CRD not installed?)')
+                                              'kustomize.toolkit.fluxcd.io/v1 (yet) (CRD not installed?)')
     assert outcome.verdict.items[0]['name'] == 'flux-system/flux-system'
 
 
