@@ -5,5 +5,6 @@ docs/lab-kubernetes.md.
 """
 
 from .cluster import KubeCluster
+from .lab import LabKubernetes, install
 
-__all__ = ['KubeCluster']
+__all__ = ['KubeCluster', 'LabKubernetes', 'install']

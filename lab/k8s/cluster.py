@@ -36,6 +36,7 @@ class KubeCluster:
         self._seed()
         self.controllers = Controllers(self.store, timing=timing, clock=clock)
         self.server = None
+        self._flap = None
 
     def _seed(self):
         ns_type = self.registry.get('', 'v1', 'namespaces')
@@ -57,6 +58,8 @@ class KubeCluster:
         if self.server is None:
             self.server = ApiServer(self.store, self.ca_cert_pem, self.ca_key_pem, hosts, port, self.state_dir, self.request_log)
             await self.server.start()
+            if self._flap:
+                self.server.flapping = Flapping(*self._flap)
             self.controllers.start()
         else:
             for host in hosts:
@@ -110,6 +113,8 @@ class KubeCluster:
             self.controllers.faults.crashloop.clear()
         if name in (None, 'k8s-pending'):
             self.controllers.faults.pending.clear()
-        if name in (None, 'k8s-api-flap') and self.server is not None:
-            self.server.flapping = None
+        if name in (None, 'k8s-api-flap'):
+            self._flap = None
+            if self.server is not None:
+                self.server.flapping = None
         self.controllers.kick()

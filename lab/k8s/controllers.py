@@ -213,7 +213,8 @@ class NodeAgent:
                              'bootID': extra.get('boot_id', ''), 'kernelVersion': extra.get('kernel_version', '6.12.25-talos'),
                              'osImage': extra.get('os_image', 'Talos (v1.10.3)'),
                              'containerRuntimeVersion': extra.get('container_runtime', 'containerd://2.0.5'),
-                             'kubeletVersion': info['kubelet_version'], 'operatingSystem': 'linux', 'architecture': 'amd64'},
+                             'kubeletVersion': info['kubelet_version'], 'kubeProxyVersion': '', 'operatingSystem': 'linux',
+                             'architecture': 'amd64'},
             },
         }
         if old is None:

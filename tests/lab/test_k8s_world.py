@@ -1,0 +1,117 @@
+"""The Kubernetes API inside the World: no API before etcd is bootstrapped, then the kubeconfig
+from the Talos Kubeconfig RPC works unchanged; kubelets register their Nodes, NotReady until a
+Cilium agent is Ready; the k8s faults go through the lab's fault registry."""
+
+import os
+import socket
+
+import pytest
+from proxmoxer import ProxmoxAPI
+from proxmoxer.tools import Tasks
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client as talos_client, errors
+from lab.talos import testing
+from lab.testing import free_net, world_in_thread
+
+kubernetes = pytest.importorskip('kubernetes')
+from kubernetes import client as kube_client, config as kube_config  # noqa: E402  pylint: disable=wrong-import-position
+
+
+@pytest.fixture
+def running(tmp_path):
+    with world_in_thread(tmp_path / 'run', free_net(), extensions=('lab.talos', 'lab.k8s'), profile='instant') as world:
+        yield world
+
+
+def wait_until(probe, what, timeout=30):
+    result = _wait.wait_for(probe, timeout, interval=0.05)
+    assert result.ok, '%s: last seen %r' % (what, result.observation)
+    return result.observation
+
+
+def _ok(api, upid):
+    status = Tasks.blocking_status(api, upid, timeout=10, polling_interval=0.01)
+    assert status['exitstatus'] == 'OK', status
+
+
+def _vm(running, api, vmid, index):
+    net = running.world.net
+    address = net.static_host(index)
+    _ok(api, api.nodes('pve1').qemu.post(vmid=vmid, name='talos-%d' % vmid, net0='virtio,bridge=vmbr0', agent=1, scsi0='local-lvm:32',
+                                         ipconfig0='ip=%s/24,gw=%s' % (address, net.gateway)))
+    qemu = api.nodes('pve1').qemu(vmid)
+    _ok(api, qemu.status.start.post())
+    return qemu, address
+
+
+def _port_open(host, port):
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _maintenance(address):
+    def check():
+        try:
+            return True, talos_client.probe_maintenance(address, timeout=2)
+        except errors.TalosTransientError as exc:
+            return False, str(exc)
+    return check
+
+
+def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
+    world = running.world
+    api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
+    secrets = testing.ClusterSecrets()
+    endpoint_host = world.net.endpoint_host
+    endpoint = 'https://%s:6443' % endpoint_host
+    _, cp_address = _vm(running, api, 401, 3)
+    _, worker_address = _vm(running, api, 402, 4)
+    for address, kind in ((cp_address, 'controlplane'), (worker_address, 'worker')):
+        wait_until(_maintenance(address), 'maintenance mode on %s' % address)
+        with talos_client.TalosClient(address, insecure=True, timeout=5) as talos:
+            talos.apply_configuration(testing.render_config(secrets, kind, endpoint, hostname='cp-1' if kind == 'controlplane' else 'worker-1'))
+    credentials = talos_client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
+
+    def configured():
+        try:
+            with talos_client.TalosClient(cp_address, credentials=credentials, timeout=2) as talos:
+                return True, talos.service_list()
+        except (errors.TalosTransientError, errors.TalosTlsError) as exc:
+            return False, str(exc)
+    wait_until(configured, 'the control plane answering over mTLS')
+    assert not _port_open(endpoint_host, 6443), 'a Kubernetes API answers before etcd is bootstrapped'
+    with talos_client.TalosClient(cp_address, credentials=credentials, timeout=5) as talos:
+        talos.bootstrap()
+    wait_until(lambda: (_port_open(endpoint_host, 6443), 'closed'), 'the API on the endpoint after bootstrap')
+    with talos_client.TalosClient(cp_address, credentials=credentials, timeout=5) as talos:
+        kubeconfig_text = talos.kubeconfig()
+    path = tmp_path / 'kubeconfig'
+    path.write_bytes(kubeconfig_text if isinstance(kubeconfig_text, bytes) else kubeconfig_text.encode())
+    os.chmod(path, 0o600)
+    core = kube_client.CoreV1Api(kube_config.new_client_from_config(config_file=str(path)))
+
+    def nodes():
+        try:
+            found = {n.metadata.name: n for n in core.list_node().items}
+        except Exception as exc:  # pylint: disable=broad-except
+            return False, repr(exc)
+        return set(found) == {'cp-1', 'worker-1'}, sorted(found)
+    wait_until(nodes, 'both Nodes registered')
+    worker = core.read_node('worker-1')
+    ready = next(c for c in worker.status.conditions if c.type == 'Ready')
+    assert ready.status == 'False' and ready.reason == 'KubeletNotReady' and 'NetworkPluginNotReady' in ready.message
+    cp = core.read_node('cp-1')
+    assert {'key': 'node-role.kubernetes.io/control-plane', 'effect': 'NoSchedule'} in [
+        {'key': t.key, 'effect': t.effect} for t in cp.spec.taints]
+    assert [a.address for a in worker.status.addresses if a.type == 'InternalIP'] == [worker_address]
+    # the control plane's own address serves the API too
+    assert _port_open(cp_address, 6443)
+    # a lab fault through the World's registry
+    record = running.call(world.control({'op': 'fault', 'name': 'k8s-crashloop', 'target': 'worker-1', 'params': {}}))
+    assert record['target'] == 'worker-1'
+    status = running.call(world.status())
+    k8s = status['k8s']
+    cluster = next(iter(k8s.values()))
+    assert {n['name'] for n in cluster['nodes']} == {'cp-1', 'worker-1'}
