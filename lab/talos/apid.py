@@ -7,7 +7,8 @@ follows Talos v1.13:
 - maintenance mode: TLS without client certificates; every caller is os:reader;
 - configured mode: mTLS against the OS CA (machine.ca.crt + machine.acceptedCAs); the roles are
   the client certificate's Organization values; a client certificate whose ExtKeyUsage is not
-  exactly [clientAuth] is refused (apid's verifyExtKeyUsage: the connection is dropped);
+  exactly [clientAuth] is refused (apid's verifyExtKeyUsage): the connection is closed before
+  HTTP/2 starts, as close to Go's failed handshake as Python's ssl lets a server get;
 - the roles each RPC allows are machined's `rules` (facts part 1.1); anything else is
   PermissionDenied "not authorized". ApplyConfiguration also admits os:reader, but only in
   maintenance mode.
@@ -93,15 +94,30 @@ def install_tls_alerts():
 
 
 class _ConnectionTrackingServer(Server):
-    """grpclib's Server, remembering its connections so that they can be cut."""
+    """grpclib's Server, remembering its connections so that they can be cut.
 
-    def __init__(self, handlers):
+    With `check_peer` set, each new TLS connection is shown to check_peer(transport) before
+    HTTP/2 starts; a False answer closes it (apid's ExtKeyUsage check fails the handshake).
+    """
+
+    def __init__(self, handlers, check_peer=None):
         super().__init__(handlers)
         self.lab_protocols = []
+        self.check_peer = check_peer
 
     def _protocol_factory(self):
         protocol = super()._protocol_factory()
         self.lab_protocols = [p for p in self.lab_protocols if not _closed(p)] + [protocol]
+        if self.check_peer is not None:
+            check = self.check_peer
+            connection_made = protocol.connection_made
+
+            def checked_connection_made(transport):
+                if check(transport):
+                    connection_made(transport)
+                else:
+                    transport.close()
+            protocol.connection_made = checked_connection_made
         return protocol
 
 
@@ -126,7 +142,19 @@ class ApidServer(object):
         install_tls_alerts()
         self.node = node
         self.fleet = fleet
-        self._server = _ConnectionTrackingServer([MachineService(node, fleet), StorageService(node, fleet)])
+        self._server = _ConnectionTrackingServer([MachineService(node, fleet), StorageService(node, fleet)],
+                                                 check_peer=self._client_certificate_acceptable)
+
+    def _client_certificate_acceptable(self, transport):
+        """apid's verifyExtKeyUsage: a client certificate must have ExtKeyUsage exactly [clientAuth]."""
+        if self.node.phase == 'maintenance':
+            return True
+        ssl_object = transport.get_extra_info('ssl_object')
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if der is not None and pki.client_roles(der)[1]:
+            return True
+        self.fleet.record_request(self.node, '(TLS handshake)', 'BAD_CERTIFICATE', [])
+        return False
 
     async def start(self, host, port, ssl):
         await self._server.start(host, port, ssl=ssl, reuse_address=True)
@@ -189,17 +217,14 @@ class _Base(object):
         return mapping
 
     def _roles(self, stream):
-        """The caller's roles, or None when apid must drop the connection (bad client certificate)."""
+        """The caller's roles: os:reader for everyone in maintenance, else the certificate's Organizations."""
         if self.node.phase == 'maintenance':
             return {READER}
         ssl_object = _ssl_object(stream)
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         if der is None:
-            return None
-        roles, eku_ok = pki.client_roles(der)
-        if not eku_ok:
-            return None
-        return set(roles)
+            return set()
+        return set(pki.client_roles(der)[0])
 
     def _handler(self, method):
         name = method.name
@@ -208,10 +233,6 @@ class _Base(object):
         async def handle(stream):
             request = await stream.recv_message()
             roles = self._roles(stream)
-            if roles is None:
-                self.fleet.record_request(self.node, method.path, 'DROPPED', [])
-                stream.peer._transport.abort()
-                return
             code = 'OK'
             deferred = []
             try:

@@ -208,9 +208,11 @@ def kube_admin_certificate(k8s_ca_cert, k8s_ca_key):
     key = new_key_like(k8s_ca_key)
     cert = issue(k8s_ca_cert, k8s_ca_key, key, common_name='admin', organizations=['system:masters'],
                  client=True, valid=datetime.timedelta(days=365))
-    return cert_pem(cert), key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL
-                                             if not isinstance(key, ed25519.Ed25519PrivateKey)
-                                             else serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    # EC keys as `EC PRIVATE KEY` (what Talos writes for the Kubernetes PKI); Ed25519 only has PKCS#8.
+    key_format = serialization.PrivateFormat.PKCS8
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
+        key_format = serialization.PrivateFormat.TraditionalOpenSSL
+    return cert_pem(cert), key.private_bytes(serialization.Encoding.PEM, key_format, serialization.NoEncryption())
 
 
 def server_ssl_context(identity, client_cas_pem=None):

@@ -23,7 +23,9 @@ def _b64(data):
 
 
 def _token(rng=_secrets):
-    return '%s.%s' % (''.join(rng.choice(ALPHABET) for _ in range(6)), ''.join(rng.choice(ALPHABET) for _ in range(16)))
+    def chars(count):
+        return ''.join(rng.choice(ALPHABET) for dummy in range(count))
+    return '%s.%s' % (chars(6), chars(16))
 
 
 class ClusterSecrets(object):

@@ -93,6 +93,7 @@ _TLS_REASON_BY_OPENSSL = (
     ('CERTIFICATE_VERIFY_FAILED', 'server_certificate_untrusted'),
 )
 
+
 def missing_libraries():
     """[(package name, import traceback)] of the third-party libraries the client needs."""
     missing = []

@@ -156,9 +156,9 @@ def test_roles_and_ext_key_usage(lab, secrets):
     crt, key = secrets.admin_client(server_and_client=True)
     with client.TalosClient(node.address, credentials=client.TalosCredentials(secrets.os_crt_pem, crt, key),
                             timeout=5) as talos:
-        with pytest.raises(errors.TalosTransientError) as info:
+        with pytest.raises(errors.TalosTlsError) as info:
             talos.version()
-    assert node.address in str(info.value)
+    assert info.value.reason == 'client_certificate_rejected' and node.address in str(info.value)
 
 
 def test_admin_only_calls_are_refused_in_maintenance(lab):
@@ -512,3 +512,35 @@ def test_status_section(lab, secrets):
     assert entry['machine_type'] == 'controlplane' and entry['services']['apid'] == 'Running/healthy'
     assert any(request['node'] == node.name and request['method'] == '/machine.MachineService/ApplyConfiguration'
                for request in lab.fleet.requests)
+
+
+# ------------------------------------------------------------------ with the collection's own renderer
+
+
+def test_collection_rendered_configs_and_talosconfig_work_against_the_lab(lab):
+    """config.render_machine_config + talosconfig.render_talosconfig (the collection's own code)."""
+    from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import config as talos_config
+    from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import secrets as talos_secrets
+    from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import talosconfig
+
+    bundle = talos_secrets.generate_bundle()
+    cluster = {'name': 'rendered', 'endpoint': ENDPOINT}
+    cp = start_maintenance(lab, 'r-cp')
+    worker = start_maintenance(lab, 'r-worker')
+    for node, machine_type in ((cp, 'controlplane'), (worker, 'worker')):
+        text = talos_config.render_machine_config(bundle, machine_type, cluster, node={'ip': node.address, 'prefix': 24})
+        with client.TalosClient(node.address, insecure=True, timeout=5) as talos:
+            assert talos.apply_configuration(text)['mode'] == 'no-reboot'
+
+    ca_crt, dummy = bundle.ca('os')
+    crt, key, dummy = talosconfig.admin_credentials(bundle)
+    text = talosconfig.render_talosconfig('rendered', [cp.address], ca_crt, crt, key)
+    credentials = client.TalosCredentials.from_talosconfig(yaml.safe_load(text))
+    assert mtls_version(cp, credentials)['tag'] == 'v1.13.9'
+    assert mtls_version(worker, credentials)['tag'] == 'v1.13.9'
+    with client.TalosClient(cp.address, credentials=credentials, timeout=5) as talos:
+        talos.bootstrap()
+    wait_until(lambda: (services(cp, credentials)['etcd']['healthy'], 'etcd'), 'etcd healthy')
+    with client.TalosClient(cp.address, credentials=credentials, timeout=5) as talos:
+        kubeconfig = yaml.safe_load(talos.kubeconfig())
+    assert kubeconfig['current-context'] == 'admin@rendered'
