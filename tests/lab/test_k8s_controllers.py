@@ -1,0 +1,241 @@
+"""The simulated kubelets, scheduler and workload controllers (Part 2), through the Python client."""
+
+import json
+import time
+
+import pytest
+
+kubernetes = pytest.importorskip('kubernetes')
+from kubernetes import client, config  # noqa: E402  pylint: disable=wrong-import-position
+from kubernetes.client.rest import ApiException  # noqa: E402  pylint: disable=wrong-import-position
+
+from lab.k8s.controllers import CNI_MESSAGE  # noqa: E402  pylint: disable=wrong-import-position
+from lab.k8s.testing import ClusterThread, wait_until  # noqa: E402  pylint: disable=wrong-import-position
+
+CILIUM_DS = {
+    'metadata': {'name': 'cilium', 'labels': {'k8s-app': 'cilium'}},
+    'spec': {'selector': {'matchLabels': {'k8s-app': 'cilium'}}, 'template': {
+        'metadata': {'labels': {'k8s-app': 'cilium'}},
+        'spec': {'hostNetwork': True, 'tolerations': [{'operator': 'Exists'}],
+                 'containers': [{'name': 'cilium-agent', 'image': 'quay.io/cilium/cilium:v1.17.4'}]}}}}
+
+
+def operator_deployment(replicas=2):
+    labels = {'io.cilium/app': 'operator', 'name': 'cilium-operator'}
+    return {'metadata': {'name': 'cilium-operator'}, 'spec': {
+        'replicas': replicas, 'selector': {'matchLabels': labels}, 'template': {
+            'metadata': {'labels': labels},
+            'spec': {'tolerations': [{'operator': 'Exists'}], 'containers': [{'name': 'operator', 'image': 'cilium/operator:v1.17.4'}],
+                     'affinity': {'podAntiAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': [
+                         {'labelSelector': {'matchLabels': {'io.cilium/app': 'operator'}}, 'topologyKey': 'kubernetes.io/hostname'}]}}}}}}
+
+
+@pytest.fixture()
+def lab():
+    with ClusterThread() as api:
+        api.kube = config.new_client_from_config(config_file=api.kubeconfig)
+        api.core = client.CoreV1Api(api.kube)
+        api.apps = client.AppsV1Api(api.kube)
+        yield api
+
+
+def node_ready(lab, name):
+    node = lab.core.read_node(name)
+    return next(c for c in node.status.conditions if c.type == 'Ready')
+
+
+def pods(lab, namespace, selector):
+    return lab.core.list_namespaced_pod(namespace, label_selector=selector).items
+
+
+def test_node_not_ready_until_its_cilium_agent_is_ready(lab):
+    lab.call(lab.cluster.kubelet_started, 'cp-1', '127.0.0.1', control_plane=True)
+    lab.call(lab.cluster.kubelet_started, 'w-1', '127.0.0.2')
+    ready = node_ready(lab, 'w-1')
+    assert (ready.status, ready.reason, ready.message) == ('False', 'KubeletNotReady', CNI_MESSAGE)
+    taints = {(t.key, t.effect) for t in lab.core.read_node('w-1').spec.taints}
+    assert ('node.kubernetes.io/not-ready', 'NoSchedule') in taints
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+    wait_until(lambda: (node_ready(lab, 'w-1').status == 'True', node_ready(lab, 'w-1').message), what='w-1 Ready')
+    assert node_ready(lab, 'cp-1').reason == 'KubeletReady'
+    assert ('node.kubernetes.io/not-ready', 'NoSchedule') not in {(t.key, t.effect) for t in lab.core.read_node('w-1').spec.taints}
+    ds = lab.apps.read_namespaced_daemon_set('cilium', 'kube-system').status
+    assert (ds.desired_number_scheduled, ds.current_number_scheduled, ds.number_ready, ds.updated_number_scheduled,
+            ds.number_available, ds.observed_generation) == (2, 2, 2, 2, 2, 1)
+    agents = pods(lab, 'kube-system', 'k8s-app=cilium')
+    assert sorted(p.spec.node_name for p in agents) == ['cp-1', 'w-1']
+    assert all(p.status.pod_ip == p.status.host_ip for p in agents), 'hostNetwork pods use the node address'
+
+
+def test_daemonset_respects_taints_and_node_selector(lab):
+    lab.call(lab.cluster.kubelet_started, 'cp-1', '127.0.0.1', control_plane=True)
+    lab.call(lab.cluster.kubelet_started, 'w-1', '127.0.0.2', labels={'disk': 'ssd'})
+    lab.call(lab.cluster.kubelet_started, 'w-2', '127.0.0.3')
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+    plain = {'metadata': {'name': 'csi-node'}, 'spec': {'selector': {'matchLabels': {'app': 'csi'}}, 'template': {
+        'metadata': {'labels': {'app': 'csi'}}, 'spec': {'containers': [{'name': 'c', 'image': 'csi:1'}]}}}}
+    lab.apps.create_namespaced_daemon_set('default', plain)
+    selective = json.loads(json.dumps(plain))
+    selective['metadata']['name'] = 'ssd-only'
+    selective['spec']['selector']['matchLabels'] = selective['spec']['template']['metadata']['labels'] = {'app': 'ssd'}
+    selective['spec']['template']['spec']['nodeSelector'] = {'disk': 'ssd'}
+    lab.apps.create_namespaced_daemon_set('default', selective)
+
+    def placement(name, selector):
+        status = lab.apps.read_namespaced_daemon_set(name, 'default').status
+        return status.number_ready == status.desired_number_scheduled, sorted(p.spec.node_name for p in pods(lab, 'default', selector))
+    # the control plane keeps its NoSchedule taint: no csi pod there
+    assert wait_until(lambda: placement('csi-node', 'app=csi'), what='csi-node ready') == ['w-1', 'w-2']
+    assert wait_until(lambda: placement('ssd-only', 'app=ssd'), what='ssd-only ready') == ['w-1']
+
+
+def test_operator_second_replica_pending_until_second_node(lab):
+    lab.call(lab.cluster.kubelet_started, 'only', '127.0.0.1', control_plane=True, taints=[])
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+    lab.apps.create_namespaced_deployment('kube-system', operator_deployment(2))
+
+    def state():
+        items = pods(lab, 'kube-system', 'io.cilium/app=operator')
+        return sorted((p.status.phase, p.spec.node_name or '') for p in items), items
+    wait_until(lambda: (state()[0] == [('Pending', ''), ('Running', 'only')], state()[0]), what='one operator running, one pending')
+    pending = next(p for p in state()[1] if p.status.phase == 'Pending')
+    scheduled = next(c for c in pending.status.conditions if c.type == 'PodScheduled')
+    assert scheduled.status == 'False' and scheduled.reason == 'Unschedulable'
+    assert scheduled.message.startswith("0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules.")
+    status = lab.apps.read_namespaced_deployment('cilium-operator', 'kube-system').status
+    assert (status.replicas, status.ready_replicas, status.available_replicas, status.unavailable_replicas) == (2, 1, 1, 1)
+    available = next(c for c in status.conditions if c.type == 'Available')
+    assert (available.status, available.reason) == ('False', 'MinimumReplicasUnavailable')
+    lab.call(lab.cluster.kubelet_started, 'second', '127.0.0.2')
+
+    def rolled_out():
+        current = lab.apps.read_namespaced_deployment('cilium-operator', 'kube-system').status
+        return current.available_replicas == 2, (current.ready_replicas, current.available_replicas)
+    wait_until(rolled_out, what='both operator replicas available')
+    assert sorted(p.spec.node_name for p in state()[1]) == ['only', 'second']
+
+
+def test_deployment_status_fields_and_rollout(lab):
+    lab.call(lab.cluster.kubelet_started, 'w-1', '127.0.0.2')
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+    body = operator_deployment(1)
+    body['metadata']['name'] = 'web'
+    body['spec']['template']['spec'].pop('affinity')
+    lab.apps.create_namespaced_deployment('default', body)
+
+    def done():
+        deploy = lab.apps.read_namespaced_deployment('web', 'default')
+        status = deploy.status
+        return (status.observed_generation == deploy.metadata.generation and status.updated_replicas == deploy.spec.replicas
+                and status.available_replicas == deploy.spec.replicas), status
+    status = wait_until(done, what='web rolled out')
+    conditions = {c.type: (c.status, c.reason) for c in status.conditions}
+    assert conditions == {'Available': ('True', 'MinimumReplicasAvailable'), 'Progressing': ('True', 'NewReplicaSetAvailable')}
+    lab.apps.patch_namespaced_deployment('web', 'default', {'spec': {'replicas': 3, 'template': {'metadata': {'annotations': {'v': '2'}}}}})
+    status = wait_until(done, what='web rolled out again')
+    assert status.observed_generation == 2 and status.replicas == 3
+    sets = client.AppsV1Api(lab.kube).list_namespaced_replica_set('default').items
+    assert sorted(rs.spec.replicas for rs in sets) == [0, 3]
+
+
+def test_pods_become_ready_after_the_pod_ready_delay(lab):
+    lab.cluster.controllers.timing = {'pod_ready': 0.3}.get
+    lab.call(lab.cluster.kubelet_started, 'w-1', '127.0.0.2')
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+    started = time.monotonic()
+    wait_until(lambda: (node_ready(lab, 'w-1').status == 'True', node_ready(lab, 'w-1').reason), what='w-1 Ready')
+    assert time.monotonic() - started >= 0.3
+
+
+def test_crashloop_fault_on_one_node(lab):
+    lab.cluster.controllers.timing = {'crashloop_restart': 0.2}.get
+    for name, ip in (('w-1', '127.0.0.2'), ('w-2', '127.0.0.3')):
+        lab.call(lab.cluster.kubelet_started, name, ip)
+    lab.call(lab.cluster.fault_crashloop, 'kube-system/cilium', 'w-2')
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+
+    def agent_on(node):
+        return next(p for p in pods(lab, 'kube-system', 'k8s-app=cilium') if p.spec.node_name == node)
+
+    def looping():
+        status = agent_on('w-2').status.container_statuses[0]
+        waiting = status.state.waiting
+        return bool(waiting and waiting.reason == 'CrashLoopBackOff' and status.restart_count >= 2), (waiting, status.restart_count)
+    wait_until(looping, what='the w-2 agent crash-looping with restarts counting')
+    assert node_ready(lab, 'w-1').status == 'True' and node_ready(lab, 'w-2').status == 'False'
+    ds = lab.apps.read_namespaced_daemon_set('cilium', 'kube-system').status
+    assert (ds.desired_number_scheduled, ds.number_ready, ds.number_unavailable) == (2, 1, 1)
+    lab.call(lab.cluster.clear_faults, 'k8s-crashloop')
+    wait_until(lambda: (node_ready(lab, 'w-2').status == 'True', node_ready(lab, 'w-2').message), what='w-2 Ready after the fault')
+
+
+def test_pending_fault_keeps_deployment_pending(lab):
+    lab.call(lab.cluster.kubelet_started, 'w-1', '127.0.0.2')
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+    lab.call(lab.cluster.fault_pending, 'default/stuck')
+    body = operator_deployment(1)
+    body['metadata']['name'] = 'stuck'
+    lab.apps.create_namespaced_deployment('default', body)
+
+    def pending():
+        items = pods(lab, 'default', 'io.cilium/app=operator')
+        if not items or not items[0].status.conditions:
+            return False, items
+        condition = items[0].status.conditions[0]
+        return condition.reason == 'Unschedulable', condition.message
+    message = wait_until(pending, what='stuck pod Unschedulable')
+    assert message.startswith('0/1 nodes are available: 1 Insufficient cpu.')
+    lab.call(lab.cluster.clear_faults, 'k8s-pending')
+    wait_until(lambda: (lab.apps.read_namespaced_deployment('stuck', 'default').status.available_replicas == 1, None),
+               what='stuck available after the fault')
+
+
+def test_api_flap_answers_503_half_the_time(lab):
+    lab.call(lab.cluster.fault_api_flap, 0.4)
+    outcomes = set()
+
+    def probe():
+        try:
+            lab.core.list_namespace(_request_timeout=2)
+            outcomes.add('ok')
+        except ApiException as exc:
+            outcomes.add(exc.status)
+        return len(outcomes) == 2, sorted(map(str, outcomes))
+    wait_until(probe, 5, interval=0.05, what='both answers while flapping')
+    assert outcomes == {'ok', 503}
+    lab.call(lab.cluster.clear_faults, 'k8s-api-flap')
+    assert lab.core.list_namespace().items
+
+
+def test_kubelet_stopped_makes_node_unknown(lab):
+    lab.call(lab.cluster.kubelet_started, 'w-1', '127.0.0.2')
+    lab.call(lab.cluster.kubelet_stopped, 'w-1')
+    ready = node_ready(lab, 'w-1')
+    assert (ready.status, ready.reason) == ('Unknown', 'NodeStatusUnknown')
+
+
+def test_job_completes_and_statefulset_orders_pods(lab):
+    lab.call(lab.cluster.kubelet_started, 'w-1', '127.0.0.2')
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+    batch = client.BatchV1Api(lab.kube)
+    batch.create_namespaced_job('default', {'metadata': {'name': 'once'}, 'spec': {'template': {'spec': {
+        'restartPolicy': 'Never', 'containers': [{'name': 'c', 'image': 'busybox:1.36'}]}}}})
+
+    def complete():
+        job = batch.read_namespaced_job('once', 'default')
+        return any(c.type == 'Complete' and c.status == 'True' for c in job.status.conditions or ()), job.status
+    status = wait_until(complete, what='job complete')
+    assert status.succeeded == 1
+    with pytest.raises(ApiException) as exc:
+        batch.create_namespaced_job('default', {'metadata': {'name': 'bad'}, 'spec': {'template': {'spec': {
+            'containers': [{'name': 'c', 'image': 'busybox:1.36'}]}}}})
+    assert exc.value.status == 422 and 'restartPolicy' in exc.value.body
+    lab.apps.create_namespaced_stateful_set('default', {'metadata': {'name': 'db'}, 'spec': {
+        'serviceName': 'db', 'replicas': 3, 'selector': {'matchLabels': {'app': 'db'}},
+        'template': {'metadata': {'labels': {'app': 'db'}}, 'spec': {'containers': [{'name': 'c', 'image': 'postgres:17'}]}}}})
+
+    def sts_ready():
+        status = lab.apps.read_namespaced_stateful_set('db', 'default').status
+        return status.ready_replicas == 3, status
+    wait_until(sts_ready, what='statefulset ready')
+    assert sorted(p.metadata.name for p in pods(lab, 'default', 'app=db')) == ['db-0', 'db-1', 'db-2']
