@@ -91,7 +91,7 @@ options:
     type: path
   dest:
     description:
-      - Where to write the SealedSecret as YAML (mode V(0644): it holds no clear secrets). When not set, the
+      - Where to write the SealedSecret as YAML, mode V(0644) (it holds no clear secrets). When not set, the
         SealedSecret is only returned and C(changed) is V(false).
     type: path
 seealso:
