@@ -117,7 +117,7 @@ def options_from(args):
     options = LabOptions(net=args.net, run_dir=os.path.abspath(args.run_dir), control_planes=args.control_planes,
                          workers=args.workers, profile=args.profile, time_scale=args.time_scale,
                          pve_nodes=tuple(n.strip() for n in args.pve_nodes.split(',') if n.strip()),
-                         seed=args.seed, extensions=extensions)
+                         seed=args.seed, extensions=extensions, owner_pid=args.owner_pid)
     options.validate()
     return options
 
@@ -192,6 +192,8 @@ def detach(args, options, paths):
                '--extensions', ','.join(options.extensions) or 'none']
     if options.seed is not None:
         command += ['--seed', str(options.seed)]
+    if options.owner_pid is not None:
+        command += ['--owner-pid', str(options.owner_pid)]
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     with open(paths.log, 'w', encoding='utf-8') as log:
         process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,  # pylint: disable=consider-using-with
@@ -438,6 +440,8 @@ def build_parser():
     up.add_argument('--seed', type=int, default=None, help='seed for the random delays and faults')
     up.add_argument('--extensions', default=None,
                     help='simulations to load: comma-separated (talos, k8s) or "none" (default: all there are)')
+    up.add_argument('--owner-pid', type=int, default=None,
+                    help='stop the lab when this process ends (test sessions pass their own pid)')
     up.add_argument('--detach', action='store_true', help='run in the background; return once every listener answers')
     up.add_argument('--reuse', action='store_true',
                     help='if a healthy lab with the same net and node counts runs in the run dir, use it')

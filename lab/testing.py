@@ -178,7 +178,8 @@ def start_lab(run_dir, net=None, control_planes=3, workers=3, time_scale=0.0, pr
               extra_args=()):
     """Start a lab with `python -m lab up --detach` and return its Lab handle.
 
-    Without net, a free net is picked from the process id (tries a few when one is taken).
+    Without net, a free net is picked from the process id (tries a few when one is taken). The lab stops by
+    itself when this process ends, so a test session that dies leaves no lab behind.
     """
     nets = [net] if net else list(_candidate_nets(os.getpid(), START_ATTEMPTS * 4))
     failures = []
@@ -188,7 +189,7 @@ def start_lab(run_dir, net=None, control_planes=3, workers=3, time_scale=0.0, pr
         if not net and not _address_free(candidate + '.2', PVE_PORT):
             continue
         args = ['up', '--detach', '--net', candidate, '--run-dir', run_dir, '--control-planes', control_planes,
-                '--workers', workers, '--time-scale', time_scale, '--profile', profile]
+                '--workers', workers, '--time-scale', time_scale, '--profile', profile, '--owner-pid', os.getpid()]
         if seed is not None:
             args += ['--seed', seed]
         done = run_lab_command(*(args + list(extra_args)))

@@ -67,6 +67,7 @@ class LabOptions(object):
     pve_port: int = PVE_PORT
     seed: int = None
     extensions: tuple = EXTENSIONS
+    owner_pid: int = None  # stop when this process ends (a test session that started the lab)
     repo_inventory: bool = None  # None: write inventories/lab/hosts.yml when run_dir is the default
 
     def validate(self):
@@ -89,6 +90,8 @@ class LabOptions(object):
         for node in self.pve_nodes:
             if not node or not all(c.isalnum() or c == '-' for c in node):
                 raise ValueError('--pve-nodes: %r is not a valid node name (letters, digits, -)' % (node,))
+        if self.owner_pid is not None and (not isinstance(self.owner_pid, int) or self.owner_pid < 1):
+            raise ValueError('--owner-pid must be a process id, got %r' % (self.owner_pid,))
         if len(set(self.pve_nodes)) != len(self.pve_nodes):
             raise ValueError('--pve-nodes: names must be unique, got %s' % ', '.join(self.pve_nodes))
 
@@ -362,13 +365,35 @@ class World(object):
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self.loop.add_signal_handler(sig, self.request_stop)
+        owner = self._watch_owner()
         try:
             await self._stop_requested.wait()
         finally:
+            if owner is not None:
+                self.loop.remove_reader(owner)
+                os.close(owner)
             if handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     self.loop.remove_signal_handler(sig)
             await self.stop()
+
+    def _watch_owner(self):
+        """Stop when options.owner_pid ends: a pidfd becomes readable when its process exits."""
+        pid = self.options.owner_pid
+        if not pid:
+            return None
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            LOG.warning('owner process %d is gone already; stopping', pid)
+            self.request_stop()
+            return None
+
+        def owner_gone():
+            LOG.warning('owner process %d ended; stopping', pid)
+            self.request_stop()
+        self.loop.add_reader(fd, owner_gone)
+        return fd
 
     async def stop(self):
         """Stop everything this lab started and remove state.json and the control socket."""

@@ -3,6 +3,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -140,3 +142,17 @@ def test_down_and_up_over_a_stale_state_file(tmp_path):
     handle = start_lab(str(run), control_planes=1, workers=0)
     assert handle.pid != os.getpid()
     handle.stop()
+
+
+def test_lab_stops_when_its_owner_process_ends(tmp_path):
+    with subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], stdin=subprocess.PIPE) as owner:
+        done = run_lab_command('up', '--detach', '--run-dir', tmp_path / 'run', '--net', free_net(),
+                               '--control-planes', 1, '--workers', 0, '--owner-pid', owner.pid)
+        assert done.returncode == 0, done.stderr
+        handle = Lab(str(tmp_path / 'run'))
+        assert process_alive(handle.pid)
+        owner.stdin.close()
+        owner.wait(10)
+    handle.wait_until(lambda: nothing_left(handle, handle.pid), timeout=20, what='the lab stopping after its owner')
+    with open(handle.paths.log, encoding='utf-8') as log:
+        assert 'owner process %d ended; stopping' % owner.pid in log.read()
