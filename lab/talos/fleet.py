@@ -20,7 +20,9 @@ uses (no polling), the request log, and the Talos faults:
                                            with probability p (seeded), a PVE hard reset always
 
 Listeners added with `add_listener(obj)` get (if they define them) `on_etcd_bootstrapped(cluster_id, node)`,
-`on_kubelet_running(node)` and `on_node_shutdown(node)`; the Kubernetes simulation uses them.
+`on_kubelet_running(node)`, `on_kubelet_stopped(node)` (the node went down by a Talos reboot,
+reset, shutdown or the install reboot; VM power events come from the World itself) and
+`on_node_shutdown(node)`; the Kubernetes simulation uses them.
 """
 
 import asyncio

@@ -372,8 +372,12 @@ class TalosNode(object):
 
     async def _go_down(self, phase):
         """The OS stops serving: listener closed, services and tasks gone (except the caller)."""
+        kubelet = self.services.get('kubelet')
+        kubelet_was_running = kubelet is not None and kubelet.state == 'Running'
         await self._stop_api(graceful=True)
         await self._cancel_tasks()
+        if kubelet_was_running:
+            self.fleet.notify('on_kubelet_stopped', self)
         self._forget_process_state()
         self.phase = phase
         self.fleet.changed()

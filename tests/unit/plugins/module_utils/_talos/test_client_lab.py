@@ -544,3 +544,30 @@ def test_collection_rendered_configs_and_talosconfig_work_against_the_lab(lab):
     with client.TalosClient(cp.address, credentials=credentials, timeout=5) as talos:
         kubeconfig = yaml.safe_load(talos.kubeconfig())
     assert kubeconfig['current-context'] == 'admin@rendered'
+
+
+def test_fleet_listeners_hear_etcd_and_kubelet(lab, secrets):
+    heard = []
+
+    class Listener(object):
+        def on_etcd_bootstrapped(self, cluster_id, node):
+            heard.append(('etcd', cluster_id, node.name))
+
+        async def on_kubelet_running(self, node):
+            heard.append(('kubelet running', node.name))
+
+        def on_kubelet_stopped(self, node):
+            heard.append(('kubelet stopped', node.name))
+
+    lab.call(lab.fleet.add_listener, Listener())
+    node = configure(lab, 'c-listen', secrets)
+    credentials = credentials_for(secrets)
+    with client.TalosClient(node.address, credentials=credentials, timeout=5) as talos:
+        talos.bootstrap()
+    wait_until(lambda: (('kubelet running', node.name) in heard, list(heard)), 'kubelet running heard')
+    with client.TalosClient(node.address, credentials=credentials, timeout=5) as talos:
+        talos.reboot()
+    wait_until(lambda: (heard.count(('kubelet running', node.name)) == 2, list(heard)), 'kubelet running again')
+    mine = [entry for entry in heard if entry[-1] == node.name]
+    assert mine == [('etcd', secrets.cluster_id, node.name), ('kubelet running', node.name),
+                    ('kubelet stopped', node.name), ('kubelet running', node.name)]
