@@ -282,6 +282,9 @@ def ownership(repo):
     """(owners, warnings): node id -> ids of the Kustomizations whose spec.path applies it."""
     owners = {}
     warnings = []
+    nodes_by_file = {}
+    for other in repo.nodes.values():
+        nodes_by_file.setdefault(other['file'], []).append(other['id'])
     for node in repo.nodes.values():
         if node['kind'] != KUSTOMIZATION:
             continue
@@ -292,9 +295,9 @@ def ownership(repo):
                             % (node['id'], node['file'], path))
             continue
         for relpath in _files_under(repo, directory, set()):
-            for other in repo.nodes.values():
-                if other['file'] == relpath and other['id'] != node['id']:
-                    owners.setdefault(other['id'], []).append(node['id'])
+            for other in nodes_by_file.get(relpath, ()):
+                if other != node['id']:
+                    owners.setdefault(other, []).append(node['id'])
     return dict((key, sorted(value)) for key, value in owners.items()), warnings
 
 
