@@ -96,7 +96,6 @@ class TalosNode(object):
         self.boot_count = 0
         self.booted_at = None
         self.hostname_value = None
-        self.apply_in_progress = False
         self.reboot_pending = False
         self.bootstrap_requested = False
         self.kubelet_volume_stuck = False
@@ -210,7 +209,6 @@ class TalosNode(object):
                 cluster.bootstrapping = False  # the request died with the process: etcd never formed
         self.services = {}
         self.identity = None
-        self.apply_in_progress = False
         self.reboot_pending = False
         self.bootstrap_requested = False
         self.try_revert = None
@@ -410,9 +408,9 @@ class TalosNode(object):
         """ApplyConfiguration as Talos v1.13 handles it: (mode name, mode_details, warnings).
 
         defer(coroutine_function, name): what to run once the reply is out (install, reboot).
+        The lab handles one apply at a time, start to end, so Talos' "another apply configuration
+        is already in progress" cannot happen here.
         """
-        if self.apply_in_progress:
-            raise RpcError('FAILED_PRECONDITION', 'another apply configuration is already in progress')
         if self.reboot_pending:
             raise RpcError('FAILED_PRECONDITION', 'configuration was already applied and node is rebooting, '
                                                   'please wait for the reboot to complete')
@@ -441,29 +439,26 @@ class TalosNode(object):
                 details.split('\n', 1)[0], machineconfig.diff(old, new))
             return resolved, summary, []
 
-        self.apply_in_progress = True
-        try:
-            if maintenance:
-                self.disk.config, self.disk.config_bytes = new, bytes(data)
-                defer(self._install_and_reboot, 'install')
-            elif resolved == 'STAGED':
-                self.disk.staged = (new, bytes(data))
-            elif resolved == 'REBOOT':
-                self.disk.config, self.disk.config_bytes = new, bytes(data)
-                self.disk.staged = None
-                self.reboot_pending = True
-                defer(self._reboot, 'reboot-after-apply')
-            else:
-                previous = (self.disk.config, self.disk.config_bytes)
-                self.disk.config, self.disk.config_bytes = new, bytes(data)
-                self.disk.staged = None
-                if resolved == 'TRY':
-                    self.try_revert = self._spawn(self._revert_after(previous, try_timeout), 'try-revert')
-                elif self.try_revert is not None:
-                    self.try_revert.cancel()
-                    self.try_revert = None
-        finally:
-            self.apply_in_progress = False
+        if maintenance:
+            self.disk.config, self.disk.config_bytes = new, bytes(data)
+            self.reboot_pending = True
+            defer(self._install_and_reboot, 'install')
+        elif resolved == 'STAGED':
+            self.disk.staged = (new, bytes(data))
+        elif resolved == 'REBOOT':
+            self.disk.config, self.disk.config_bytes = new, bytes(data)
+            self.disk.staged = None
+            self.reboot_pending = True
+            defer(self._reboot, 'reboot-after-apply')
+        else:
+            previous = (self.disk.config, self.disk.config_bytes)
+            self.disk.config, self.disk.config_bytes = new, bytes(data)
+            self.disk.staged = None
+            if resolved == 'TRY':
+                self.try_revert = self._spawn(self._revert_after(previous, try_timeout), 'try-revert')
+            elif self.try_revert is not None:
+                self.try_revert.cancel()
+                self.try_revert = None
         self.fleet.changed()
         return resolved, details, warnings
 
