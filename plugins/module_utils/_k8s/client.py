@@ -12,6 +12,13 @@ serves every probe of a module run.
 Errors: connection refused/reset, timeouts, HTTP 429 and 5xx raise TransientApiError (a wait
 treats them as "not yet"); TLS verification failures, 401/403 and other 4xx raise ApiError
 (waiting does not fix them). 404 on a GET is "absent" (None), not an error.
+
+Waking early: the client remembers the resourceVersion of every collection a probe read.
+sleep_until_change(seconds) then watches those collections from those versions and returns as
+soon as one of them changes (or when the seconds are up), so a gate sees a change within a few
+milliseconds instead of at its next poll. Watching is an optimisation only: when a watch cannot
+be opened (old resourceVersion, connection refused, a server without watch) the call just
+waits the full interval, as a plain sleep would.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import os
+import threading
 import time
 import warnings
 from urllib.parse import quote, urlencode
@@ -185,6 +194,9 @@ class KubeClient(object):
         self.requests = 0
         self._pool = k8s_client.ApiClient(configuration).rest_client.pool_manager
         self._resources = dict(KNOWN_RESOURCES)
+        self._reads = {}  # (collection path, label selector, field selector) -> resourceVersion
+        self.min_pause = 0.02  # a wake-up never comes sooner than this after the sleep starts
+        self.wakeups = 0
 
     # --- transport ------------------------------------------------------------------------
 
@@ -266,6 +278,7 @@ class KubeClient(object):
         data = self.get_json(path, {'labelSelector': label_selector, 'fieldSelector': field_selector})
         if data is None:
             raise NotServed(api_version, kind)
+        self._remember(path, label_selector, field_selector, (data.get('metadata') or {}).get('resourceVersion'))
         items = data.get('items') or []
         for item in items:  # list items carry no kind; the predicates like to know it
             item.setdefault('kind', kind)
@@ -275,7 +288,79 @@ class KubeClient(object):
     def get(self, api_version, kind, name, namespace=None):
         """One object as a dict, or None when it does not exist."""
         plural, namespaced = self._plural(api_version, kind)
-        return self.get_json(api_path(api_version, plural, namespace if namespaced else None, name))
+        collection = api_path(api_version, plural, namespace if namespaced else None)
+        obj = self.get_json('%s/%s' % (collection, quote(name, safe='')))
+        if obj is not None:
+            self._remember(collection, None, 'metadata.name=%s' % name, (obj.get('metadata') or {}).get('resourceVersion'))
+        return obj
+
+    # --- waking on change --------------------------------------------------------------------
+
+    def _remember(self, path, label_selector, field_selector, resource_version):
+        if resource_version:
+            self._reads[(path, label_selector or None, field_selector or None)] = resource_version
+
+    def forget_reads(self):
+        """Start a new probe: only what it reads will be watched afterwards."""
+        self._reads = {}
+
+    def sleep_until_change(self, seconds, sleep=time.sleep):
+        """Wait up to `seconds`; return early when a collection the last probe read changes."""
+        targets = list(self._reads.items())
+        if not targets or seconds <= 0:
+            sleep(max(seconds, 0))
+            return False
+        changed = threading.Event()
+        responses = []
+        lock = threading.Lock()
+        started = self.clock()
+        for (path, label_selector, field_selector), version in targets:
+            thread = threading.Thread(target=self._watch_one, name='k8s-gate-watch',
+                                      args=(path, label_selector, field_selector, version, seconds, changed, responses, lock))
+            thread.daemon = True
+            thread.start()
+        woke = changed.wait(seconds)
+        if woke:
+            self.wakeups += 1
+            rest = self.min_pause - (self.clock() - started)
+            if rest > 0:
+                sleep(rest)
+        with lock:
+            for response in responses:
+                _abort(response)
+            del responses[:]
+        return woke
+
+    def _watch_one(self, path, label_selector, field_selector, version, seconds, changed, responses, lock):  # pylint: disable=too-many-arguments
+        """Stream one watch; set `changed` on the first real event (ADDED, MODIFIED, DELETED)."""
+        query = {'watch': '1', 'resourceVersion': version, 'timeoutSeconds': str(max(1, int(math.ceil(seconds)))),
+                 'labelSelector': label_selector, 'fieldSelector': field_selector}
+        url = self.host + path + '?' + urlencode([(k, v) for k, v in query.items() if v])
+        response = None
+        try:
+            response = self._pool.request('GET', url, headers=self._headers(), retries=False, preload_content=False,
+                                          timeout=urllib3.Timeout(connect=min(self.timeout, seconds + 1), read=seconds + 1))
+            with lock:
+                if changed.is_set():
+                    _abort(response)
+                    return
+                responses.append(response)
+            if response.status != 200:
+                return
+            pending = b''
+            for chunk in response.stream(amt=None, decode_content=True):
+                pending += chunk
+                while b'\n' in pending:
+                    line, pending = pending.split(b'\n', 1)
+                    if _is_change(line):
+                        changed.set()
+                        return
+        except Exception:  # pylint: disable=broad-exception-caught
+            # A watch is only a hint: any failure means "no early wake-up", never an error.
+            return
+        finally:
+            if response is not None:
+                response.release_conn()
 
     def readyz(self, verbose=False):
         """(HTTP status, body text) of /readyz; a 500 is an answer here, not an error."""
@@ -308,3 +393,24 @@ def _short(exc):
     reason = getattr(exc, 'reason', None)
     text = str(reason or exc)
     return text if len(text) < 300 else text[:297] + '...'
+
+
+def _is_change(line):
+    """A watch line reporting a change (not a BOOKMARK, not an ERROR such as 410 Gone)."""
+    try:
+        event = json.loads(line.decode('utf-8'))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(event, dict) and event.get('type') in ('ADDED', 'MODIFIED', 'DELETED')
+
+
+def _abort(response):
+    """Unblock a thread reading a streaming response (urllib3 >= 2.3 has shutdown())."""
+    shutdown = getattr(response, 'shutdown', None)
+    try:
+        if shutdown is not None:
+            shutdown()
+        else:
+            response.close()
+    except Exception:  # pylint: disable=broad-exception-caught
+        pass

@@ -313,12 +313,20 @@ class GateRun(object):
         return text
 
 
-def run(gate, client, timeout, interval, on_progress=None, clock=time.monotonic, sleep=time.sleep):
-    """Probe the gate until it passes, fails for good (e.g. Stalled) or the timeout passes."""
+def run(gate, client, timeout, interval, on_progress=None, clock=time.monotonic, sleep=None):
+    """Probe the gate until it passes, fails for good (e.g. Stalled) or the timeout passes.
+
+    Between probes it sleeps with client.sleep_until_change when the client has it (a watch on
+    what the probe read wakes it as soon as something changes), else with time.sleep.
+    """
     seen = {}
     client.deadline = _wait.Deadline(timeout, clock)
+    if sleep is None:
+        sleep = getattr(client, 'sleep_until_change', time.sleep)
 
     def probe():
+        if hasattr(client, 'forget_reads'):
+            client.forget_reads()
         verdict = gate.observe(client)
         seen['verdict'] = verdict
         return verdict.ok or verdict.failed, verdict

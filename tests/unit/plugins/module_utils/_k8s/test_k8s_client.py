@@ -23,19 +23,50 @@ TOKEN = 'kube-token-0123456789abcdef'
 
 
 class CannedApi(object):
-    """Answers by path (without query); records what it was asked."""
+    """Answers by path (without query); records what it was asked.
+
+    A request with watch=1 gets a chunked stream: the lines put in `watch_lines` are sent once
+    `watch_go` is set, then the stream ends when its timeoutSeconds pass (as a real server does).
+    """
 
     def __init__(self):
         self.routes = {}
         self.seen = []
+        self.watch_lines = []
+        self.watch_go = threading.Event()
 
     def handler(self):
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = 'HTTP/1.1'
+
+            def _chunk(self, data):
+                self.wfile.write(b'%x\r\n%s\r\n' % (len(data), data))
+                self.wfile.flush()
+
+            def _watch(self, query):
+                self.send_response(200)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Transfer-Encoding', 'chunked')
+                self.end_headers()
+                self.wfile.flush()
+                timeout = float(dict(part.split('=', 1) for part in query.split('&')).get('timeoutSeconds', '5'))
+                try:
+                    if api.watch_go.wait(timeout):
+                        for line in api.watch_lines:
+                            self._chunk(line.encode() + b'\n')
+                        api.watch_go.wait(timeout)
+                    self._chunk(b'')
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
             def do_GET(self):  # noqa: N802 (http.server naming)
                 path, query = (self.path.split('?', 1) + [''])[:2]
                 api.seen.append({'path': path, 'query': query, 'authorization': self.headers.get('Authorization')})
+                if 'watch=1' in query.split('&'):
+                    self._watch(query)
+                    return
                 status, body = api.routes.get(path, (404, {'kind': 'Status', 'message': 'not found'}))
                 data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
                 self.send_response(status)
@@ -138,6 +169,83 @@ def test_connection_refused_is_transient():
     with pytest.raises(_errors.TransientApiError) as caught:
         client.list('v1', 'Node')
     assert 'unreachable' in str(caught.value)
+
+
+# --- waking on change ------------------------------------------------------------------------
+
+def _watch_threads():
+    return [t for t in threading.enumerate() if t.name == 'k8s-gate-watch' and t.is_alive()]
+
+
+def _no_watch_threads_left():
+    for thread in _watch_threads():
+        thread.join(5)
+    return not _watch_threads()
+
+
+def test_a_change_wakes_the_sleep_early(api):
+    api.routes['/api/v1/nodes'] = (200, {'kind': 'NodeList', 'metadata': {'resourceVersion': '41'}, 'items': []})
+    api.routes['/apis/apps/v1/namespaces/kube-system/daemonsets/cilium'] = (
+        200, {'metadata': {'name': 'cilium', 'resourceVersion': '40'}})
+    client = _client(api)
+    client.list('v1', 'Node', label_selector='a=b')
+    client.get('apps/v1', 'DaemonSet', 'cilium', 'kube-system')
+    api.watch_lines = ['{"type":"MODIFIED","object":{"metadata":{"name":"w-2","resourceVersion":"42"}}}']
+    threading.Timer(0.1, api.watch_go.set).start()
+    assert client.sleep_until_change(5.0) is True
+    assert client.wakeups == 1
+    watches = sorted(seen['query'] for seen in api.seen if 'watch=1' in seen['query'])
+    assert len(watches) == 2
+    assert 'resourceVersion=41' in watches[1] and 'labelSelector=a%3Db' in watches[1]
+    assert 'resourceVersion=40' in watches[0] and 'fieldSelector=metadata.name%3Dcilium' in watches[0]
+    assert _no_watch_threads_left()
+
+
+def test_without_a_change_the_sleep_lasts_its_time(api):
+    api.routes['/api/v1/nodes'] = (200, {'kind': 'NodeList', 'metadata': {'resourceVersion': '7'}, 'items': []})
+    client = _client(api)
+    client.list('v1', 'Node')
+    slept = []
+    assert client.sleep_until_change(0.3, sleep=slept.append) is False
+    assert client.wakeups == 0 and slept == []  # the watch itself did the waiting
+    assert _no_watch_threads_left()
+
+
+@pytest.mark.parametrize('line', [
+    '{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}}',
+    '{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}',
+    'not json',
+])
+def test_errors_and_bookmarks_do_not_wake(api, line):
+    api.routes['/api/v1/nodes'] = (200, {'kind': 'NodeList', 'metadata': {'resourceVersion': '7'}, 'items': []})
+    client = _client(api)
+    client.list('v1', 'Node')
+    api.watch_lines = [line]
+    api.watch_go.set()
+    assert client.sleep_until_change(0.3) is False
+    assert _no_watch_threads_left()
+
+
+def test_nothing_read_means_a_plain_sleep(api):
+    client = _client(api)
+    slept = []
+    assert client.sleep_until_change(1.5, sleep=slept.append) is False
+    assert slept == [1.5]
+    client.forget_reads()
+    api.routes['/api/v1/nodes'] = (200, {'kind': 'NodeList', 'metadata': {'resourceVersion': '7'}, 'items': []})
+    client.list('v1', 'Node')
+    client.forget_reads()
+    assert client.sleep_until_change(0.5, sleep=slept.append) is False and slept == [1.5, 0.5]
+
+
+def test_a_refused_watch_does_not_wake_or_raise():
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    client = k8s_client.build_client({'kubeconfig_content': _kubeconfig('http://127.0.0.1:%d' % port)})
+    client._remember('/api/v1/nodes', None, None, '5')  # pylint: disable=protected-access
+    assert client.sleep_until_change(0.2) is False
 
 
 def test_readyz_returns_500_as_an_answer(api):
