@@ -22,6 +22,7 @@ Every failure is a ConfigError; the node answers it with InvalidArgument.
 import copy
 import difflib
 import hashlib
+import gzip
 import json
 import os
 import re
@@ -31,7 +32,7 @@ import jsonschema
 import yaml
 
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'schemas')
-SCHEMA_FILE = 'talos-config-v1.13.9.schema.json'
+SCHEMA_FILE = 'talos-config-v1.13.9.schema.json.gz'
 
 # Accepted by Talos although its JSON schema leaves them out (docgen:nodoc).
 NODOC_PATHS = (
@@ -99,7 +100,7 @@ class _Schema(object):
     """The Talos JSON schema, its definitions by document kind, and a resolver for walking it."""
 
     def __init__(self, path):
-        with open(path, 'r', encoding='utf-8') as handle:
+        with gzip.open(path, 'rt', encoding='utf-8') as handle:
             self.schema = json.load(handle)
         self.defs = self.schema['$defs']
         self.by_kind = {}

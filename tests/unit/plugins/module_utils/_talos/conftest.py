@@ -4,6 +4,7 @@ Bundles are generated once per session (an RSA 4096 key takes about a second). T
 schemas are the data files Talos publishes, kept in lab/talos/schemas/; reading them does not
 need a running lab.
 """
+import gzip
 import json
 import os
 
@@ -14,7 +15,7 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import se
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, '..', '..', '..', '..', '..'))
 SCHEMA_DIR = os.path.join(ROOT, 'lab', 'talos', 'schemas')
-SCHEMA_FILES = {'1.12': 'talos-config-v1.12.11.schema.json', '1.13': 'talos-config-v1.13.9.schema.json'}
+SCHEMA_FILES = {'1.12': 'talos-config-v1.12.11.schema.json.gz', '1.13': 'talos-config-v1.13.9.schema.json.gz'}
 
 
 def fixture_path(name):
@@ -43,6 +44,6 @@ def talosctl_bundle_text():
 def schemas():
     out = {}
     for contract, name in SCHEMA_FILES.items():
-        with open(os.path.join(SCHEMA_DIR, name)) as handle:
+        with gzip.open(os.path.join(SCHEMA_DIR, name), 'rt', encoding='utf-8') as handle:
             out[contract] = json.load(handle)
     return out
