@@ -6,7 +6,7 @@ path), checks each document, then runs the v1alpha1 validation rules. The lab do
 1. YAML -> documents. Loaded the way Go's yaml.v3 reads it (YAML 1.2 booleans only: `off` stays
    the string "off"; duplicate keys are an error).
 2. Each document is matched to its schema definition in
-   lab/talos/schemas/talos-config-v1.13.9.schema.json: the legacy v1alpha1 document (no
+   lab/talos/schemas/talos-config-v1.13.9.schema.json.gz: the legacy v1alpha1 document (no
    apiVersion/kind, `version: v1alpha1`) to `v1alpha1.Config`, others by apiVersion + kind.
    Keys the schema does not know -> "unknown keys found during decoding:" followed by the key
    path as YAML, as Talos prints it. Fields Talos accepts but leaves out of its schema
