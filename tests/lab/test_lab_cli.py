@@ -36,7 +36,8 @@ def test_up_detach_then_down_leaves_nothing_running(tmp_path):
     handle = start_lab(str(tmp_path / 'run'), control_planes=1, workers=2)
     pid = handle.pid
     assert process_alive(pid)
-    hosts = yaml.safe_load(open(handle.inventory, encoding='utf-8'))
+    with open(handle.inventory, encoding='utf-8') as text:
+        hosts = yaml.safe_load(text)
     assert sorted(hosts['cluster']['children']['worker']['hosts']) == ['lab-w-1', 'lab-w-2']
     assert oct(os.stat(handle.paths.token).st_mode & 0o777) == '0o600'
     assert oct(os.stat(os.path.join(handle.run_dir, 'pve.key')).st_mode & 0o777) == '0o600'
