@@ -174,19 +174,19 @@ class LoopThread(object):
 
 
 class FleetHarness(object):
-    """A TalosFleet with instant timing on a LoopThread, for synchronous tests.
+    """A TalosFleet on a LoopThread, for synchronous tests (instant timing unless profile/scale say).
 
     Nodes get addresses net.11, net.12, ... in the order they are started.
     """
 
-    def __init__(self, net=None, seed=1):
+    def __init__(self, net=None, seed=1, profile='instant', scale=0.0):
         from lab.faults import FaultRegistry  # pylint: disable=import-outside-toplevel
         from lab.timing import Timing  # pylint: disable=import-outside-toplevel
         from lab.talos.fleet import TalosFleet  # pylint: disable=import-outside-toplevel
         self.net = net or session_net()
         self.loop = LoopThread()
         self.faults = FaultRegistry()
-        self.timing = Timing(profile='instant', scale=0.0, seed=seed)
+        self.timing = Timing(profile=profile, scale=scale, seed=seed)
 
         async def make():
             return TalosFleet(self.timing, faults=self.faults, seed=seed)
