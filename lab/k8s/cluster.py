@@ -48,7 +48,7 @@ class KubeCluster:
                                               'preemptionPolicy': 'PreemptLowerPriority'}, 'kube-apiserver')
         svc_type = self.registry.get('', 'v1', 'services')
         self.store.create(svc_type, 'default', {'metadata': {'name': 'kubernetes', 'labels': {'component': 'apiserver',
-                                                                                                'provider': 'kubernetes'}},
+                                                                                              'provider': 'kubernetes'}},
                                                 'spec': {'ports': [{'name': 'https', 'port': 443, 'targetPort': 6443}]}}, 'kube-apiserver')
 
     # --- API endpoints ------------------------------------------------------------------------
@@ -92,13 +92,13 @@ class KubeCluster:
 
     def fault_crashloop(self, workload, node):
         """k8s-crashloop NAMESPACE/DAEMONSET NODE."""
-        namespace, _, name = workload.partition('/')
+        namespace, dummy, name = workload.partition('/')
         self.controllers.faults.crashloop[(namespace, name, node)] = True
         self.controllers.kick()
 
     def fault_pending(self, workload):
         """k8s-pending NAMESPACE/DEPLOYMENT."""
-        namespace, _, name = workload.partition('/')
+        namespace, dummy, name = workload.partition('/')
         self.controllers.faults.pending.add((namespace, name))
         self.controllers.kick()
 

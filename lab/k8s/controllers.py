@@ -558,7 +558,7 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
         spec = pod.get('spec') or {}
         labels = node['metadata'].get('labels') or {}
         if node['spec'].get('unschedulable') and not tolerates(spec.get('tolerations'), {'key': 'node.kubernetes.io/unschedulable',
-                                                                                           'effect': 'NoSchedule'}):
+                                                                                         'effect': 'NoSchedule'}):
             return "node(s) were unschedulable"
         for key, value in (spec.get('nodeSelector') or {}).items():
             if labels.get(key) != value:
@@ -582,7 +582,7 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
                 if (other_node['metadata'].get('labels') or {}).get(topology) != domain:
                     continue
                 if other['metadata']['namespace'] in namespaces and match_label_selector(term.get('labelSelector') or {},
-                                                                                          other['metadata'].get('labels')):
+                                                                                         other['metadata'].get('labels')):
                     return "node(s) didn't match pod anti-affinity rules"
         return ''
 
@@ -735,7 +735,7 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
             self._delete('apps', 'replicasets', rs)
         all_pods = []
         for rs in owned + ([current] if current not in owned else []):
-            all_pods += [p for p in self._pods_owned_by(namespace, rs['metadata']['uid'])]
+            all_pods += self._pods_owned_by(namespace, rs['metadata']['uid'])
         updated = [p for p in all_pods if (p['metadata'].get('labels') or {}).get('pod-template-hash') == revision]
         ready = [p for p in all_pods if _pod_ready(p)]
         status = {'observedGeneration': deploy['metadata'].get('generation', 1), 'replicas': len(all_pods), 'updatedReplicas': len(updated),
@@ -777,7 +777,7 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
         replicas = rs['spec'].get('replicas', 1)
         template = rs['spec'].get('template') or {}
         if len(pods) < replicas:
-            for _ in range(replicas - len(pods)):
+            for dummy in range(replicas - len(pods)):
                 self._new_pod(rs, 'ReplicaSet', template, '%s-%s' % (name, _suffix()), {})
         elif len(pods) > replicas:
             ranked = sorted(pods, key=lambda p: (_pod_ready(p), bool(p['spec'].get('nodeName')), p['metadata'].get('creationTimestamp', '')))
@@ -878,12 +878,14 @@ def _scaled(value, total, round_up):
         return 0
 
 
+_TIME_FIELDS = frozenset(('lastHeartbeatTime', 'lastTransitionTime', 'lastUpdateTime', 'lastProbeTime', 'startTime', 'completionTime',
+                          'startedAt', 'finishedAt'))
+
+
 def _strip_times(value):
     """Status without timestamps, to decide whether anything really changed."""
     if isinstance(value, dict):
-        return {k: _strip_times(v) for k, v in value.items() if k not in ('lastHeartbeatTime', 'lastTransitionTime', 'lastUpdateTime',
-                                                                            'lastProbeTime', 'startTime', 'completionTime', 'startedAt',
-                                                                            'finishedAt')}
+        return {k: _strip_times(v) for k, v in value.items() if k not in _TIME_FIELDS}
     if isinstance(value, list):
         return [_strip_times(v) for v in value]
     return value

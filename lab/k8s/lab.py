@@ -154,7 +154,7 @@ class LabKubernetes:
     def _apply_faults(self, cluster):
         cluster.controllers.faults.crashloop.clear()
         for node, workload in self.crashloop.items():
-            namespace, _, name = workload.partition('/')
+            namespace, dummy, name = workload.partition('/')
             cluster.controllers.faults.crashloop[(namespace, name, node)] = True
         cluster.controllers.faults.pending.clear()
         cluster.controllers.faults.pending.update(self.pending)
@@ -182,7 +182,7 @@ class LabKubernetes:
 
     def fault_pending(self, target):
         from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
-        namespace, _, name = (target or '').partition('/')
+        namespace, dummy, name = (target or '').partition('/')
         if not namespace or not name:
             raise FaultError('fault k8s-pending: target must be NAMESPACE/DEPLOYMENT, got %r' % target)
         self.pending.add((namespace, name))
@@ -190,7 +190,7 @@ class LabKubernetes:
         return 'pods of deployment %s stay Pending' % target
 
     def clear_pending(self, target):
-        namespace, _, name = (target or '').partition('/')
+        namespace, dummy, name = (target or '').partition('/')
         self.pending.discard((namespace, name))
         self._all()
 

@@ -49,7 +49,7 @@ def _op(rtype, action, verb, ref, params, kind=None):
         'x-kubernetes-group-version-kind': _gvk(rtype, kind),
         'parameters': list(params),
         'consumes': ['*/*'] if action != 'patch' else ['application/json-patch+json', 'application/merge-patch+json',
-                                                          'application/strategic-merge-patch+json', 'application/apply-patch+yaml'],
+                                                       'application/strategic-merge-patch+json', 'application/apply-patch+yaml'],
         'produces': ['application/json', 'application/yaml'],
         'responses': {'200': {'description': 'OK', 'schema': {'$ref': schema.REF_PREFIX + ref}}, '401': {'description': 'Unauthorized'}},
         'tags': [rtype.group or 'core_v1'],
@@ -179,7 +179,7 @@ class OpenAPI:
     def v3_index(self):
         paths = {}
         for gv_path in sorted(self._group_versions()):
-            _, digest = self.v3_doc(gv_path)
+            digest = self.v3_doc(gv_path)[1]
             paths[gv_path] = {'serverRelativeURL': '/openapi/v3/%s?hash=%s' % (gv_path, digest)}
         return {'paths': paths}
 

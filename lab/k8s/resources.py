@@ -156,7 +156,7 @@ class Registry:
         return any(r.group == group and r.version == version for r in self._by_gvr.values())
 
     def find_kind(self, api_version, kind):
-        group, _, version = api_version.rpartition('/')
+        group, dummy, version = api_version.rpartition('/')
         for rtype in self._by_gvr.values():
             if rtype.group == group and rtype.version == version and rtype.kind == kind:
                 return rtype
@@ -184,7 +184,7 @@ class Registry:
             if not version.get('served', True):
                 continue
             version_schema = ((version.get('schema') or {}).get('openAPIV3Schema')) or {'type': 'object',
-                                                                                          'x-kubernetes-preserve-unknown-fields': True}
+                                                                                        'x-kubernetes-preserve-unknown-fields': True}
             subresources = version.get('subresources') or {}
             subs = tuple(s for s in ('status', 'scale') if s in subresources)
             new_types.append(ResourceType(

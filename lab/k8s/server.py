@@ -47,14 +47,14 @@ def _accepts(request):
             continue
         params = {}
         for piece in pieces[1:]:
-            key, _, value = piece.partition('=')
+            key, dummy, value = piece.partition('=')
             params[key.strip()] = value.strip()
         out.append((pieces[0].lower(), params))
     return out
 
 
 def _wants(request, as_kind):
-    return any(params.get('as') == as_kind and params.get('g') == 'meta.k8s.io' for _, params in _accepts(request))
+    return any(params.get('as') == as_kind and params.get('g') == 'meta.k8s.io' for dummy, params in _accepts(request))
 
 
 def _json_response(body, status=200, headers=None, content_type='application/json'):
@@ -186,7 +186,7 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
             if user is None and not any(path == p or path.startswith(p + '/') for p in PUBLIC_PATHS):
                 raise ApiError(401, 'Unauthorized', 'Unauthorized')
             if user is not None and 'system:masters' not in groups and not any(path == p or path.startswith(p + '/')
-                                                                                  for p in PUBLIC_PATHS):
+                                                                               for p in PUBLIC_PATHS):
                 raise ApiError(403, 'Forbidden', 'forbidden: User "%s" cannot %s path "%s"' % (user, request.method.lower(), path))
             response = await self._route(request, path)
         except ApiError as exc:
@@ -262,7 +262,7 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
     def _openapi(self, request, parts):
         if parts == ['v2']:
             accepts = _accepts(request)
-            if accepts and not any(mime in ('application/json', '*/*', 'application/*') for mime, _ in accepts):
+            if accepts and not any(mime in ('application/json', '*/*', 'application/*') for mime, dummy in accepts):
                 raise ApiError(406, 'NotAcceptable', 'only application/json is served for /openapi/v2')
             return _json_response(self.openapi.v2())
         if parts == ['v3']:
@@ -331,7 +331,7 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
     @staticmethod
     def _wants_aggregated(request):
         return any(p.get('as') == 'APIGroupDiscoveryList' and p.get('v') == 'v2' and p.get('g') == 'apidiscovery.k8s.io'
-                   for _, p in _accepts(request))
+                   for dummy, p in _accepts(request))
 
     def _discovery_core(self, request):
         if self._wants_aggregated(request):
@@ -496,7 +496,7 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
         obj = self._versioned(rtype, obj)
         if _wants(request, 'Table'):
             return _json_response(tables.table(rtype, [obj], obj['metadata'].get('resourceVersion', ''), request.query.get('includeObject',
-                                                                                                                          'Metadata')),
+                                                                                                                           'Metadata')),
                                   status, headers)
         if _wants(request, 'PartialObjectMetadata'):
             return _json_response({'kind': 'PartialObjectMetadata', 'apiVersion': 'meta.k8s.io/v1', 'metadata': obj['metadata']}, status,
@@ -635,7 +635,7 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
                 if initial_end:
                     meta['annotations'] = {'k8s.io/initial-events-end': 'true'}
                 await response.write(json.dumps({'type': 'BOOKMARK', 'object': {'kind': rtype.kind, 'apiVersion': rtype.api_version,
-                                                                              'metadata': meta}}).encode() + b'\n')
+                                                                                'metadata': meta}}).encode() + b'\n')
 
             try:
                 if backlog is None:

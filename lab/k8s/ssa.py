@@ -255,8 +255,6 @@ def _entry(managers, manager, operation, api_version, subresource):
     for item in managers:
         entry = item[0]
         if entry.get('manager') == manager and entry.get('operation') == operation and entry.get('subresource', '') == (subresource or ''):
-            entry['time'] = now()
-            entry['apiVersion'] = api_version
             return item
     entry = {'manager': manager, 'operation': operation, 'apiVersion': api_version, 'time': now()}
     if subresource:
@@ -294,8 +292,8 @@ def apply(live, applied, manager, force, api_version, schema, defs, subresource=
         for path in item[1] & new_set:
             if path[-1][:2] in ('k:', 'v:'):
                 continue
-            _, live_value = _lookup(base, path)
-            _, want = _lookup(applied, path)
+            live_value = _lookup(base, path)[1]
+            want = _lookup(applied, path)[1]
             if live_value != want:
                 conflicts.append((item[0], path))
     if conflicts and not force:
@@ -304,7 +302,7 @@ def apply(live, applied, manager, force, api_version, schema, defs, subresource=
             for entry, path in sorted(conflicts, key=lambda c: (c[0].get('manager', ''), c[1]))]
         lines = ['%s: %s' % (c['message'], c['field']) for c in causes]
         message = 'Apply failed with %d conflict%s: %s' % (len(causes), '' if len(causes) == 1 else 's',
-                                                            lines[0] if len(lines) == 1 else '\n' + '\n'.join(lines))
+                                                           lines[0] if len(lines) == 1 else '\n' + '\n'.join(lines))
         raise ApiError(409, 'Conflict', message, {'causes': causes})
     for entry, path in conflicts:
         for item in managers:
@@ -314,7 +312,7 @@ def apply(live, applied, manager, force, api_version, schema, defs, subresource=
                    else {'status': applied.get('status') or {}}, schema, defs)
     if section == 'main':
         merged['metadata'] = merge(base.get('metadata') or {}, {k: v for k, v in (applied.get('metadata') or {}).items()
-                                                                 if k not in IGNORED_METADATA}, _child(schema, 'metadata', defs), defs)
+                                                                if k not in IGNORED_METADATA}, _child(schema, 'metadata', defs), defs)
     previous = mine[1]
     others = set()
     for item in managers:
@@ -323,9 +321,18 @@ def apply(live, applied, manager, force, api_version, schema, defs, subresource=
     for path in sorted(previous - new_set, key=len, reverse=True):
         if path not in others and not any(o[:len(path)] == path for o in others):
             _remove(merged, path)
+    content_changed = _without_managed(merged) != _without_managed(base)
+    if content_changed or previous != new_set or 'time' not in mine[0]:
+        mine[0]['time'] = now()
+        mine[0]['apiVersion'] = api_version
     mine[1] = new_set
     write_managers(merged, [m for m in managers if m[1]])
     return merged
+
+
+def _without_managed(obj):
+    meta = {k: v for k, v in (obj.get('metadata') or {}).items() if k != 'managedFields'}
+    return dict(obj, metadata=meta)
 
 
 def record_update(old, new, manager, api_version, schema, defs, subresource=''):
@@ -336,7 +343,7 @@ def record_update(old, new, manager, api_version, schema, defs, subresource=''):
     changed = set()
     for path in new_set:
         present, value = _lookup(old, path) if old else (False, None)
-        _, new_value = _lookup(new, path)
+        new_value = _lookup(new, path)[1]
         if not present or value != new_value:
             changed.add(path)
     old_set = fieldset(old, schema, defs, section) if old else set()
@@ -346,6 +353,8 @@ def record_update(old, new, manager, api_version, schema, defs, subresource=''):
         item[1] -= removed
     if changed:
         mine = _entry(managers, manager, 'Update', api_version, subresource)
+        mine[0]['time'] = now()
+        mine[0]['apiVersion'] = api_version
         mine[1] |= changed
     write_managers(new, [m for m in managers if m[1]])
     return new

@@ -67,7 +67,7 @@ class Store:  # pylint: disable=too-many-public-methods
         objects = self._objects[key]
         if namespace is None:
             return list(objects.values())
-        return [obj for (ns, _), obj in objects.items() if ns == namespace]
+        return [obj for (ns, dummy), obj in objects.items() if ns == namespace]
 
     def count(self, key):
         return len(self._objects[key])
@@ -428,7 +428,7 @@ class Store:  # pylint: disable=too-many-public-methods
             for key in list(self._objects):
                 if key == ('', 'namespaces'):
                     continue
-                for item in [o for (ns, _), o in self._objects[key].items() if ns == name]:
+                for item in [o for (ns, dummy), o in self._objects[key].items() if ns == name]:
                     self._drop(key, item)
         elif rtype.key == CRD_KEY:
             spec = obj.get('spec') or {}

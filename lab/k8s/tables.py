@@ -147,7 +147,7 @@ def _builtin_columns():
                                             _status(o).get('numberReady', 0), _status(o).get('updatedNumberScheduled', 0),
                                             _status(o).get('numberAvailable', 0),
                                             ','.join('%s=%s' % kv for kv in sorted(((_spec(o).get('template') or {}).get('spec') or {})
-                                                                                  .get('nodeSelector', {}).items())) or '<none>']
+                                                                                   .get('nodeSelector', {}).items())) or '<none>']
                                  + list(_containers(o)) + [_selector(o)], [0, 1, 2, 3, 4, 5, AGE, 6, 7, 8]),
         ('apps', 'replicasets'): ([_col('Desired', integer), _col('Current', integer), _col('Ready', integer)],
                                   lambda o: [_spec(o).get('replicas', 0), _status(o).get('replicas', 0), _status(o).get('readyReplicas', 0)],
@@ -229,7 +229,7 @@ def table(rtype, objects, resource_version, include_object='Metadata'):
             definitions.append(AGE)
         custom_columns = printer
     elif rtype.key in _COLUMNS:
-        extra, _, order = _COLUMNS[rtype.key]
+        extra, dummy, order = _COLUMNS[rtype.key]
         definitions = [NAME] + [AGE if i is AGE else extra[i] for i in order]
     else:
         definitions = [NAME, AGE]
@@ -242,7 +242,7 @@ def table(rtype, objects, resource_version, include_object='Metadata'):
             if len(cells) < len(definitions):
                 cells.append(age(obj))
         elif rtype.key in _COLUMNS:
-            _, fn, order = _COLUMNS[rtype.key]
+            dummy, fn, order = _COLUMNS[rtype.key]
             values = fn(obj)
             cells = [obj['metadata']['name']] + [age(obj) if i is AGE else values[i] for i in order]
         else:

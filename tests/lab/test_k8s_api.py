@@ -67,20 +67,20 @@ def raw(api, method, path, body=None, headers=None, cert=True):
 
 def test_version_and_health(api, kube):
     assert client.VersionApi(kube).get_code().git_version == 'v1.33.1'
-    status, _, body = raw(api, 'GET', '/readyz?verbose')
+    status, dummy, body = raw(api, 'GET', '/readyz?verbose')
     assert status == 200 and b'[+]etcd ok' in body and body.strip().endswith(b'readyz check passed')
     assert raw(api, 'GET', '/livez')[2] == b'ok'
 
 
 def test_unauthenticated_is_401_but_health_is_public(api):
-    status, _, body = raw(api, 'GET', '/api/v1/namespaces', cert=False)
+    status, dummy, body = raw(api, 'GET', '/api/v1/namespaces', cert=False)
     assert status == 401 and json.loads(body)['reason'] == 'Unauthorized'
     assert raw(api, 'GET', '/healthz', cert=False)[0] == 200
 
 
 def test_client_outside_system_masters_is_403(api):
     cert = pki.admin_cert(api.ca_pem, api.ca_key_pem, 'viewer', ('developers',))
-    status, _, body = raw(api, 'GET', '/api/v1/namespaces', cert=cert)
+    status, dummy, body = raw(api, 'GET', '/api/v1/namespaces', cert=cert)
     assert status == 403 and json.loads(body)['reason'] == 'Forbidden'
 
 
@@ -92,7 +92,7 @@ def test_certificate_from_another_ca_is_not_trusted(api):
 
 
 def test_discovery_legacy_and_aggregated(api):
-    status, _, body = raw(api, 'GET', '/apis')
+    status, dummy, body = raw(api, 'GET', '/apis')
     groups = {g['name']: g for g in json.loads(body)['groups']}
     assert groups['apps']['preferredVersion']['groupVersion'] == 'apps/v1'
     status, headers, body = raw(api, 'GET', '/apis', headers={
@@ -155,7 +155,7 @@ def test_type_error_is_422_with_field_path(api, namespace):
     body = {'apiVersion': 'apps/v1', 'kind': 'Deployment', 'metadata': {'name': 'bad'},
             'spec': {'replicas': 'three', 'selector': {'matchLabels': {'a': 'b'}},
                      'template': {'metadata': {'labels': {'a': 'b'}}, 'spec': {'containers': [{'name': 'c', 'image': 'x'}]}}}}
-    status, _, data = raw(api, 'POST', '/apis/apps/v1/namespaces/%s/deployments' % namespace, body)
+    status, dummy, data = raw(api, 'POST', '/apis/apps/v1/namespaces/%s/deployments' % namespace, body)
     result = json.loads(data)
     assert status == 422 and result['reason'] == 'Invalid'
     assert result['details']['causes'][0]['field'] == 'spec.replicas'
@@ -169,7 +169,7 @@ def test_type_error_is_422_with_field_path(api, namespace):
 def test_unknown_fields_strict_warn_and_pruned(api, namespace):
     body = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'u'}, 'data': {'a': '1'}, 'spek': {'x': 1}}
     path = '/api/v1/namespaces/%s/configmaps' % namespace
-    status, _, data = raw(api, 'POST', path + '?fieldValidation=Strict', body)
+    status, dummy, data = raw(api, 'POST', path + '?fieldValidation=Strict', body)
     assert status == 400 and 'strict decoding error: unknown field "spek"' in json.loads(data)['message']
     status, headers, data = raw(api, 'POST', path + '?fieldValidation=Warn', body)
     assert status == 201 and 'unknown field \\"spek\\"' in headers['Warning'] and 'spek' not in json.loads(data)
@@ -241,17 +241,17 @@ def test_watch_live_events_and_selector_transitions(api, kube, namespace):
 
 def test_watch_too_old_resource_version_is_410(api, kube):
     store = api.cluster.store
-    api.call(lambda: store._history.clear())  # pylint: disable=protected-access
+    api.call(store._history.clear)  # pylint: disable=protected-access
     client.CoreV1Api(kube).patch_namespace('default', {'metadata': {'labels': {'touched': 'yes'}}})
-    status, _, body = raw(api, 'GET', '/api/v1/namespaces?watch=1&resourceVersion=1&timeoutSeconds=1')
+    status, dummy, body = raw(api, 'GET', '/api/v1/namespaces?watch=1&resourceVersion=1&timeoutSeconds=1')
     event = json.loads(body.splitlines()[0])
     assert status == 200 and event['type'] == 'ERROR' and event['object']['code'] == 410
 
 
 def test_send_initial_events_ends_with_bookmark(api, namespace):
     raw(api, 'POST', '/api/v1/namespaces/%s/configmaps' % namespace, {'metadata': {'name': 'i1'}})
-    status, _, body = raw(api, 'GET', '/api/v1/namespaces/%s/configmaps?watch=1&sendInitialEvents=true&allowWatchBookmarks=true'
-                          '&resourceVersionMatch=NotOlderThan&timeoutSeconds=1' % namespace)
+    status, dummy, body = raw(api, 'GET', '/api/v1/namespaces/%s/configmaps?watch=1&sendInitialEvents=true&allowWatchBookmarks=true'
+                              '&resourceVersionMatch=NotOlderThan&timeoutSeconds=1' % namespace)
     events = [json.loads(line) for line in body.splitlines()]
     assert status == 200 and [e['type'] for e in events[:2]] == ['ADDED', 'BOOKMARK']
     assert events[1]['object']['metadata']['annotations'] == {'k8s.io/initial-events-end': 'true'}
@@ -281,8 +281,8 @@ def test_patch_flavours(kube, namespace):
 
 def test_merge_patch(api, namespace):
     raw(api, 'POST', '/api/v1/namespaces/%s/configmaps' % namespace, {'metadata': {'name': 'mp', 'labels': {'a': '1'}}, 'data': {'x': '1'}})
-    status, _, body = raw(api, 'PATCH', '/api/v1/namespaces/%s/configmaps/mp' % namespace,
-                          {'metadata': {'labels': {'b': '2'}}, 'data': {'x': None, 'y': '2'}}, {'Content-Type': 'application/merge-patch+json'})
+    status, dummy, body = raw(api, 'PATCH', '/api/v1/namespaces/%s/configmaps/mp' % namespace,
+                              {'metadata': {'labels': {'b': '2'}}, 'data': {'x': None, 'y': '2'}}, {'Content-Type': 'application/merge-patch+json'})
     result = json.loads(body)
     assert status == 200 and result['metadata']['labels'] == {'a': '1', 'b': '2'} and result['data'] == {'y': '2'}
 
@@ -291,24 +291,24 @@ def test_server_side_apply_conflicts_force_and_removal(api, namespace):
     path = '/api/v1/namespaces/%s/configmaps/ssa' % namespace
     headers = {'Content-Type': 'application/apply-patch+yaml'}
     first = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'ssa'}, 'data': {'a': '1', 'b': '2'}}
-    status, _, body = raw(api, 'PATCH', path + '?fieldManager=one', first, headers)
+    status, dummy, body = raw(api, 'PATCH', path + '?fieldManager=one', first, headers)
     assert status == 201 or status == 200
     managed = json.loads(body)['metadata']['managedFields']
     assert managed[0]['manager'] == 'one' and managed[0]['operation'] == 'Apply'
     assert managed[0]['fieldsV1'] == {'f:data': {'f:a': {}, 'f:b': {}}}
     other = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'ssa'}, 'data': {'a': 'other'}}
-    status, _, body = raw(api, 'PATCH', path + '?fieldManager=two', other, headers)
+    status, dummy, body = raw(api, 'PATCH', path + '?fieldManager=two', other, headers)
     result = json.loads(body)
     assert status == 409 and result['reason'] == 'Conflict'
     assert result['details']['causes'] == [{'type': 'FieldManagerConflict', 'message': 'conflict with "one" using v1', 'field': '.data.a'}]
-    status, _, body = raw(api, 'PATCH', path + '?fieldManager=two&force=true', other, headers)
+    status, dummy, body = raw(api, 'PATCH', path + '?fieldManager=two&force=true', other, headers)
     assert status == 200 and json.loads(body)['data'] == {'a': 'other', 'b': '2'}
     # manager one drops b: nobody else owns it, so it goes; a now belongs to two and stays
-    status, _, body = raw(api, 'PATCH', path + '?fieldManager=one', {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'ssa'}},
-                          headers)
+    status, dummy, body = raw(api, 'PATCH', path + '?fieldManager=one', {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'ssa'}},
+                              headers)
     assert status == 200 and json.loads(body)['data'] == {'a': 'other'}
     # apply without a field manager is rejected
-    status, _, body = raw(api, 'PATCH', path, first, headers)
+    status, dummy, body = raw(api, 'PATCH', path, first, headers)
     assert status == 422
 
 
@@ -367,8 +367,8 @@ def test_crd_established_and_custom_resources_served(api, kube):
         custom.create_namespaced_custom_object('lab.example.com', 'v1', 'default', 'widgets', {
             'apiVersion': 'lab.example.com/v1', 'kind': 'Widget', 'metadata': {'name': 'bad'}, 'spec': {'size': 'big'}})
     assert exc.value.status == 422 and _status(exc.value)['details']['causes'][0]['field'] == 'spec.size'
-    status, _, body = raw(api, 'GET', '/apis/lab.example.com/v1/namespaces/default/widgets',
-                          headers={'Accept': 'application/json;as=Table;v=v1;g=meta.k8s.io'})
+    status, dummy, body = raw(api, 'GET', '/apis/lab.example.com/v1/namespaces/default/widgets',
+                              headers={'Accept': 'application/json;as=Table;v=v1;g=meta.k8s.io'})
     table = json.loads(body)
     assert [c['name'] for c in table['columnDefinitions']] == ['Name', 'Ready', 'Age'] and table['rows'][0]['cells'][0] == 'w'
     ext.delete_custom_resource_definition('widgets.lab.example.com')
@@ -384,7 +384,7 @@ def test_namespace_deletion_removes_its_objects(api, kube):
 
 
 def test_table_output_for_kubectl(api):
-    status, _, body = raw(api, 'GET', '/api/v1/namespaces', headers={
+    status, dummy, body = raw(api, 'GET', '/api/v1/namespaces', headers={
         'Accept': 'application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json'})
     table = json.loads(body)
     assert status == 200 and table['kind'] == 'Table'
@@ -416,8 +416,8 @@ def test_protobuf_secret_body_is_decoded(api, namespace):
     meta = _field(1, b'pb') + _field(11, _field(1, b'owner') + _field(2, b'helm'))
     secret = _field(1, meta) + _field(2, _field(1, b'release') + _field(2, b'\x00\x01binary')) + _field(3, b'helm.sh/release.v1')
     envelope = b'k8s\x00' + _field(1, _field(1, b'v1') + _field(2, b'Secret')) + _field(2, secret)
-    status, _, body = raw(api, 'POST', '/api/v1/namespaces/%s/secrets' % namespace, envelope,
-                          {'Content-Type': 'application/vnd.kubernetes.protobuf'})
+    status, dummy, body = raw(api, 'POST', '/api/v1/namespaces/%s/secrets' % namespace, envelope,
+                              {'Content-Type': 'application/vnd.kubernetes.protobuf'})
     made = json.loads(body)
     assert status == 201 and made['metadata']['labels'] == {'owner': 'helm'} and made['type'] == 'helm.sh/release.v1'
     assert base64.b64decode(made['data']['release']) == b'\x00\x01binary'

@@ -97,11 +97,13 @@ def test_kubectl_get_apply_wait_rollout_delete(lab):
     assert len(pods) == 3 and all(line.split()[1:3] == ['1/1', 'Running'] for line in pods[1:])
     deploy = json.loads(run(lab, KUBECTL, 'get', '-n', 'demo', 'deployment', 'web', '-o', 'json').stdout)
     assert deploy['status']['availableReplicas'] == 2 and deploy['status']['observedGeneration'] == deploy['metadata']['generation']
-    # a re-apply of the same manifest changes nothing
-    rv = deploy['metadata']['resourceVersion']
+    # a re-apply of the same manifest writes nothing: same generation, same managed fields (and their times)
+    before = json.loads(run(lab, KUBECTL, 'get', '-n', 'demo', 'deployment', 'web', '-o', 'json', '--show-managed-fields').stdout)
     run(lab, KUBECTL, 'apply', '--server-side', '-f', str(app))
-    again = json.loads(run(lab, KUBECTL, 'get', '-n', 'demo', 'deployment', 'web', '-o', 'json').stdout)
-    assert again['metadata']['resourceVersion'] == rv
+    after = json.loads(run(lab, KUBECTL, 'get', '-n', 'demo', 'deployment', 'web', '-o', 'json', '--show-managed-fields').stdout)
+    assert after['metadata']['generation'] == before['metadata']['generation']
+    assert after['metadata']['managedFields'] == before['metadata']['managedFields']
+    assert [m['manager'] for m in after['metadata']['managedFields']] == ['kubectl']
     run(lab, KUBECTL, 'delete', '-n', 'demo', 'configmap', 'settings')
     missing = run(lab, KUBECTL, 'get', '-n', 'demo', 'configmap', 'settings', check=False)
     assert missing.returncode == 1 and 'NotFound' in missing.stderr

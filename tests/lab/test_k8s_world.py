@@ -66,8 +66,8 @@ def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     secrets = testing.ClusterSecrets()
     endpoint_host = world.net.endpoint_host
     endpoint = 'https://%s:6443' % endpoint_host
-    _, cp_address = _vm(running, api, 401, 3)
-    _, worker_address = _vm(running, api, 402, 4)
+    cp_address = _vm(running, api, 401, 3)[1]
+    worker_address = _vm(running, api, 402, 4)[1]
     for address, kind in ((cp_address, 'controlplane'), (worker_address, 'worker')):
         wait_until(_maintenance(address), 'maintenance mode on %s' % address)
         with talos_client.TalosClient(address, insecure=True, timeout=5) as talos:
