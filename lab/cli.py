@@ -139,6 +139,24 @@ def summary(state):
 
 # ------------------------------------------------------------------------------ up / down
 
+def setup_logging(paths):
+    """Log to stderr and, unless stderr is lab.log already (a detached lab), to lab.log as well."""
+    formatter = logging.Formatter('%(asctime)s %(levelname)s %(name)s: %(message)s')
+    handlers = [logging.StreamHandler(sys.stderr)]
+    os.makedirs(paths.run_dir, exist_ok=True)
+    try:
+        to_log = not os.path.samestat(os.fstat(sys.stderr.fileno()), os.stat(paths.log))
+    except (OSError, ValueError):
+        to_log = True
+    if to_log:
+        handlers.append(logging.FileHandler(paths.log, mode='w', encoding='utf-8'))
+    for handler in handlers:
+        handler.setFormatter(formatter)
+    logging.basicConfig(level=logging.INFO, handlers=handlers)
+    # requests.log has every request; the access log would repeat it.
+    logging.getLogger('aiohttp.access').setLevel(logging.WARNING)
+
+
 def cmd_up(args):
     try:
         options = options_from(args)
@@ -150,9 +168,7 @@ def cmd_up(args):
         return reuse_running(args, options, state)
     if args.detach:
         return detach(args, options, paths)
-    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(name)s: %(message)s', stream=sys.stderr)
-    # requests.log has every request; the access log would repeat it.
-    logging.getLogger('aiohttp.access').setLevel(logging.WARNING)
+    setup_logging(paths)
     world = World(options)
 
     def ready():
