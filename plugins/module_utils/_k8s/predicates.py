@@ -104,14 +104,19 @@ def nodes_ready(nodes, expected_count=None, names=None, registered_only=False):
 
 # --- workloads --------------------------------------------------------------------------------
 
-def owned_pods(owner, pods):
-    """Pods that belong to a workload: by owner uid when pods carry ownerReferences, else by selector."""
+def owned_pods(owner, pods, direct=True):
+    """Pods that belong to a workload.
+
+    DaemonSets and StatefulSets own their pods directly: when pods carry ownerReferences, the
+    owner's uid decides (a pod of an older object of the same name does not count). A
+    Deployment's pods are owned by its ReplicaSets (direct=False): its selector decides.
+    """
     uid = objects.metadata(owner).get('uid')
     selector = objects.spec(owner).get('selector')
     result = []
     for pod in pods:
         owners = objects.owner_uids(pod)
-        if uid and owners:
+        if direct and uid and owners:
             if uid in owners:
                 result.append(pod)
         elif objects.selector_matches(selector, objects.labels(pod)):
@@ -212,7 +217,7 @@ def _replica_workload(kind, workload, nodes, pods, accept_unschedulable, availab
         problems.insert(0, 'rollout not started: %s' % lag)
     if updated < required:
         problems.append('%d of %d replicas updated' % (updated, required))
-    items = _pod_items(owned_pods(workload, pods))
+    items = _pod_items(owned_pods(workload, pods, direct=kind != 'Deployment'))
     failing_pods = ['%s %s' % (item['name'], item['reason']) for item in items if not item['ok']]
     ok = not problems and available >= required
     summary = '%s available %d/%d' % (label, available, replicas)

@@ -1,0 +1,297 @@
+"""k8s_gate through ansible-playbook against the lab's Kubernetes API (lab/k8s), started per module.
+
+The lab API speaks real Kubernetes semantics over HTTPS with a client-certificate kubeconfig:
+nodes stay NotReady (NetworkPluginNotReady) until a Cilium agent is Ready on them, the scheduler
+honours taints and required anti-affinity, and faults (crash-looping agent, API flapping) are one
+call away. Each playbook run here reads results through the ansible.posix.json callback.
+"""
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from lab.k8s.testing import ClusterThread, wait_until
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAYBOOK_BIN = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+
+pytestmark = pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')
+
+CILIUM = {
+    'apiVersion': 'apps/v1', 'kind': 'DaemonSet',
+    'metadata': {'name': 'cilium', 'namespace': 'kube-system', 'labels': {'k8s-app': 'cilium'}},
+    'spec': {'selector': {'matchLabels': {'k8s-app': 'cilium'}},
+             'template': {'metadata': {'labels': {'k8s-app': 'cilium'}},
+                          'spec': {'hostNetwork': True, 'tolerations': [{'operator': 'Exists'}],
+                                   'containers': [{'name': 'cilium-agent', 'image': 'quay.io/cilium/cilium:v1.18.2'}]}}},
+}
+
+# One more replica than nodes, with the Cilium operator's required anti-affinity: one stays Pending.
+SPREAD = {
+    'apiVersion': 'apps/v1', 'kind': 'Deployment',
+    'metadata': {'name': 'spread', 'namespace': 'kube-system'},
+    'spec': {'replicas': 4, 'selector': {'matchLabels': {'app': 'spread'}},
+             'template': {'metadata': {'labels': {'app': 'spread'}},
+                          'spec': {'tolerations': [{'operator': 'Exists'}],
+                                   'affinity': {'podAntiAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': [
+                                       {'labelSelector': {'matchLabels': {'app': 'spread'}}, 'topologyKey': 'kubernetes.io/hostname'}]}},
+                                   'containers': [{'name': 'web', 'image': 'nginx:1.27'}]}}},
+}
+
+KUSTOMIZATION_CRD = {
+    'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
+    'metadata': {'name': 'kustomizations.kustomize.toolkit.fluxcd.io', 'labels': {'app.kubernetes.io/part-of': 'flux'}},
+    'spec': {'group': 'kustomize.toolkit.fluxcd.io', 'scope': 'Namespaced',
+             'names': {'kind': 'Kustomization', 'listKind': 'KustomizationList', 'plural': 'kustomizations', 'singular': 'kustomization'},
+             'versions': [{'name': 'v1', 'served': True, 'storage': True, 'subresources': {'status': {}},
+                           'schema': {'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}]},
+}
+
+
+@pytest.fixture(scope='module')
+def lab(tmp_path_factory):
+    """A lab API with a control plane and two workers registered, no CNI yet."""
+    import kubernetes  # pylint: disable=import-outside-toplevel
+    with ClusterThread() as api:
+        api.call(api.cluster.kubelet_started, 'cp-1', '127.0.0.1', control_plane=True)
+        api.call(api.cluster.kubelet_started, 'w-1', '127.0.0.2')
+        api.call(api.cluster.kubelet_started, 'w-2', '127.0.0.3')
+        api.files = tmp_path_factory.mktemp('k8s-gate')
+        api.kube = kubernetes.config.new_client_from_config(api.kubeconfig)
+        api.apps = kubernetes.client.AppsV1Api(api.kube)
+        api.custom = kubernetes.client.CustomObjectsApi(api.kube)
+        api.extensions = kubernetes.client.ApiextensionsV1Api(api.kube)
+        yield api
+
+
+def playbook_command(lab, tasks, name='play', extra_args=()):
+    book = lab.files / ('%s.yml' % name)
+    book.write_text(yaml.safe_dump([{
+        'name': 'k8s_gate against the lab', 'hosts': 'localhost', 'connection': 'local', 'gather_facts': False,
+        'vars': {'ansible_python_interpreter': '{{ ansible_playbook_python }}'},
+        'module_defaults': {'group/proxtalos.cluster.k8s': {'kubeconfig': lab.kubeconfig}},
+        'tasks': tasks,
+    }], sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_STDOUT_CALLBACK='ansible.posix.json',
+               ANSIBLE_LOCALHOST_WARNING='false', ANSIBLE_INVENTORY_UNPARSED_WARNING='false')
+    return [PLAYBOOK_BIN, str(book)] + list(extra_args), env
+
+
+def parse(stdout, stderr):
+    try:
+        data = json.loads(stdout)
+    except ValueError:
+        raise AssertionError('ansible-playbook did not print JSON:\n%s\n%s' % (stdout[-3000:], stderr[-2000:]))
+    return [task['hosts']['localhost'] for task in data['plays'][0]['tasks']]
+
+
+def play(lab, tasks, name='play', extra_args=()):
+    """Run the tasks; return each task's result (tasks should ignore_errors to be inspected)."""
+    command, env = playbook_command(lab, tasks, name, extra_args)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+    return parse(result.stdout, result.stderr)
+
+
+def gate(args, **task):
+    body = dict({'proxtalos.cluster.k8s_gate': args, 'register': 'out', 'ignore_errors': True}, **task)
+    body.setdefault('name', 'gate %s' % args.get('gate'))
+    return body
+
+
+def ensure(create, *args):
+    import kubernetes  # pylint: disable=import-outside-toplevel
+    try:
+        create(*args)
+    except kubernetes.client.ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+def test_before_the_cni_nodes_are_registered_but_the_ready_gate_names_each_node_and_reason(lab):
+    results = play(lab, [
+        gate({'gate': 'api', 'wait_timeout': 30}),
+        gate({'gate': 'nodes', 'node_state': 'registered', 'expected_count': 3, 'wait_timeout': 30}),
+        gate({'gate': 'nodes', 'names': ['cp-1', 'w-1', 'w-2', 'w-3'], 'wait_timeout': 1, 'wait_sleep': 0.2}),
+        gate({'gate': 'nodes', 'wait_timeout': 300}, check_mode=True),
+    ], name='before-cni')
+    api, registered, ready, checked = results
+    assert not api.get('failed') and api['summary'] == 'API /readyz ok' and api['changed'] is False
+    assert not registered.get('failed') and registered['summary'] == 'nodes registered 3/3'
+    assert ready['failed'] is True and ready['changed'] is False
+    first, rest = ready['msg'].split('\n', 1)
+    assert first.startswith('nodes not reached after 1.')
+    assert first.endswith('nodes Ready 0/4: cp-1 NetworkPluginNotReady; w-1 NetworkPluginNotReady; '
+                          'w-2 NetworkPluginNotReady; w-3 not registered')
+    assert '- w-3: not registered (no Node object; is kubelet running on it?)' in rest
+    assert ('- w-1: Ready=False KubeletNotReady: container runtime network not ready: NetworkReady=false '
+            'reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized; '
+            'no pod on it reports a problem: is a CNI agent (Cilium) scheduled on this node?') in rest
+    # check mode probes once instead of waiting 300 s
+    assert checked['failed'] is True and checked['attempts'] == 1
+
+
+def test_crashlooping_agent_is_named_then_the_gate_passes_live_when_it_recovers(lab):
+    lab.call(lab.cluster.fault_crashloop, 'kube-system/cilium', 'w-2')
+    ensure(lab.apps.create_namespaced_daemon_set, 'kube-system', CILIUM)
+    failing = play(lab, [
+        gate({'gate': 'workload', 'kind': 'DaemonSet', 'namespace': 'kube-system', 'name': 'cilium', 'wait_timeout': 2, 'wait_sleep': 0.2}),
+        gate({'gate': 'nodes', 'wait_timeout': 1, 'wait_sleep': 0.2}),
+    ], name='crashloop')
+    daemonset, nodes = failing
+    assert daemonset['failed'] is True
+    headline = daemonset['msg'].split('\n', 1)[0]
+    assert headline.startswith('DaemonSet kube-system/cilium not reached after 2.')
+    assert 'DaemonSet kube-system/cilium Ready on 2/3 eligible nodes: w-2 cilium-' in headline
+    assert 'CrashLoopBackOff (container cilium-agent' in headline
+    assert [d['name'] for d in daemonset['details'] if not d['ok']] == ['w-2']
+    assert nodes['failed'] is True
+    assert nodes['msg'].split('\n', 1)[0].endswith('nodes Ready 2/3: w-2 NetworkPluginNotReady')
+    assert 'pods not Ready there: kube-system/cilium-' in nodes['msg'] and 'CrashLoopBackOff' in nodes['msg']
+
+    # Now wait for real, follow the progress file while waiting, and clear the fault mid-wait.
+    progress = lab.files / 'progress.jsonl'
+    command, env = playbook_command(lab, [
+        gate({'gate': 'nodes', 'expected_count': 3, 'wait_timeout': 120, 'wait_sleep': 5, 'progress_file': str(progress)}),
+        gate({'gate': 'workload', 'kind': 'DaemonSet', 'namespace': 'kube-system', 'name': 'cilium', 'wait_timeout': 60}),
+    ], name='recover')
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        def progress_says_not_ready():
+            lines = progress.read_text().splitlines() if progress.exists() else []
+            events = [json.loads(line) for line in lines]
+            return any(e['event'] == 'progress' and 'w-2 NetworkPluginNotReady' in e['summary'] for e in events), events
+        wait_until(progress_says_not_ready, timeout=120, interval=0.1, what='a progress line naming w-2')
+        lab.call(lab.cluster.clear_faults)
+        stdout, stderr = running.communicate(timeout=300)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    nodes, daemonset = parse(stdout, stderr)
+    assert not nodes.get('failed'), nodes.get('msg')
+    assert nodes['summary'] == 'nodes Ready 3/3'
+    assert nodes['progress'][0]['summary'] == 'nodes Ready 2/3: w-2 NetworkPluginNotReady'
+    assert nodes['progress'][-1]['summary'] == 'nodes Ready 3/3'
+    events = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert events[0]['event'] == 'start' and events[-1] == dict(events[-1], event='end', ok=True, summary='nodes Ready 3/3')
+    assert not daemonset.get('failed') and daemonset['summary'] == 'DaemonSet kube-system/cilium Ready on 3/3 eligible nodes'
+
+
+def test_a_healthy_cluster_passes_every_gate_unchanged_also_in_check_mode(lab):
+    ensure(lab.apps.create_namespaced_daemon_set, 'kube-system', CILIUM)
+    lab.call(lab.cluster.clear_faults)
+    tasks = [
+        gate({'gate': 'nodes', 'names': ['cp-1', 'w-1', 'w-2'], 'wait_timeout': 60}),
+        gate({'gate': 'workload', 'kind': 'DaemonSet', 'namespace': 'kube-system', 'name': 'cilium', 'wait_timeout': 60}),
+        gate({'gate': 'pods', 'namespace': 'kube-system', 'label_selectors': ['k8s-app=cilium'], 'every_node': True, 'wait_timeout': 60}),
+    ]
+    for extra in ((), ('--check',)):
+        results = play(lab, tasks, name='healthy', extra_args=extra)
+        assert [r.get('failed', False) for r in results] == [False, False, False], [r.get('msg') for r in results]
+        assert [r['changed'] for r in results] == [False, False, False]
+    assert results[2]['summary'] == 'pods k8s-app=cilium Ready 3/3, on nodes 3/3'
+
+
+def test_anti_affinity_leaves_a_replica_pending_and_accepting_schedulable_replicas_passes(lab):
+    ensure(lab.apps.create_namespaced_daemon_set, 'kube-system', CILIUM)
+    ensure(lab.apps.create_namespaced_deployment, 'kube-system', SPREAD)
+    target = {'gate': 'workload', 'kind': 'Deployment', 'namespace': 'kube-system', 'name': 'spread'}
+    strict, accepting = play(lab, [
+        gate(dict(target, wait_timeout=2, wait_sleep=0.2)),
+        gate(dict(target, accept_unschedulable_replicas=True, wait_timeout=60)),
+    ], name='spread')
+    assert strict['failed'] is True
+    assert 'Deployment kube-system/spread available 3/4: ' in strict['msg'].split('\n', 1)[0]
+    pending = [d for d in strict['details'] if not d['ok']]
+    assert len(pending) == 1 and pending[0]['node'] is None
+    assert pending[0]['reason'].startswith('Pending Unschedulable: 0/3 nodes are available')
+    assert "didn't match pod anti-affinity rules" in pending[0]['reason']
+    assert not accepting.get('failed'), accepting.get('msg')
+    assert accepting['summary'].startswith('Deployment kube-system/spread available 3/4 (3 required: 3 of 4 replicas can be scheduled')
+
+
+def _kustomization(name):
+    return {'apiVersion': 'kustomize.toolkit.fluxcd.io/v1', 'kind': 'Kustomization',
+            'metadata': {'name': name, 'namespace': 'default'}, 'spec': {'interval': '10m', 'path': './apps'}}
+
+
+def _set_status(lab, name, conditions, observed=None):
+    obj = lab.custom.get_namespaced_custom_object('kustomize.toolkit.fluxcd.io', 'v1', 'default', 'kustomizations', name)
+    generation = obj['metadata']['generation']
+    conds = [dict(c, lastTransitionTime='2026-11-25T12:00:00Z', observedGeneration=c.get('observedGeneration', generation))
+             for c in conditions]
+    lab.custom.patch_namespaced_custom_object_status('kustomize.toolkit.fluxcd.io', 'v1', 'default', 'kustomizations', name,
+                                                     {'status': {'observedGeneration': observed or generation, 'conditions': conds}})
+    return generation
+
+
+def test_crds_and_flux_style_conditions(lab):
+    ensure(lab.extensions.create_custom_resource_definition, KUSTOMIZATION_CRD)
+    crd_name = KUSTOMIZATION_CRD['metadata']['name']
+
+    def established():
+        conditions = lab.extensions.read_custom_resource_definition(crd_name).status.conditions or []
+        return any(c.type == 'Established' and c.status == 'True' for c in conditions), conditions
+
+    wait_until(established, what='the Kustomization CRD Established')
+    for name in ('apps', 'broken'):
+        ensure(lab.custom.create_namespaced_custom_object, 'kustomize.toolkit.fluxcd.io', 'v1', 'default', 'kustomizations',
+               _kustomization(name))
+    _set_status(lab, 'apps', [{'type': 'Ready', 'status': 'True', 'reason': 'ReconciliationSucceeded', 'message': 'Applied revision: main@sha1:4f7a'}])
+    _set_status(lab, 'broken', [
+        {'type': 'Ready', 'status': 'False', 'reason': 'BuildFailed', 'message': "kustomize build failed: 'apps' not found"},
+        {'type': 'Stalled', 'status': 'True', 'reason': 'BuildFailed', 'message': "kustomize build failed: 'apps' not found"}])
+    ks = {'gate': 'condition', 'api_version': 'kustomize.toolkit.fluxcd.io/v1', 'kind': 'Kustomization', 'namespace': 'default'}
+    crds, missing_crd, ready, stalled = play(lab, [
+        gate({'gate': 'crds', 'label_selectors': ['app.kubernetes.io/part-of=flux'], 'wait_timeout': 30}),
+        gate({'gate': 'crds', 'names': ['kustomizations.kustomize.toolkit.fluxcd.io', 'helmreleases.helm.toolkit.fluxcd.io'],
+              'wait_timeout': 1, 'wait_sleep': 0.2}),
+        gate(dict(ks, name='apps', wait_timeout=30)),
+        gate(dict(ks, name='broken', wait_timeout=300)),
+    ], name='flux')
+    assert not crds.get('failed') and crds['summary'] == 'CRDs Established 1/1'
+    assert missing_crd['failed'] and 'helmreleases.helm.toolkit.fluxcd.io not found' in missing_crd['msg']
+    assert not ready.get('failed') and ready['summary'] == 'Kustomization Ready=True 1/1'
+    assert ready['details'][0]['generation'] == ready['details'][0]['observed_generation']
+    # Stalled fails at once instead of waiting out its 300 s
+    assert stalled['failed'] and stalled['attempts'] == 1
+    assert stalled['msg'].startswith('Kustomization default/broken failed (will not recover without a change)')
+    assert "- default/broken: Stalled BuildFailed: kustomize build failed: 'apps' not found" in stalled['msg']
+
+    # A spec change bumps the generation: Ready=True from the old generation no longer counts.
+    lab.custom.patch_namespaced_custom_object('kustomize.toolkit.fluxcd.io', 'v1', 'default', 'kustomizations', 'apps',
+                                              {'spec': {'path': './apps-v2'}})
+    lagging, = play(lab, [gate(dict(ks, name='apps', wait_timeout=1, wait_sleep=0.2))], name='lag')
+    assert lagging['failed']
+    assert 'not reconciled yet: condition Ready observedGeneration 1 != generation 2' in lagging['msg']
+
+
+def test_the_gate_rides_out_a_flapping_api(lab):
+    """A node joins while the API flaps: 503s are 'not yet', and the gate passes once the node is Ready."""
+    ensure(lab.apps.create_namespaced_daemon_set, 'kube-system', CILIUM)
+    lab.call(lab.cluster.clear_faults)
+    lab.call(lab.cluster.fault_api_flap, 1.0)
+    command, env = playbook_command(lab, [gate({'gate': 'nodes', 'names': ['cp-1', 'w-1', 'w-2', 'w-3'],
+                                                'wait_timeout': 120, 'wait_sleep': 0.2})], name='flap')
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        def gate_saw_503_and_kept_going():
+            reads = [e for e in list(lab.requests) if e['path'].startswith('/api/v1/nodes') and 'watch=' not in e['path']]
+            first_503 = next((i for i, e in enumerate(reads) if e['status'] == 503), None)
+            kept_going = first_503 is not None and any(e['status'] == 200 for e in reads[first_503 + 1:])
+            return kept_going or running.poll() is not None, len(reads)
+
+        wait_until(gate_saw_503_and_kept_going, timeout=120, interval=0.1, what='the gate reading nodes through a 503')
+        lab.call(lab.cluster.kubelet_started, 'w-3', '127.0.0.4')
+        lab.call(lab.cluster.clear_faults)
+        stdout, stderr = running.communicate(timeout=300)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    result, = parse(stdout, stderr)
+    assert not result.get('failed'), result.get('msg')
+    summaries = [entry['summary'] for entry in result['progress']]
+    assert summaries[0] == 'nodes Ready 3/4: w-3 not registered'
+    assert any('answered 503' in s for s in summaries), summaries
+    assert summaries[-1] == 'nodes Ready 4/4'
