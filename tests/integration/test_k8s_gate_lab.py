@@ -4,11 +4,16 @@ The lab API speaks real Kubernetes semantics over HTTPS with a client-certificat
 nodes stay NotReady (NetworkPluginNotReady) until a Cilium agent is Ready on them, the scheduler
 honours taints and required anti-affinity, and faults (crash-looping agent, API flapping) are one
 call away. Each playbook run here reads results through the ansible.posix.json callback.
+
+The tests share one lab (module scope) and run in file order, as a cluster's life does: nodes
+registered without a CNI, Cilium crash-looping on one node then recovering, a healthy cluster,
+scheduling limits, Flux-style objects, and last a node joining while the API flaps.
 """
 import json
 import os
 import subprocess
 
+import kubernetes
 import pytest
 import yaml
 
@@ -53,7 +58,6 @@ KUSTOMIZATION_CRD = {
 @pytest.fixture(scope='module')
 def lab(tmp_path_factory):
     """A lab API with a control plane and two workers registered, no CNI yet."""
-    import kubernetes  # pylint: disable=import-outside-toplevel
     with ClusterThread() as api:
         api.call(api.cluster.kubelet_started, 'cp-1', '127.0.0.1', control_plane=True)
         api.call(api.cluster.kubelet_started, 'w-1', '127.0.0.2')
@@ -101,7 +105,6 @@ def gate(args, **task):
 
 
 def ensure(create, *args):
-    import kubernetes  # pylint: disable=import-outside-toplevel
     try:
         create(*args)
     except kubernetes.client.ApiException as exc:
