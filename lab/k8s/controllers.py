@@ -524,7 +524,7 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
             if any_left:
                 self._arm_crash_timer()
 
-        self._crash_timer = loop.call_later(max(0.2, self.delay('crashloop_restart') or 10.0), restart)
+        self._crash_timer = loop.call_later(max(0.2, self.delay('crashloop_restart')), restart)
 
     @staticmethod
     def _node_ip(node):
