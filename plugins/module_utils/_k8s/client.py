@@ -195,7 +195,9 @@ class KubeClient(object):
         self._pool = k8s_client.ApiClient(configuration).rest_client.pool_manager
         self._resources = dict(KNOWN_RESOURCES)
         self._reads = {}  # (collection path, label selector, field selector) -> resourceVersion
-        self.min_pause = 0.02  # a wake-up never comes sooner than this after the sleep starts
+        # A wake-up never comes sooner than max(min_pause, seconds / 10) after the sleep starts,
+        # so a busy collection (heartbeats, restart counters) cannot turn the wait into a busy loop.
+        self.min_pause = 0.02
         self.wakeups = 0
 
     # --- transport ------------------------------------------------------------------------
@@ -322,7 +324,7 @@ class KubeClient(object):
         woke = changed.wait(seconds)
         if woke:
             self.wakeups += 1
-            rest = self.min_pause - (self.clock() - started)
+            rest = min(seconds, max(self.min_pause, seconds / 10.0)) - (self.clock() - started)
             if rest > 0:
                 sleep(rest)
         with lock:
