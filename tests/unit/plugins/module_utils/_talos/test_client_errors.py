@@ -123,7 +123,7 @@ def test_kubeconfig_member_is_found_among_others():
     (b'', 'returned no data'),
     (b'not gzip at all', 'not a readable tar.gz'),
     (tar_gz([('other', b'x')]), 'has no kubeconfig file'),
-])
+], ids=['empty', 'not-gzip', 'no-kubeconfig-member'])
 def test_bad_kubeconfig_archives_are_clear_errors(archive, text):
     with pytest.raises(errors.TalosApiError, match=text):
         client.extract_kubeconfig(archive, NODE)

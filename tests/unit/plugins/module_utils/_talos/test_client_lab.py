@@ -473,7 +473,10 @@ def test_kubelet_volume_fault(lab, secrets):
     mtls_version(node, credentials)
 
     def kubelet():
-        item = services(node, credentials)['kubelet']
+        try:
+            item = services(node, credentials)['kubelet']
+        except errors.TalosTransientError as exc:  # rebooting or reset: the port is closed for a moment
+            return False, str(exc)
         return True, (item['state'], item['events'][-1]['msg'], item['healthy'])
     stuck = ('Waiting', 'Waiting for volume "/var/lib/kubelet" to be mounted', False)
     assert wait_until(lambda: (kubelet()[1] == stuck, kubelet()[1]), 'kubelet waiting for its volume') == stuck
