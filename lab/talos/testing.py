@@ -7,7 +7,6 @@ controlplane and worker documents plus a HostnameConfig document.
 """
 
 import base64
-import contextlib
 import secrets as _secrets
 import string
 
@@ -115,21 +114,6 @@ def render_config(secrets, machine_type, endpoint, cluster_name='lab', install_d
         hostname_doc['auto'] = 'stable'
     text = yaml.safe_dump(v1alpha1, sort_keys=False) + '---\n' + yaml.safe_dump(hostname_doc, sort_keys=False)
     return text.encode('utf-8')
-
-
-@contextlib.asynccontextmanager
-async def running_fleet(seed=1, **kwargs):
-    """A TalosFleet with instant timing and its own fault registry; powered-off nodes on exit."""
-    from lab.faults import FaultRegistry  # pylint: disable=import-outside-toplevel
-    from lab.timing import Timing  # pylint: disable=import-outside-toplevel
-    from lab.talos.fleet import TalosFleet  # pylint: disable=import-outside-toplevel
-    registry = FaultRegistry()
-    fleet = TalosFleet(Timing(profile='instant', scale=0.0, seed=seed), faults=registry, seed=seed, **kwargs)
-    fleet.fault_registry = registry
-    try:
-        yield fleet
-    finally:
-        await fleet.close()
 
 
 def session_net():
