@@ -181,6 +181,8 @@ class NodeAgent:
             previous = next((t for t in (old or {}).get('spec', {}).get('taints') or () if t.get('key') == NOT_READY_TAINT['key']), None)
             taints.append(dict(NOT_READY_TAINT, timeAdded=(previous or {}).get('timeAdded', now)))
         conditions = []
+        if ready:
+            conditions.append({'type': 'NetworkUnavailable', 'status': 'False', 'reason': 'CiliumIsUp', 'message': 'Cilium is running on this node'})
         for kind, reason, message in (('MemoryPressure', 'KubeletHasSufficientMemory', 'kubelet has sufficient memory available'),
                                       ('DiskPressure', 'KubeletHasNoDiskPressure', 'kubelet has no disk pressure'),
                                       ('PIDPressure', 'KubeletHasSufficientPID', 'kubelet has sufficient PID available')):
@@ -235,6 +237,9 @@ class NodeAgent:
                 changed.add(node)
         for name in changed:
             self._write(name)
+        if changed:
+            from .manifests import ensure_cilium_nodes  # pylint: disable=import-outside-toplevel
+            ensure_cilium_nodes(self.c.store, {name: self.running[name]['ip'] for name in self.cni_ready if name in self.running})
 
 
 def _pod_ready(pod):

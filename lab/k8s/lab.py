@@ -17,11 +17,13 @@ Faults:
     k8s-api-flap [period=4.0] [mode=503]             the API answers 503 (mode=refuse: drops connections) half of each period
 """
 
+import asyncio
 import logging
 import os
 import urllib.parse
 
 from .cluster import KubeCluster
+from .manifests import ManifestApplier, talos_documents
 
 LOG = logging.getLogger('lab.k8s')
 API_PORT = 6443
@@ -42,6 +44,7 @@ class LabKubernetes:
         self.clusters = {}
         self.nodes = {}            # talos node key -> (cluster id, node name)
         self.waiting = {}          # cluster id -> [talos nodes whose kubelet runs before the API]
+        self.appliers = {}         # cluster id -> ManifestApplier (Talos' manifest controller)
         self.crashloop = {}        # node -> workload
         self.pending = set()
         self.flap = None
@@ -80,6 +83,7 @@ class LabKubernetes:
         await cluster.start_api(hosts, API_PORT)
         for host in hosts:
             self.world.add_endpoint('k8s-api-%s' % host, host, API_PORT, 'https')
+        self._apply_manifests(cluster_id, config)
         for waiting in self.waiting.pop(cluster_id, []):
             await self.on_kubelet_running(waiting)
 
@@ -101,9 +105,26 @@ class LabKubernetes:
         self.nodes[node.key] = (node.cluster_id, name)
         cluster.kubelet_started(name, node.address, control_plane=control_plane, labels=machine.get('nodeLabels') or {}, taints=taints,
                                 disk_gb=max(1, int(getattr(node, 'disk_size', 32 * 1024 ** 3) // 1024 ** 3)))
+        if control_plane:
+            self._apply_manifests(node.cluster_id, config)
         if control_plane and node.address:
             await cluster.add_api_host(node.address)
             self.world.add_endpoint('k8s-api-%s' % node.address, node.address, API_PORT, 'https')
+
+    def _apply_manifests(self, cluster_id, config):
+        """Talos' manifest controller on a control plane: CoreDNS, kube-proxy, inline manifests."""
+        cluster = self.clusters[cluster_id]
+        if cluster_id not in self.appliers:
+            applier = self.appliers[cluster_id] = ManifestApplier(cluster.store)
+
+            def on_event(event):
+                # after the write that served a new kind has been delivered to every watcher
+                if event.key == ('apiextensions.k8s.io', 'customresourcedefinitions') and applier.waiting:
+                    asyncio.get_running_loop().call_soon(applier.retry)
+            cluster.store.subscribe(on_event)
+        waiting = self.appliers[cluster_id].apply(talos_documents(config))
+        if waiting:
+            LOG.info('cluster %s: %d Talos manifest document(s) wait for their kind to be served', cluster_id, waiting)
 
     def on_node_shutdown(self, node):
         self._kubelet_gone(node.key)
@@ -139,6 +160,7 @@ class LabKubernetes:
         self.clusters = {}
         self.nodes = {}
         self.waiting = {}
+        self.appliers = {}
 
     async def on_lab_stop(self):
         await self.close()

@@ -106,6 +106,10 @@ def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     assert {'key': 'node-role.kubernetes.io/control-plane', 'effect': 'NoSchedule'} in [
         {'key': t.key, 'effect': t.effect} for t in cp.spec.taints]
     assert [a.address for a in worker.status.addresses if a.type == 'InternalIP'] == [worker_address]
+    # Talos' own manifests: CoreDNS waits (Pending) for a Ready node; kube-proxy runs on the host network
+    apps = kube_client.AppsV1Api(core.api_client)
+    assert apps.read_namespaced_deployment('coredns', 'kube-system').spec.replicas == 2
+    assert apps.read_namespaced_daemon_set('kube-proxy', 'kube-system').metadata.managed_fields[0].manager == 'talos'
     # the control plane's own address serves the API too
     assert _port_open(cp_address, 6443)
     # a lab fault through the World's registry
@@ -115,3 +119,34 @@ def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     k8s = status['k8s']
     cluster = next(iter(k8s.values()))
     assert {n['name'] for n in cluster['nodes']} == {'cp-1', 'worker-1'}
+
+
+def test_talos_manifests_coredns_kube_proxy_and_inline(tmp_path):
+    """What Talos' manifest controller applies: CoreDNS, kube-proxy unless disabled, inline manifests (a CR waits for its CRD)."""
+    from lab.k8s.manifests import ManifestApplier, talos_documents  # pylint: disable=import-outside-toplevel
+    from lab.k8s.testing import ClusterThread  # pylint: disable=import-outside-toplevel
+
+    class Config:  # the two values of a parsed machine config the applier reads
+        cluster = {'proxy': {'disabled': True}, 'inlineManifests': [
+            {'name': 'widget', 'contents': 'apiVersion: lab.example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: default}\n'
+                                           'spec: {size: 3}\n'},
+            {'name': 'crd', 'contents': 'apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n'
+                                        'metadata: {name: widgets.lab.example.com}\nspec:\n  group: lab.example.com\n'
+                                        '  scope: Namespaced\n  names: {plural: widgets, singular: widget, kind: Widget}\n'
+                                        '  versions:\n  - name: v1\n    served: true\n    storage: true\n'
+                                        '    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n'}]}
+
+    with ClusterThread(workdir=str(tmp_path)) as api:
+        store = api.cluster.store
+
+        def apply():
+            applier = ManifestApplier(store)
+            waiting = applier.apply(talos_documents(Config))
+            applier.retry()
+            return waiting, [d['kind'] for d in applier.waiting]
+        waiting, still = api.call(apply)
+        assert waiting == 1 and still == []
+        assert api.call(store.peek, ('apps', 'deployments'), 'kube-system', 'coredns') is not None
+        assert api.call(store.peek, ('apps', 'daemonsets'), 'kube-system', 'kube-proxy') is None
+        widget = api.call(store.peek, ('lab.example.com', 'widgets'), 'default', 'w1')
+        assert widget['spec'] == {'size': 3} and widget['metadata']['managedFields'][0]['manager'] == 'talos'

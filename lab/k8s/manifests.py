@@ -1,0 +1,141 @@
+"""What Talos' manifest controller applies once the API is up, and what Cilium registers.
+
+- Talos bootstrap manifests: CoreDNS (Deployment `coredns`, 2 replicas, `k8s-app=kube-dns`,
+  Service `kube-dns` 10.96.0.10) unless `cluster.coreDNS.disabled`, kube-proxy (DaemonSet
+  `kube-proxy`, hostNetwork) unless `cluster.proxy.disabled`, and every
+  `cluster.inlineManifests[].contents` document, all with server-side apply as field manager
+  `talos`. Documents whose kind is not served yet (a custom resource before its CRD) are kept
+  and applied again when the served kinds change. `extraManifests` (URLs) cannot be fetched in
+  the lab and are reported in the log.
+- Cilium: once an agent is Ready the CRD `ciliumnodes.cilium.io` exists and each node with a
+  Ready agent has its CiliumNode (the agent creates it in the real thing).
+"""
+
+import logging
+
+import yaml
+
+from .errors import ApiError
+from .resources import CRD_KEY
+
+LOG = logging.getLogger('lab.k8s')
+MANAGER = 'talos'
+
+COREDNS = [
+    {'apiVersion': 'v1', 'kind': 'ServiceAccount', 'metadata': {'name': 'coredns', 'namespace': 'kube-system'}},
+    {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'coredns', 'namespace': 'kube-system'},
+     'data': {'Corefile': '.:53 {\n    errors\n    health\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n'
+                          '    forward . /etc/resolv.conf\n    cache 30\n    loop\n    reload\n}\n'}},
+    {'apiVersion': 'apps/v1', 'kind': 'Deployment',
+     'metadata': {'name': 'coredns', 'namespace': 'kube-system', 'labels': {'k8s-app': 'kube-dns', 'kubernetes.io/name': 'CoreDNS'}},
+     'spec': {'replicas': 2, 'selector': {'matchLabels': {'k8s-app': 'kube-dns'}},
+              'strategy': {'type': 'RollingUpdate', 'rollingUpdate': {'maxUnavailable': 1}},
+              'template': {'metadata': {'labels': {'k8s-app': 'kube-dns'}},
+                           'spec': {'serviceAccountName': 'coredns', 'priorityClassName': 'system-cluster-critical',
+                                    'tolerations': [{'key': 'node-role.kubernetes.io/control-plane', 'operator': 'Exists',
+                                                     'effect': 'NoSchedule'}],
+                                    'containers': [{'name': 'coredns', 'image': 'registry.k8s.io/coredns/coredns:v1.12.1',
+                                                    'args': ['-conf', '/etc/coredns/Corefile'],
+                                                    'ports': [{'name': 'dns', 'containerPort': 53, 'protocol': 'UDP'},
+                                                              {'name': 'dns-tcp', 'containerPort': 53, 'protocol': 'TCP'}]}]}}}},
+    {'apiVersion': 'v1', 'kind': 'Service',
+     'metadata': {'name': 'kube-dns', 'namespace': 'kube-system', 'labels': {'k8s-app': 'kube-dns'}},
+     'spec': {'clusterIP': '10.96.0.10', 'selector': {'k8s-app': 'kube-dns'},
+              'ports': [{'name': 'dns', 'port': 53, 'protocol': 'UDP'}, {'name': 'dns-tcp', 'port': 53, 'protocol': 'TCP'}]}},
+]
+KUBE_PROXY = [
+    {'apiVersion': 'apps/v1', 'kind': 'DaemonSet',
+     'metadata': {'name': 'kube-proxy', 'namespace': 'kube-system', 'labels': {'k8s-app': 'kube-proxy', 'tier': 'node'}},
+     'spec': {'selector': {'matchLabels': {'k8s-app': 'kube-proxy'}},
+              'template': {'metadata': {'labels': {'k8s-app': 'kube-proxy', 'tier': 'node'}},
+                           'spec': {'hostNetwork': True, 'priorityClassName': 'system-node-critical',
+                                    'tolerations': [{'operator': 'Exists'}],
+                                    'containers': [{'name': 'kube-proxy', 'image': 'registry.k8s.io/kube-proxy:v1.33.1'}]}}}},
+]
+CILIUM_NODE_CRD = {
+    'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
+    'metadata': {'name': 'ciliumnodes.cilium.io', 'labels': {'io.cilium.k8s.crd.schema.version': '1.31.0'}},
+    'spec': {'group': 'cilium.io', 'scope': 'Cluster',
+             'names': {'kind': 'CiliumNode', 'listKind': 'CiliumNodeList', 'plural': 'ciliumnodes', 'singular': 'ciliumnode',
+                       'shortNames': ['cn', 'ciliumn'], 'categories': ['cilium']},
+             'versions': [{'name': 'v2', 'served': True, 'storage': True,
+                           'additionalPrinterColumns': [{'name': 'CiliumInternalIP', 'type': 'string',
+                                                         'jsonPath': '.spec.addresses[?(@.type=="CiliumInternalIP")].ip'},
+                                                        {'name': 'InternalIP', 'type': 'string',
+                                                         'jsonPath': '.spec.addresses[?(@.type=="InternalIP")].ip'}],
+                           'schema': {'openAPIV3Schema': {'type': 'object', 'required': ['metadata', 'spec'], 'properties': {
+                               'spec': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
+                               'status': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}}}]}}
+
+
+def talos_documents(config):
+    """The documents Talos' manifest controller applies for this machine config."""
+    cluster = config.cluster
+    documents = []
+    if not (cluster.get('coreDNS') or {}).get('disabled'):
+        documents += COREDNS
+    if not (cluster.get('proxy') or {}).get('disabled'):
+        documents += KUBE_PROXY
+    for manifest in cluster.get('inlineManifests') or ():
+        try:
+            documents += [doc for doc in yaml.safe_load_all(manifest.get('contents') or '') if isinstance(doc, dict)]
+        except yaml.YAMLError as exc:
+            LOG.warning('inline manifest %s is not YAML: %s', manifest.get('name'), exc)
+    for url in cluster.get('extraManifests') or ():
+        LOG.warning('extra manifest %s: the lab cannot fetch URLs; not applied', url)
+    return documents
+
+
+class ManifestApplier:
+    """Server-side applies Talos' documents; documents of kinds not served yet wait for their CRD."""
+
+    def __init__(self, store):
+        self.store = store
+        self.waiting = []
+        self._generation = None
+
+    def apply(self, documents):
+        self.waiting = []
+        self._generation = self.store.registry.generation
+        for doc in documents:
+            self._apply_one(doc)
+        return len(self.waiting)
+
+    def retry(self):
+        """Apply the waiting documents again if the served kinds changed."""
+        if self.waiting and self.store.registry.generation != self._generation:
+            pending, self.waiting = self.waiting, []
+            self._generation = self.store.registry.generation
+            for doc in pending:
+                self._apply_one(doc)
+
+    def _apply_one(self, doc):
+        api_version, kind = doc.get('apiVersion', ''), doc.get('kind', '')
+        name = (doc.get('metadata') or {}).get('name')
+        rtype = self.store.registry.find_kind(api_version, kind)
+        if rtype is None or not name:
+            self.waiting.append(doc)
+            return
+        namespace = (doc.get('metadata') or {}).get('namespace') or ('default' if rtype.namespaced else '')
+        try:
+            self.store.patch(rtype, namespace, name, 'apply', doc, MANAGER, force=True, validation='Warn')
+        except ApiError as exc:
+            if exc.code == 404 and 'namespaces' in exc.message:
+                self.waiting.append(doc)
+            else:
+                LOG.warning('talos manifest %s %s/%s rejected: %s', kind, namespace, name, exc.message)
+
+
+def ensure_cilium_nodes(store, nodes):
+    """CRD ciliumnodes.cilium.io and a CiliumNode for every node name in `nodes` (name -> InternalIP)."""
+    crd_type = store.registry.by_key(CRD_KEY)
+    if store.peek(CRD_KEY, '', CILIUM_NODE_CRD['metadata']['name']) is None:
+        store.create(crd_type, None, CILIUM_NODE_CRD, 'cilium-operator-generic')
+    rtype = store.registry.get('cilium.io', 'v2', 'ciliumnodes')
+    if rtype is None:
+        return
+    for name, address in nodes.items():
+        if store.peek(rtype.key, '', name) is None:
+            store.create(rtype, None, {'apiVersion': 'cilium.io/v2', 'kind': 'CiliumNode',
+                                       'metadata': {'name': name, 'labels': {'kubernetes.io/hostname': name}},
+                                       'spec': {'addresses': [{'type': 'InternalIP', 'ip': address}]}}, 'cilium-agent')
