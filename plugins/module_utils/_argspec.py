@@ -5,7 +5,7 @@
 
 Each constant has a doc fragment of the same name in plugins/doc_fragments (lower case, with a
 leading underscore): _wait for WAIT_SPEC, _proxmox_auth for PROXMOX_AUTH_SPEC, _k8s_auth for
-K8S_AUTH_SPEC. Keep each pair in
+K8S_AUTH_SPEC, _talos_auth for TALOS_AUTH_SPEC. Keep each pair in
 step; validate-modules checks the modules that use them.
 """
 
@@ -52,6 +52,21 @@ K8S_AUTH_SPEC = dict(
 
 K8S_AUTH_CONSTRAINTS = dict(
     mutually_exclusive=[('kubeconfig', 'kubeconfig_content')],
+)
+
+# How a module reaches one Talos node's apid: credentials from a talosconfig (file or content,
+# named as talosctl names them), the port, and the deadline of each call. The node address is
+# each module's own option (one node, or a list for talos_bootstrap).
+TALOS_AUTH_SPEC = dict(
+    talosconfig=dict(type='path', fallback=(env_fallback, ['TALOSCONFIG'])),
+    talosconfig_content=dict(type='raw', no_log=True),
+    context=dict(type='str'),
+    port=dict(type='int', default=50000),
+    api_timeout=dict(type='float', default=15.0),
+)
+
+TALOS_AUTH_CONSTRAINTS = dict(
+    mutually_exclusive=[('talosconfig', 'talosconfig_content')],
 )
 
 

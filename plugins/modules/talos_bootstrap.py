@@ -1,0 +1,255 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) proxtalos.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: talos_bootstrap
+short_description: Bootstrap etcd on the first Talos control plane, once, and wait for quorum
+version_added: 0.1.0
+description:
+  - Bootstraps the cluster's etcd like C(talosctl bootstrap), on the first control plane of O(nodes) and never on
+    another one.
+  - Asks the cluster first. Every control plane of O(nodes) must answer over mutual TLS (waiting for them up to
+    O(wait_timeout)); when any of them runs etcd or lists an etcd member, the cluster is already bootstrapped and
+    nothing is called (C(changed=false)).
+  - Otherwise calls C(MachineService/Bootstrap) on the first control plane. A node that answers C(AlreadyExists)
+    ("etcd data directory is not empty") was bootstrapped before; that is reported as done, C(changed=false).
+  - Then waits until etcd has full quorum - every control plane runs a healthy etcd, and each lists the same members,
+    one per control plane, none a learner, each peer URL on a control-plane address.
+  - Run it once for the cluster (C(run_once)), with all control planes in O(nodes), in inventory order.
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Asks the cluster and predicts; never calls Bootstrap and does not wait for quorum.
+  diff_mode:
+    support: none
+author:
+  - proxtalos.cluster contributors (@proxtalos)
+extends_documentation_fragment:
+  - proxtalos.cluster._attributes
+  - proxtalos.cluster._talos_auth
+  - proxtalos.cluster._wait
+options:
+  nodes:
+    description:
+      - Addresses of every control plane of the cluster, in inventory order. The first one is bootstrapped.
+    type: list
+    elements: str
+    required: true
+notes:
+  - "Idempotence limits: the decision rests on what the control planes report. If a control plane of the cluster is
+    missing from O(nodes), its etcd is not seen; if it holds the only etcd member, a bootstrap of the first node
+    would start a second etcd cluster. Talos itself refuses a second bootstrap only on a node whose own etcd data
+    directory is not empty. Keep O(nodes) complete."
+  - A control plane that does not answer fails the task (naming it) instead of being skipped, for the same reason.
+seealso:
+  - module: proxtalos.cluster.talos_info
+  - module: proxtalos.cluster.talos_kubeconfig
+"""
+
+EXAMPLES = r"""
+- name: Bootstrap etcd once, on the first control plane
+  proxtalos.cluster.talos_bootstrap:
+    nodes: "{{ groups['controlplane'] | map('extract', hostvars, 'node_ip') | list }}"
+    talosconfig: "artifacts/{{ cluster_name }}/talosconfig"
+    wait_timeout: 900
+  run_once: true
+"""
+
+RETURN = r"""
+action:
+  description: V(bootstrapped) (Bootstrap was called and accepted), V(already_bootstrapped) (the cluster reported etcd
+    members or a running etcd; nothing called), V(already_exists) (the node answered AlreadyExists), or
+    V(would_bootstrap) in check mode.
+  returned: always
+  type: str
+bootstrap_node:
+  description: The control plane that was (or would be) bootstrapped; empty when nothing was called.
+  returned: always
+  type: str
+details:
+  description: What the control planes reported before the decision, one line per node.
+  returned: always
+  type: list
+  elements: str
+members:
+  description: The etcd members after the wait (id as hex, hostname, peer and client URLs, learner flag).
+  returned: always
+  type: list
+  elements: dict
+quorum:
+  description: Whether full quorum was seen (every control plane a healthy member).
+  returned: always
+  type: bool
+elapsed:
+  description: Seconds spent, waiting included.
+  returned: always
+  type: float
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError, WaitTimeout
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import health, session
+
+# etcd states that show a control plane past bootstrap (Talos starts etcd only when bootstrapped or joining).
+ETCD_RUNNING_STATES = ('Running', 'Stopping', 'Finished', 'Failed')
+
+
+def argument_spec():
+    return _argspec.spec(
+        _argspec.TALOS_AUTH_SPEC, _argspec.WAIT_SPEC,
+        nodes=dict(type='list', elements='str', required=True),
+    )
+
+
+def observe(node_session):
+    """{'etcd_service': dict or None, 'members': list or None, 'error': None} of one control plane (mTLS)."""
+    services = node_session.call('service_list')
+    etcd_service = next((service for service in services if service.get('id') == 'etcd'), None)
+    members = None
+    try:
+        members = node_session.call('etcd_member_list')
+    except talos_errors.TalosTransientError as exc:
+        if exc.code != 'UNAVAILABLE':
+            raise
+    except talos_errors.TalosApiError as exc:
+        if not (exc.unimplemented or exc.failed_precondition or exc.code == 'NOT_FOUND'):
+            raise
+    return {'etcd_service': etcd_service, 'members': members, 'error': None}
+
+
+def describe(address, seen):
+    service = seen.get('etcd_service')
+    state = service.get('state') if service else 'not listed'
+    members = seen.get('members')
+    return '%s: etcd %s, %s' % (address, state, '%d etcd members' % len(members) if members is not None else 'no member list (etcd not running)')
+
+
+def already_bootstrapped(observations):
+    """True when any control plane runs etcd or lists members."""
+    for seen in observations.values():
+        if seen.get('members'):
+            return True
+        service = seen.get('etcd_service')
+        if service and service.get('state') in ETCD_RUNNING_STATES:
+            return True
+    return False
+
+
+def ask_cluster(sessions, deadline, interval):
+    """Every control plane's observation, waiting (within the deadline) until each answers over mTLS."""
+    observations = {}
+    for address, node_session in sessions:
+        seen = {}
+
+        def probe(node_session=node_session, seen=seen):
+            seen.update(observe(node_session))
+            return True, 'answered'
+        node_session.wait_until(probe, deadline, interval, 'the control plane answering over mTLS (before deciding to bootstrap)')
+        observations[address] = seen
+    return observations
+
+
+def bootstrap(node_session, deadline, interval):
+    """Call Bootstrap; 'bootstrapped' or 'already_exists'. 'not available yet' is retried within the deadline."""
+    outcome = {}
+
+    def call():
+        try:
+            node_session.call('bootstrap')
+            outcome['action'] = 'bootstrapped'
+        except talos_errors.TalosApiError as exc:
+            if exc.already_exists:
+                outcome['action'] = 'already_exists'
+                outcome['message'] = exc.talos_message
+            elif exc.failed_precondition:
+                raise talos_errors.TalosTransientError(str(exc), node=exc.node, method=exc.method, code=exc.code,
+                                                       talos_message=exc.talos_message)
+            else:
+                raise
+    try:
+        _wait.retry(call, deadline.remaining(), interval=interval, transient=session.TRANSIENT, backoff=1.0,
+                    max_interval=interval)
+    except talos_errors.TalosTransientError as exc:
+        raise ProxtalosError('talos node %s: Bootstrap not accepted within %.0fs: %s' % (node_session.name, deadline.timeout, exc),
+                             node=node_session.name)
+    return outcome
+
+
+def wait_quorum(sessions, deadline, interval):
+    """Until etcd_problems() is empty for all control planes; returns the members seen."""
+    addresses = [address for address, dummy in sessions]
+    seen = {'observations': {}}
+
+    def probe():
+        observations = {}
+        for address, node_session in sessions:
+            try:
+                observations[address] = observe(node_session)
+            except (talos_errors.TalosTransientError, talos_errors.TalosTlsError) as exc:
+                observations[address] = {'error': str(exc)}
+        seen['observations'] = observations
+        problems = health.etcd_problems(observations, addresses)
+        if not problems:
+            return True, 'etcd members == control planes (%d), all healthy' % len(addresses)
+        return False, '; '.join(problems)
+
+    result = session.wait_until(probe, deadline, interval)
+    if not result.ok:
+        raise WaitTimeout('etcd quorum not reached within %.0fs: %s' % (deadline.timeout, result.observation), result)
+    first = seen['observations'][addresses[0]]
+    return [health.member_summary(member) for member in first.get('members') or []]
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
+                           mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'])
+    missing = session.missing_libraries()
+    if missing:
+        module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
+    params = module.params
+    result = dict(changed=False, action='', bootstrap_node='', details=[], members=[], quorum=False, elapsed=0.0)
+    try:
+        nodes = [node for node in params['nodes'] if node]
+        if not nodes:
+            raise ValidationError('nodes', 'must list the control planes (at least one address)')
+        if len(set(nodes)) != len(nodes):
+            raise ValidationError('nodes', 'lists an address twice')
+        credentials = session.load_credentials(params, module)
+        if credentials is None:
+            raise ValidationError('talosconfig', 'is required: Bootstrap and the etcd checks need mutual TLS (os:admin)')
+        sessions = [(node, session.NodeSession(node, port=params['port'], api_timeout=params['api_timeout'],
+                                               credentials=credentials, field='nodes')) for node in nodes]
+        deadline, interval = session.deadline_for(params)
+
+        observations = ask_cluster(sessions, deadline, interval)
+        result['details'] = [describe(address, observations[address]) for address in nodes]
+        if already_bootstrapped(observations):
+            result['action'] = 'already_bootstrapped'
+        elif module.check_mode:
+            result.update(action='would_bootstrap', bootstrap_node=sessions[0][1].name, changed=True)
+        else:
+            outcome = bootstrap(sessions[0][1], deadline, interval)
+            result['action'] = outcome['action']
+            result['bootstrap_node'] = sessions[0][1].name
+            result['changed'] = outcome['action'] == 'bootstrapped'
+            if outcome['action'] == 'already_exists':
+                result['details'].append('%s answered AlreadyExists: %s' % (sessions[0][1].name, outcome.get('message') or ''))
+        if not module.check_mode and params['wait']:
+            result['members'] = wait_quorum(sessions, deadline, interval)
+            result['quorum'] = True
+        result['elapsed'] = round(deadline.elapsed(), 3)
+    except ProxtalosError as exc:
+        module.fail_json(msg=str(exc), **dict(exc.details, action=result['action'], details=result['details']))
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
