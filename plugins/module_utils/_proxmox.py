@@ -284,9 +284,12 @@ class PveClient(object):
         texts = [str(item.get('t', '')) for item in (lines or []) if isinstance(item, dict)]
         return texts[-LOG_TAIL_LINES:]
 
-    def run_task(self, method, path, node, operation, subject, timeout, interval, wait=True, **params):
-        """Start a task (one request, not retried) and, with wait, await it. Returns the UPID."""
-        upid = self.request(method, path, operation, subject, retry=False, **params)
+    def run_task(self, method, path, node, operation, subject, timeout, interval, wait=True, params=None):
+        """Start a task (one request, not retried) and, with wait, await it. Returns the UPID.
+
+        params: the request's parameters (a dict: PVE's own `timeout` must not clash with ours).
+        """
+        upid = self.request(method, path, operation, subject, retry=False, **(params or {}))
         if wait and isinstance(upid, str) and upid.startswith('UPID:'):
             self.wait_task(upid_node(upid) or node, upid, timeout, interval, subject, operation)
         return upid

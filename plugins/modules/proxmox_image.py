@@ -187,7 +187,7 @@ class ImageStore(object):
             body['checksum-algorithm'] = self.params['checksum_algorithm']
         self.upid = self.client.run_task('post', 'nodes/%s/storage/%s/download-url' % (self.node, self.storage),
                                          self.node, 'download from %s' % self.params['url'], self.subject,
-                                         timeout, interval, **body)
+                                         timeout, interval, params=body)
 
     def delete(self, timeout, interval):
         path = 'nodes/%s/storage/%s/content/%s' % (self.node, self.storage, self.volid)

@@ -766,7 +766,7 @@ class VmRunner(object):
 
     def _task(self, method, path, operation, wait=True, **params):
         upid = self.client.run_task(method, path, self.node, operation, self.subject, self.task_timeout,
-                                    self.interval, wait=wait, **params)
+                                    self.interval, wait=wait, params=params)
         if isinstance(upid, str) and upid.startswith('UPID:'):
             self.upids.append(upid)
         return upid

@@ -1,0 +1,181 @@
+"""proxmox_preflight: the inventory checks (pure) and the PVE checks against an in-process fakepve."""
+import json
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.proxtalos.cluster.plugins.modules import proxmox_preflight
+
+SECRET = 'beefcafe-5ec2-e7a1-b0b0-preflight'
+IMAGE = {'storage': 'local', 'filename': 'talos.iso', 'url': 'https://factory.talos.dev/x/nocloud-amd64.iso'}
+
+
+def vm(host, vmid, role='controlplane', **more):
+    entry = dict(host=host, role=role, vm_id=vmid, vm_pve_node='pve1', vm_bridge='vmbr0', vm_storage='local-lvm',
+                 vm_cores=2, vm_memory_mb=2048, vm_disk_gb=10)
+    entry.update(more)
+    return entry
+
+
+def good_cluster():
+    return [vm('cp-1', 101, node_ip='10.0.0.11', node_prefix=24, node_gateway='10.0.0.1'),
+            vm('cp-2', 102, node_ip='10.0.0.12', node_prefix=24, node_gateway='10.0.0.1'),
+            vm('cp-3', 103, node_ip='10.0.0.13', node_prefix=24, node_gateway='10.0.0.1'),
+            vm('w-1', 111, role='worker')]
+
+
+def inventory_problems(vms, reserved=()):
+    report = proxmox_preflight.Report()
+    proxmox_preflight.check_inventory(vms, list(reserved), None, report)
+    return [(p['host'], p['field']) for p in report.problems], report
+
+
+def test_a_good_inventory_has_no_problem():
+    problems, report = inventory_problems(good_cluster())
+    assert problems == [] and report.checks[0]['ok'] is True
+
+
+def test_duplicate_vmid_names_both_hosts():
+    vms = good_cluster()
+    vms[3]['vm_id'] = 101
+    problems, report = inventory_problems(vms)
+    assert problems == [('w-1', 'vm_id')]
+    assert report.problems[0]['reason'] == '101 is also the vm_id of cp-1'
+
+
+def test_an_even_number_of_control_planes_is_refused():
+    problems, report = inventory_problems(good_cluster()[1:])
+    assert problems == [('controlplane', 'groups')]
+    assert report.problems[0]['reason'].startswith('2 control planes (cp-2, cp-3): etcd needs an odd number')
+
+
+def test_no_control_plane_is_refused():
+    problems, _report = inventory_problems([vm('w-1', 111, role='worker')])
+    assert problems == [('controlplane', 'groups')]
+
+
+@pytest.mark.parametrize('change, expected', [
+    (dict(vm_id=None), ('cp-1', 'vm_id')), (dict(vm_id='abc'), ('cp-1', 'vm_id')), (dict(vm_id=42), ('cp-1', 'vm_id')),
+    (dict(node_ip='10.0.0.13'), ('cp-3', 'node_ip')), (dict(node_ip='10.0.0.300'), ('cp-1', 'node_ip')),
+    (dict(node_ip='10.0.0.10'), ('cp-1', 'node_ip')), (dict(node_prefix=None), ('cp-1', 'node_prefix')),
+    (dict(node_prefix=40), ('cp-1', 'node_prefix')), (dict(node_gateway='10.9.0.1'), ('cp-1', 'node_gateway')),
+    (dict(node_ip='10.0.0.0'), ('cp-1', 'node_ip')), (dict(vm_name='cp_1'), ('cp-1', 'vm_name')),
+    (dict(vm_name='CP-2'), ('cp-2', 'inventory_hostname')), (dict(vm_memory_mb=1024), ('cp-1', 'vm_memory_mb')),
+    (dict(vm_cores='two'), ('cp-1', 'vm_cores')), (dict(vm_bridge=''), ('cp-1', 'vm_bridge')),
+    (dict(role=''), ('cp-1', 'groups')),
+])
+def test_bad_values_name_host_and_field(change, expected):
+    vms = good_cluster()
+    vms[0].update(change)
+    problems, report = inventory_problems(vms, reserved=[{'name': 'cluster_endpoint_host', 'address': '10.0.0.10'}])
+    assert expected in problems, report.problems
+
+
+def test_the_message_lists_every_problem():
+    vms = good_cluster()[1:]
+    vms[2]['vm_id'] = 102
+    _problems, report = inventory_problems(vms)
+    assert report.message().splitlines() == [
+        'preflight found 2 problems; nothing was created:',
+        '- w-1: vm_id: 102 is also the vm_id of cp-2',
+        '- controlplane: groups: 2 control planes (cp-2, cp-3): etcd needs an odd number to keep a majority; use 1 or 3']
+
+
+def test_inherited_privileges():
+    perms = {'/': {'Sys.Audit': 1}, '/vms': {'VM.Allocate': 1}, '/storage': {'Datastore.AllocateSpace': 0}}
+    assert proxmox_preflight.has_privilege(perms, '/vms/101', 'VM.Allocate')
+    assert proxmox_preflight.has_privilege(perms, '/', 'Sys.Audit')
+    assert not proxmox_preflight.has_privilege(perms, '/storage/local-lvm', 'Datastore.AllocateSpace')
+    assert proxmox_preflight.has_privilege(perms, '/storage', 'Datastore.AllocateSpace')
+    assert not proxmox_preflight.has_privilege(perms, '/vms/101', 'VM.PowerMgmt')
+
+
+# ------------------------------------------------------------------------------ against fakepve
+
+
+@pytest.fixture
+def pve(fakepve):
+    fakepve.apitokens['root@pam!proxtalos'] = SECRET
+    return fakepve
+
+
+def args(pve, cafile, vms, **overrides):
+    values = dict(api_host=pve.host, api_port=pve.port, api_user='root@pam', api_token_id='proxtalos',
+                  api_token_secret=SECRET, ca_path=cafile, vms=vms, image=IMAGE, wait_timeout=2, wait_sleep=0.1)
+    values.update(overrides)
+    return values
+
+
+def run(values, capsys):
+    with patch_module_args(dict(values, _ansible_check_mode=True)):
+        with pytest.raises(SystemExit) as caught:
+            proxmox_preflight.main()
+    out = capsys.readouterr().out
+    assert SECRET not in out
+    return caught.value.code, json.loads(out)
+
+
+def test_everything_checks_out_and_nothing_is_written(pve, fakepve_cafile, capsys):
+    code, result = run(args(pve, fakepve_cafile, good_cluster()), capsys)
+    assert code == 0 and result['changed'] is False and result['problems'] == []
+    assert all(check['ok'] for check in result['checks'])
+    assert result['pve']['image'] == {'pve1': 'downloadable'} and result['pve']['nodes'] == {'pve1': 'online'}
+    assert [r for r in pve.requests if r[0] != 'GET'] == []
+
+
+def test_the_image_found_on_storage(pve, fakepve_cafile, capsys):
+    pve.store_file('local', 'talos.iso', 1024)
+    code, result = run(args(pve, fakepve_cafile, good_cluster()), capsys)
+    assert code == 0 and result['pve']['image'] == {'pve1': 'present'}
+
+
+def test_unknown_bridge_storage_and_node_are_named(pve, fakepve_cafile, capsys):
+    vms = good_cluster()
+    vms[0]['vm_bridge'] = 'vmbr7'
+    vms[1]['vm_storage'] = 'local'      # exists, but holds no VM images
+    vms[2]['vm_storage'] = 'nvme-pool'
+    vms[3]['vm_pve_node'] = 'pve9'
+    code, result = run(args(pve, fakepve_cafile, vms), capsys)
+    assert code == 1
+    assert [(p['host'], p['field']) for p in result['problems']] == [
+        ('w-1', 'vm_pve_node'), ('cp-2', 'vm_storage'), ('cp-3', 'vm_storage'), ('cp-1', 'vm_bridge')]
+    assert "PVE node pve1 has no bridge 'vmbr7' (bridges: vmbr0)" in result['msg']
+    assert "storage 'local' does not hold VM disks" in result['msg']
+
+
+def test_a_vmid_taken_by_another_vm(pve, fakepve_cafile, capsys):
+    pve.add_vm(102, 'someone-else')
+    pve.add_vm(101, 'cp-1')          # ours, from an earlier run: fine
+    code, result = run(args(pve, fakepve_cafile, good_cluster()), capsys)
+    assert code == 1 and result['problems'] == [{
+        'host': 'cp-2', 'field': 'vm_id',
+        'reason': "102 is taken by another VM, 'someone-else' on PVE node pve1; pick a free id or remove that VM"}]
+
+
+def test_bad_credentials_name_the_token(pve, fakepve_cafile, capsys):
+    code, result = run(args(pve, fakepve_cafile, good_cluster(), api_token_secret='wrong'), capsys)
+    assert code == 1 and result['problems'][0]['field'] == 'pve_api_token_id'
+    assert 'refused the credentials' in result['problems'][0]['reason']
+
+
+def test_tls_failure_names_the_ca_path(pve, fakepve_cafile, capsys, tmp_path):
+    from fakepve.certs import make_cert  # pylint: disable=import-outside-toplevel
+    other_ca = make_cert(str(tmp_path), hosts=('127.0.0.1',))[0]
+    code, result = run(args(pve, other_ca, good_cluster()), capsys)
+    assert code == 1 and result['problems'][0]['field'] == 'pve_ca_path'
+
+
+def test_missing_privileges_are_listed(pve, fakepve_cafile, capsys):
+    pve.apitokens['auditor@pve!ro'] = SECRET
+    pve.grant('auditor@pve', '/', 'Sys.Audit', 'VM.Audit', 'Datastore.Audit')
+    code, result = run(args(pve, fakepve_cafile, good_cluster(), api_user='auditor@pve', api_token_id='ro'), capsys)
+    assert code == 1
+    fields = set(p['field'] for p in result['problems'])
+    assert fields == {'pve_api_token_id', 'talos_image_url'}
+    assert any('auditor@pve!ro lacks the privilege VM.Allocate' in p['reason'] for p in result['problems'])
+
+
+def test_inventory_only_makes_no_api_call(pve, fakepve_cafile, capsys):
+    code, result = run(args(pve, fakepve_cafile, good_cluster(), check_pve=False), capsys)
+    assert code == 0 and 'pve' not in result and pve.requests == []

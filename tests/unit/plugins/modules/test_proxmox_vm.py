@@ -1,0 +1,313 @@
+"""proxmox_vm: the pure plan (no I/O), then the module as Ansible runs it against an in-process fakepve."""
+import json
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
+from ansible_collections.proxtalos.cluster.plugins.modules import proxmox_vm
+
+TOKEN_SECRET = 'c0ffee00-5ec2-e7a1-b0b0-123456789abc'
+
+
+def params(**overrides):
+    """Module params as AnsibleModule would hand them over: every option, defaults filled in."""
+    values = dict((name, spec.get('default')) for name, spec in proxmox_vm.argument_spec().items())
+    values.update(api_host='pve', api_user='root@pam', api_token_id='t', api_token_secret='s',
+                  vmid=101, node='pve1', name='cp-1', state='present', cores=2, memory=2048, cpu='x86-64-v2-AES',
+                  bridge='vmbr0', disk_storage='local-lvm', disk_size=10, scsihw='virtio-scsi-single',
+                  cdrom='local:iso/talos.iso', boot='order=scsi0;ide2;net0', agent=True, serial=True,
+                  onboot=True, tags=['talos', 'lab'])
+    values.update(overrides)
+    return values
+
+
+def pve_config(**overrides):
+    """A config as PVE returns it for a VM made from params(): PVE's own spellings of the same values."""
+    config = {'name': 'cp-1', 'cores': 2, 'memory': '2048', 'cpu': 'x86-64-v2-AES',
+              'net0': 'virtio=BC:24:11:AA:BB:CC,bridge=vmbr0', 'scsi0': 'local-lvm:vm-101-disk-0,size=10G',
+              'scsihw': 'virtio-scsi-single', 'ide2': 'local:iso/talos.iso,media=cdrom,size=1M',
+              'boot': 'order=scsi0;ide2;net0', 'agent': '1', 'serial0': 'socket', 'onboot': 1, 'tags': 'Lab;talos',
+              'meta': 'creation-qemu=10.0.2', 'smbios1': 'uuid=0', 'vmgenid': '1'}
+    config.update(overrides)
+    return dict((k, v) for k, v in config.items() if v is not None)
+
+
+def kinds(actions):
+    return [a.kind for a in actions]
+
+
+# ---------------------------------------------------------------------------------------- plan
+
+
+def test_a_missing_vm_is_created_with_every_managed_key():
+    changed, actions, diff = proxmox_vm.plan(params(state='started'), None, None)
+    assert changed and kinds(actions) == ['create', 'start']
+    assert actions[0].data['values'] == {
+        'vmid': 101, 'name': 'cp-1', 'cores': 2, 'memory': 2048, 'cpu': 'x86-64-v2-AES', 'net0': 'virtio,bridge=vmbr0',
+        'scsi0': 'local-lvm:10', 'scsihw': 'virtio-scsi-single', 'ide2': 'local:iso/talos.iso,media=cdrom',
+        'boot': 'order=scsi0;ide2;net0', 'agent': 'enabled=1', 'serial0': 'socket', 'onboot': 1, 'tags': 'lab;talos'}
+    assert diff['before'] == {}
+    assert diff['after']['status'] == 'running' and diff['after']['scsi0'] == {'storage': 'local-lvm', 'size': '10G'}
+
+
+def test_a_vm_that_matches_is_not_changed_whatever_the_spelling():
+    changed, actions, diff = proxmox_vm.plan(params(), pve_config(), 'stopped')
+    assert not changed and actions == []
+    assert diff['before'] == diff['after']
+
+
+def test_agent_given_as_enabled_equals_and_memory_as_current_are_the_same():
+    config = pve_config(agent='enabled=1,fstrim_cloned_disks=1', memory='current=2048', onboot='1')
+    assert proxmox_vm.plan(params(), config, 'running')[1] == []
+
+
+def test_cores_and_memory_drift_is_one_update_with_a_diff():
+    changed, actions, diff = proxmox_vm.plan(params(), pve_config(cores=4, memory='4096'), 'stopped')
+    assert changed and kinds(actions) == ['update']
+    assert actions[0].data == {'values': {'cores': 2, 'memory': 2048}, 'delete': []}
+    assert (diff['before']['cores'], diff['after']['cores']) == (4, 2)
+    assert (diff['before']['memory'], diff['after']['memory']) == (4096, 2048)
+    assert actions[0].describe() == 'update cores, memory'
+
+
+def test_drift_waiting_in_the_pending_config_is_found():
+    changed, actions, diff = proxmox_vm.plan(params(), pve_config(), 'running', {'cores': 8})
+    assert changed and actions[0].data['values'] == {'cores': 2}
+    assert diff['before']['cores'] == 8
+
+
+def test_a_pending_value_equal_to_the_wanted_one_is_no_change():
+    assert proxmox_vm.plan(params(cores=4), pve_config(), 'running', {'cores': 4})[1] == []
+
+
+def test_the_nic_keeps_its_generated_mac_when_the_bridge_changes():
+    changed, actions, diff = proxmox_vm.plan(params(bridge='vmbr1'), pve_config(), 'stopped')
+    assert changed and actions[0].data['values'] == {'net0': 'virtio=BC:24:11:AA:BB:CC,bridge=vmbr1'}
+    assert diff['before']['net0'] == {'model': 'virtio', 'bridge': 'vmbr0'}
+    assert diff['after']['net0'] == {'model': 'virtio', 'bridge': 'vmbr1'}
+
+
+def test_a_managed_mac_is_compared_and_unmanaged_nic_parts_are_left_alone():
+    config = pve_config(net0='virtio=BC:24:11:AA:BB:CC,bridge=vmbr0,firewall=1')
+    assert proxmox_vm.plan(params(), config, 'stopped')[1] == []
+    actions = proxmox_vm.plan(params(macaddr='bc:24:11:00:00:01'), config, 'stopped')[1]
+    assert actions[0].data['values'] == {'net0': 'virtio=BC:24:11:00:00:01,bridge=vmbr0'}
+
+
+def test_the_disk_grows_but_never_shrinks_or_moves():
+    actions = proxmox_vm.plan(params(disk_size=20), pve_config(), 'running')[1]
+    assert kinds(actions) == ['resize'] and actions[0].data == {'disk': 'scsi0', 'size': '20G'}
+    with pytest.raises(_errors.ValidationError) as caught:
+        proxmox_vm.plan(params(disk_size=5), pve_config(), 'running')
+    assert caught.value.field == 'disk_size' and 'cannot shrink' in str(caught.value)
+    with pytest.raises(_errors.ValidationError) as caught:
+        proxmox_vm.plan(params(disk_storage='ceph-vm'), pve_config(), 'running')
+    assert caught.value.field == 'disk_storage'
+
+
+def test_a_missing_disk_is_added():
+    actions = proxmox_vm.plan(params(), pve_config(scsi0=None), 'stopped')[1]
+    assert actions[0].data['values'] == {'scsi0': 'local-lvm:10'}
+
+
+def test_tags_are_a_set_and_an_empty_list_or_string_removes():
+    assert proxmox_vm.plan(params(tags=['LAB', 'talos', 'talos']), pve_config(), 'stopped')[1] == []
+    actions = proxmox_vm.plan(params(tags=[], serial=False, description=''),
+                              pve_config(description='old notes\n'), 'stopped')[1]
+    assert actions[0].data == {'values': {}, 'delete': ['description', 'serial0', 'tags']}
+
+
+def test_unset_options_are_not_managed():
+    actions = proxmox_vm.plan(params(cores=None, memory=None, tags=None), pve_config(cores=16, tags='other'),
+                              'stopped')[1]
+    assert actions == []
+
+
+def test_cloud_init_drive_and_ipconfig():
+    wanted = params(cloudinit_storage='local-lvm', ipconfig0='ip=10.0.0.11/24,gw=10.0.0.1', nameserver='1.1.1.1')
+    actions = proxmox_vm.plan(wanted, pve_config(), 'stopped')[1]
+    assert actions[0].data['values'] == {'ide0': 'local-lvm:cloudinit', 'ipconfig0': 'ip=10.0.0.11/24,gw=10.0.0.1',
+                                         'nameserver': '1.1.1.1'}
+    there = pve_config(ide0='local-lvm:vm-101-cloudinit,media=cdrom', ipconfig0='gw=10.0.0.1,ip=10.0.0.11/24',
+                       nameserver='1.1.1.1')
+    assert proxmox_vm.plan(wanted, there, 'stopped')[1] == []
+
+
+def test_power_states():
+    assert kinds(proxmox_vm.plan(params(state='started'), pve_config(), 'stopped')[1]) == ['start']
+    assert kinds(proxmox_vm.plan(params(state='stopped'), pve_config(), 'running')[1]) == ['shutdown']
+    assert proxmox_vm.plan(params(state='started'), pve_config(), 'running')[1] == []
+    assert kinds(proxmox_vm.plan(params(state='started', cores=4), pve_config(), 'stopped')[1]) == ['update', 'start']
+
+
+def test_absent_stops_then_deletes_and_is_a_no_op_when_gone():
+    changed, actions, diff = proxmox_vm.plan(params(state='absent'), pve_config(), 'running')
+    assert changed and kinds(actions) == ['stop', 'delete'] and diff['after'] == {}
+    assert proxmox_vm.plan(params(state='absent'), None, None)[:2] == (False, [])
+
+
+def test_reset_always_acts_and_starts_a_stopped_vm():
+    assert kinds(proxmox_vm.plan(params(state='reset'), pve_config(), 'running')[1]) == ['reset']
+    assert kinds(proxmox_vm.plan(params(state='reset'), pve_config(cores=64), 'stopped')[1]) == ['start']
+    with pytest.raises(_errors.ValidationError) as caught:
+        proxmox_vm.plan(params(state='reset'), None, None)
+    assert caught.value.field == 'vmid'
+
+
+def test_restart_on_change_reboots_for_changes_pve_cannot_apply_live():
+    wanted = params(cores=4, restart_on_change=True)
+    assert kinds(proxmox_vm.plan(wanted, pve_config(), 'running')[1]) == ['update', 'reboot']
+    assert kinds(proxmox_vm.plan(params(tags=['x'], restart_on_change=True), pve_config(), 'running')[1]) == ['update']
+    # A change left pending earlier is applied too.
+    assert kinds(proxmox_vm.plan(params(restart_on_change=True), pve_config(), 'running', {'cores': 2, 'sockets': 2})[1]) == [
+        'reboot']
+
+
+def test_reboot_required_is_predicted_for_cold_changes_on_a_running_vm():
+    actions = proxmox_vm.plan(params(cores=4), pve_config(), 'running')[1]
+    assert proxmox_vm.predict_reboot_required(params(cores=4), actions, pve_config(), {}, 'running')
+    actions = proxmox_vm.plan(params(tags=['x']), pve_config(), 'running')[1]
+    assert not proxmox_vm.predict_reboot_required(params(tags=['x']), actions, pve_config(), {}, 'running')
+    assert not proxmox_vm.predict_reboot_required(params(cores=4), actions, pve_config(), {}, 'stopped')
+
+
+@pytest.mark.parametrize('overrides, field', [
+    (dict(vmid=99), 'vmid'), (dict(name='cp_1'), 'name'), (dict(cores=0), 'cores'), (dict(memory=8), 'memory'),
+    (dict(tags=['a b']), 'tags'), (dict(macaddr='zz'), 'macaddr'), (dict(vlan_tag=5000), 'vlan_tag'),
+    (dict(net_model='rtl9000'), 'net_model'), (dict(disk_size=None), 'disk_size'),
+    (dict(ipconfig0='ip=10.0.0.1/24,gateway=10.0.0.254'), 'ipconfig0'),
+])
+def test_bad_options_name_the_field(overrides, field):
+    with pytest.raises(_errors.ValidationError) as caught:
+        proxmox_vm.validate(params(**overrides))
+    assert caught.value.field == field
+
+
+# ------------------------------------------------------------------------- the module, fakepve
+
+
+@pytest.fixture
+def pve(fakepve):
+    fakepve.apitokens['root@pam!proxtalos'] = TOKEN_SECRET
+    fakepve.store_file('local', 'talos.iso', 1024 ** 2)
+    return fakepve
+
+
+def module_args(pve, cafile, **overrides):
+    args = dict(api_host=pve.host, api_port=pve.port, api_user='root@pam', api_token_id='proxtalos',
+                api_token_secret=TOKEN_SECRET, ca_path=cafile, vmid=101, node='pve1', name='cp-1', state='started',
+                cores=2, memory=2048, bridge='vmbr0', disk_storage='local-lvm', disk_size=10,
+                cdrom='local:iso/talos.iso', agent=True, tags=['talos'], wait_timeout=20, wait_sleep=0.1)
+    args.update(overrides)
+    return args
+
+
+def run_module(args, capsys, check_mode=False, diff=False):
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    if diff:
+        args = dict(args, _ansible_diff=True)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as caught:
+            proxmox_vm.main()
+    out = capsys.readouterr().out
+    return caught.value.code, json.loads(out), out
+
+
+def writes(pve):
+    return [r for r in pve.requests if r[0] != 'GET']
+
+
+def test_check_mode_predicts_a_creation_and_writes_nothing(pve, fakepve_cafile, capsys):
+    code, result, out = run_module(module_args(pve, fakepve_cafile), capsys, check_mode=True, diff=True)
+    assert code == 0 and result['changed'] is True
+    assert result['actions'] == ['create', 'start'] and result['status'] == 'absent'
+    assert result['diff']['after']['cores'] == 2
+    assert writes(pve) == [] and pve.vm(101) is None
+    assert TOKEN_SECRET not in out
+
+
+def test_create_start_then_rerun_is_unchanged(pve, fakepve_cafile, capsys):
+    code, result, out = run_module(module_args(pve, fakepve_cafile), capsys)
+    assert code == 0 and result['changed'] is True and result['actions'] == ['create', 'start']
+    assert result['status'] == 'running' and len(result['upids']) == 2
+    assert int(pve.vm(101).config['cores']) == 2 and pve.vm(101).status == 'running'
+    assert TOKEN_SECRET not in out
+    before = len(writes(pve))
+    code, result, _out = run_module(module_args(pve, fakepve_cafile), capsys)
+    assert code == 0 and result['changed'] is False and result['actions'] == []
+    assert len(writes(pve)) == before
+
+
+def test_drift_on_a_running_vm_is_fixed_and_reported_as_applied(pve, fakepve_cafile, capsys):
+    run_module(module_args(pve, fakepve_cafile), capsys)
+    pve.vm(101).pending['memory'] = 8192  # changed behind Ansible's back, waiting for the next start
+    code, result, _out = run_module(module_args(pve, fakepve_cafile), capsys, diff=True)
+    assert code == 0 and result['changed'] is True and result['actions'] == ['update memory']
+    assert (result['diff']['before']['memory'], result['diff']['after']['memory']) == (8192, 2048)
+    assert result['reboot_required'] is False
+    code, result, _out = run_module(module_args(pve, fakepve_cafile), capsys)
+    assert result['changed'] is False
+
+
+def test_a_change_on_a_running_vm_is_pending_until_restart_on_change(pve, fakepve_cafile, capsys):
+    run_module(module_args(pve, fakepve_cafile), capsys)
+    code, result, _out = run_module(module_args(pve, fakepve_cafile, cores=4), capsys)
+    assert code == 0 and result['changed'] and result['reboot_required'] is True and result['pending'] == ['cores']
+    assert 'cores pending until the VM restarts' in json.dumps(result.get('warnings'))
+    code, result, _out = run_module(module_args(pve, fakepve_cafile, cores=4, restart_on_change=True), capsys)
+    assert code == 0 and result['changed'] and result['actions'] == ['reboot']
+    assert result['reboot_required'] is False and int(pve.vm(101).config['cores']) == 4
+
+
+def test_a_task_error_fails_naming_vm_node_operation_and_pve_message(pve, fakepve_cafile, capsys):
+    args = module_args(pve, fakepve_cafile, cdrom='local:iso/missing.iso')
+    code, result, _out = run_module(args, capsys)
+    assert code == 1 and result['failed']
+    assert result['msg'].startswith('VM 101 (cp-1) on node pve1: create failed on PVE node pve1: TASK ERROR:')
+    assert 'local:iso/missing.iso does not exist' in result['msg']
+    assert result['operation'] == 'create' and result['task_log']
+
+
+def test_transient_5xx_answers_are_retried(pve, fakepve_cafile, capsys):
+    pve.fail('GET', '/cluster/resources', 503, 'Service Unavailable', times=2)
+    code, result, _out = run_module(module_args(pve, fakepve_cafile), capsys)
+    assert code == 0 and result['changed'] and result['status'] == 'running'
+    assert [r['error'] for r in result['retries']][:2] == [
+        'TransientApiError: VM 101 (cp-1) on node pve1: list VMs failed: Proxmox VE API answered 503 Service '
+        'Unavailable'] * 2
+
+
+def test_a_held_config_lock_fails_at_the_deadline_with_the_cause(pve, fakepve_cafile, capsys):
+    run_module(module_args(pve, fakepve_cafile, state='present'), capsys)
+    pve.vm(101).lock_holder = 'scenario'
+    code, result, _out = run_module(module_args(pve, fakepve_cafile, cores=4, wait_timeout=1), capsys)
+    assert code == 1
+    assert result['msg'].startswith('VM 101 (cp-1) on node pve1: gave up after')
+    assert 'got timeout' in result['msg']
+
+
+def test_reset_acts_every_time(pve, fakepve_cafile, capsys):
+    run_module(module_args(pve, fakepve_cafile), capsys)
+    started = pve.vm(101).started_at
+    for _attempt in range(2):
+        code, result, _out = run_module(dict(module_args(pve, fakepve_cafile), state='reset'), capsys)
+        assert code == 0 and result['changed'] and result['actions'] == ['reset']
+    assert pve.vm(101).started_at >= started
+    assert sum(1 for t in pve.tasklog if t['type'] == 'qmreset') == 2
+
+
+def test_absent_deletes_and_then_is_unchanged(pve, fakepve_cafile, capsys):
+    run_module(module_args(pve, fakepve_cafile), capsys)
+    code, result, _out = run_module(module_args(pve, fakepve_cafile, state='absent'), capsys)
+    assert code == 0 and result['changed'] and result['actions'] == ['stop', 'delete'] and pve.vm(101) is None
+    code, result, _out = run_module(module_args(pve, fakepve_cafile, state='absent'), capsys)
+    assert code == 0 and not result['changed']
+
+
+def test_a_vm_on_another_node_is_an_error(pve, fakepve_cafile, capsys):
+    pve.add_vm(101, 'cp-1', node='pve2')
+    code, result, _out = run_module(module_args(pve, fakepve_cafile), capsys)
+    assert code == 1 and result['field'] == 'node' and "on PVE node 'pve2'" in result['msg']
