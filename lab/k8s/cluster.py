@@ -37,6 +37,7 @@ class KubeCluster:
         self.controllers = Controllers(self.store, timing=timing, clock=clock)
         self.server = None
         self._flap = None
+        self.service_proxies = {}
 
     def _seed(self):
         ns_type = self.registry.get('', 'v1', 'namespaces')
@@ -57,6 +58,7 @@ class KubeCluster:
         """Start serving on every host:port (idempotent); returns the ApiServer."""
         if self.server is None:
             self.server = ApiServer(self.store, self.ca_cert_pem, self.ca_key_pem, hosts, port, self.state_dir, self.request_log)
+            self.server.service_proxies = self.service_proxies
             await self.server.start()
             if self._flap:
                 self.server.flapping = Flapping(*self._flap)
@@ -65,6 +67,18 @@ class KubeCluster:
             for host in hosts:
                 await self.server.add_host(host)
         return self.server
+
+    def register_service_proxy(self, namespace, service, handler):
+        """Answer the API's service proxy (…/services/[scheme:]NAME[:port]/proxy/PATH) for one Service, as its pods would.
+
+        handler(method, path, query, body) -> (status, content_type, body bytes); None removes it.
+        """
+        if handler is None:
+            self.service_proxies.pop((namespace, service), None)
+        else:
+            self.service_proxies[(namespace, service)] = handler
+        if self.server is not None:
+            self.server.service_proxies = self.service_proxies
 
     async def add_api_host(self, host):
         if self.server is not None:

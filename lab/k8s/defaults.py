@@ -78,7 +78,20 @@ def check_pod_spec(spec, prefix):
         for index, container in enumerate(spec.get(field) or ()):
             if isinstance(container, dict) and not container.get('image'):
                 problems.append(Problem('FieldValueRequired', '%s.%s[%d].image' % (prefix, field, index), 'Required value'))
+            if isinstance(container, dict):
+                problems += _one_of(container.get('imagePullPolicy'), ('Always', 'IfNotPresent', 'Never'),
+                                    '%s.%s[%d].imagePullPolicy' % (prefix, field, index))
+    problems += _one_of(spec.get('restartPolicy'), ('Always', 'OnFailure', 'Never'), prefix + '.restartPolicy')
+    problems += _one_of(spec.get('dnsPolicy'), ('ClusterFirstWithHostNet', 'ClusterFirst', 'Default', 'None'), prefix + '.dnsPolicy')
     return problems
+
+
+def _one_of(value, allowed, field):
+    """The enum checks of the Go validation (the published schema has no enum for these fields)."""
+    if value is None or value in allowed:
+        return []
+    return [Problem('FieldValueNotSupported', field, 'Unsupported value: "%s": supported values: %s'
+                    % (value, ', '.join('"%s"' % a for a in allowed)))]
 
 
 def _template_spec(obj):
@@ -185,7 +198,9 @@ def _prepare_service(obj, old, allocator):
     spec = obj.setdefault('spec', {})
     spec.setdefault('type', 'ClusterIP')
     spec.setdefault('sessionAffinity', 'None')
-    problems = []
+    problems = _one_of(spec['type'], ('ClusterIP', 'ExternalName', 'LoadBalancer', 'NodePort'), 'spec.type')
+    if problems:
+        return problems
     if spec['type'] != 'ExternalName':
         old_spec = (old or {}).get('spec') or {}
         if old_spec.get('clusterIP') and spec.get('clusterIP') in (None, '', old_spec.get('clusterIP')):

@@ -100,6 +100,7 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
         self.request_log = request_log
         self.openapi = OpenAPI(self.registry, VERSION_INFO)
         self.flapping = None
+        self.service_proxies = {}    # (namespace, service) -> handler(method, path, query, body) -> (status, content type, bytes)
         self._runner = None
         self._watches = set()
         self._tmp = None
@@ -379,6 +380,8 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
             raise self._unknown()
         name = rest[1] if len(rest) > 1 else None
         sub = '/'.join(rest[2:]) if len(rest) > 2 else ''
+        if rtype.key == ('', 'services') and len(rest) > 2 and rest[2] == 'proxy':
+            return await self._service_proxy(request, namespace, name, '/' + '/'.join(rest[3:]))
         if sub and sub not in rtype.subresources:
             raise self._unknown()
         if rtype.namespaced and name is not None and namespace is None:
@@ -568,6 +571,21 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
                 wanted = patch_mod.merge_patch(current, doc)
             return _json_response(self.store.scale(rtype, namespace, name, wanted, self._dry_run(request)))
         raise ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource')
+
+    # --- service proxy --------------------------------------------------------------------------
+
+    async def _service_proxy(self, request, namespace, name, path):
+        """/api/v1/namespaces/NS/services/[scheme:]NAME[:port]/proxy/PATH, answered by a handler the lab registered."""
+        parts = name.split(':')
+        service = parts[1] if len(parts) > 1 and parts[0] in ('http', 'https') else parts[0]
+        svc_type = self.registry.get('', 'v1', 'services')
+        self.store.get(svc_type, namespace, service)
+        handler = self.service_proxies.get((namespace, service))
+        if handler is None:
+            raise ApiError(503, 'ServiceUnavailable', 'no endpoints available for service "%s"' % name)
+        body = await request.read()
+        status, content_type, data = handler(request.method, path, dict(request.query), body)
+        return web.Response(body=data, status=status, content_type=content_type.split(';')[0])
 
     # --- watch ----------------------------------------------------------------------------------
 

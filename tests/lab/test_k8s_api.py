@@ -421,3 +421,16 @@ def test_protobuf_secret_body_is_decoded(api, namespace):
     made = json.loads(body)
     assert status == 201 and made['metadata']['labels'] == {'owner': 'helm'} and made['type'] == 'helm.sh/release.v1'
     assert base64.b64decode(made['data']['release']) == b'\x00\x01binary'
+
+
+def test_service_proxy_reaches_a_registered_handler(api, kube, namespace):
+    service = {'metadata': {'name': 'sealed'}, 'spec': {'ports': [{'name': 'http', 'port': 8080}]}}
+    client.CoreV1Api(kube).create_namespaced_service(namespace, service)
+    path = '/api/v1/namespaces/%s/services/http:sealed:http/proxy/v1/cert.pem' % namespace
+    status, dummy, body = raw(api, 'GET', path)
+    assert status == 503 and 'no endpoints available' in json.loads(body)['message']
+    api.call(api.cluster.register_service_proxy, namespace, 'sealed',
+             lambda method, sub, query, data: (200, 'application/x-pem-file', ('%s %s' % (method, sub)).encode()))
+    status, headers, body = raw(api, 'GET', path)
+    assert status == 200 and body == b'GET /v1/cert.pem' and headers['Content-Type'].startswith('application/x-pem-file')
+    assert raw(api, 'GET', '/api/v1/namespaces/%s/services/missing/proxy/' % namespace)[0] == 404
