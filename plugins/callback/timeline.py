@@ -1,0 +1,301 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) proxtalos.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: timeline
+type: aggregate
+short_description: Run report per cluster - stage timeline, gates, remediation, Flux graph, cluster facts
+version_added: 0.1.0
+description:
+  - Records each stage of the run (a task's stage is the innermost of its tags that names a stage, as
+    C(playbooks/site.yml) tags one play or block per stage), each gate's outcome and observation, and each
+    remediation step, recognised by the conventions of the collection's C(docs/report.md).
+  - At the end of the run it writes, per cluster (the C(cluster_name) of the hosts), C(report.json) (schema
+    C(docs/report.schema.json)), C(report.html) (a self-contained page with an inline SVG Gantt chart of stages and
+    gates, the gate table, the remediation log, the Flux dependency graph from C(proxtalos.cluster.flux_graph) and the
+    cluster facts) and C(timeline.md) (the bootstrap timeline table - stage, start offset, status), and prints a
+    summary with the paths.
+  - Files are written with mode 0600. Task arguments are never recorded; a C(no_log) task contributes only its
+    name and status. Known secrets are masked in everything written - with ansible-core's C(mask_secrets) where the
+    core has it (2.22 and later), and in any case the values of vault-encrypted variables and of variables named
+    like secrets (C(*_secret), C(*_password), C(*_token), C(*_private_key)).
+requirements:
+  - Enable it with C(callbacks_enabled = proxtalos.cluster.timeline) in C(ansible.cfg).
+options:
+  output_dir:
+    description:
+      - Directory under which each cluster's report goes, as C(<output_dir>/<cluster_name>/).
+      - When not set, a cluster's report goes to its hosts' C(proxtalos_artifacts_dir) variable if defined, else
+        to C(artifacts/<cluster_name>/) under the current directory.
+    type: path
+    env:
+      - name: PROXTALOS_REPORT_DIR
+    ini:
+      - section: callback_timeline
+        key: output_dir
+  stages:
+    description: The stage tags, in run order.
+    type: list
+    elements: str
+    default: [preflight, vms, secrets, apply, bootstrap, kubeconfig, cni, remediate, apps, sealed_secrets, flux, gitops, report]
+    env:
+      - name: PROXTALOS_REPORT_STAGES
+    ini:
+      - section: callback_timeline
+        key: stages
+  summary:
+    description: Print the run summary (timeline, failed gates, remediation, report paths) at the end of the run.
+    type: bool
+    default: true
+    env:
+      - name: PROXTALOS_REPORT_SUMMARY
+    ini:
+      - section: callback_timeline
+        key: summary
+"""
+
+import json
+import os
+import re
+import tempfile
+import time
+
+from ansible import constants as C
+from ansible.plugins.callback import CallbackBase
+
+from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _report_html, _timeline
+
+try:
+    from ansible.module_utils.secrets import mask_secrets  # ansible-core 2.22+
+except ImportError:
+    mask_secrets = None
+
+try:
+    from ansible.parsing.vault import VaultHelper
+except ImportError:  # older cores: vaulted values are AnsibleVaultEncryptedUnicode
+    VaultHelper = None
+
+try:
+    from ansible import context
+except ImportError:
+    context = None
+
+SECRET_NAME = re.compile(r'(^|_)(secret|password|passwd|token|private_key|key_content)$')
+
+
+def _is_vaulted(value):
+    if VaultHelper is not None:
+        try:
+            return VaultHelper.get_ciphertext(value, with_tags=False) is not None
+        except Exception:  # pylint: disable=broad-except
+            return False
+    return type(value).__name__ == 'AnsibleVaultEncryptedUnicode'
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = 'aggregate'
+    CALLBACK_NAME = 'proxtalos.cluster.timeline'
+    CALLBACK_NEEDS_ENABLED = True
+    # ansible-core 2.22: results reach this plugin unmasked, and it masks what it writes (mask_secrets).
+    ANSIBLE_SUPPORTS_MASKING = True
+
+    def __init__(self, display=None, options=None):
+        super().__init__(display=display, options=options)
+        self.masker = _timeline.Masker(extra=mask_secrets)
+        self.recorder = None
+        self.play = None
+        self.starts = {}
+        self.artifacts_dirs = {}
+        self.scanned_hosts = set()
+
+    # -- run and play ---------------------------------------------------------------------------
+
+    def v2_playbook_on_start(self, playbook):
+        self.recorder = _timeline.Recorder(time.time(), stages=self.get_option('stages'))
+        self.recorder.playbook = os.path.basename(getattr(playbook, '_file_name', '') or '') or None
+        if context is not None and context.CLIARGS:
+            self.recorder.check_mode = bool(context.CLIARGS.get('check'))
+
+    def v2_playbook_on_play_start(self, play):
+        if self.recorder is None:
+            self.v2_playbook_on_start(None)
+        self.play = play
+        self._read_inventory(play)
+
+    def _hostvars(self, play):
+        manager = play.get_variable_manager() if play is not None else None
+        if manager is None:
+            return None, {}
+        play_vars = manager.get_vars(play=play)
+        return play_vars.get('hostvars'), play_vars.get('groups') or {}
+
+    def _read_inventory(self, play, final=False):
+        """Cluster of every host, cluster values, node descriptions; secrets to mask."""
+        try:
+            hostvars, groups = self._hostvars(play)
+        except Exception as exc:  # pylint: disable=broad-except
+            self._display.warning('proxtalos.cluster.timeline: cannot read the inventory variables: %s' % exc)
+            return
+        if hostvars is None:
+            return
+        for host in list(hostvars):
+            if host not in self.scanned_hosts:
+                self._register_secrets(hostvars, host)
+                self.scanned_hosts.add(host)
+            values = self._read_vars(hostvars, host, _timeline.CLUSTER_VARS + _timeline.NODE_VARS + ('proxtalos_artifacts_dir',))
+            if values.get('cluster_name') is None:
+                continue
+            cluster = str(values['cluster_name'])
+            self.recorder.set_cluster(host, cluster)
+            if values.get('proxtalos_artifacts_dir'):
+                self.artifacts_dirs.setdefault(cluster, str(values['proxtalos_artifacts_dir']))
+            if not final:
+                continue
+            self.recorder.set_cluster_values(cluster, self.masker.tree(
+                dict((key, values.get(key)) for key in _timeline.CLUSTER_VARS)))
+            role = [name for name in ('controlplane', 'worker') if host in groups.get(name, [])]
+            node = dict((key, values.get(key)) for key in _timeline.NODE_VARS)
+            node['role'] = ','.join(role) or None
+            self.recorder.set_node(cluster, host, self.masker.tree(node))
+
+    def _read_vars(self, hostvars, host, names):
+        values = {}
+        try:
+            host_values = hostvars[host]
+        except Exception:  # pylint: disable=broad-except
+            return values
+        for name in names:
+            try:
+                value = host_values.get(name)
+            except Exception:  # pylint: disable=broad-except  (a value that does not template is not reported)
+                value = None
+            if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+                values[name] = value if isinstance(value, (int, float)) else str(value)
+        return values
+
+    def _register_secrets(self, hostvars, host):
+        try:
+            raw = hostvars.raw_get(host)
+            items = list(raw.items())
+        except Exception:  # pylint: disable=broad-except
+            return
+        for name, value in items:
+            try:
+                if _is_vaulted(value):
+                    self.masker.register(str(value))
+                elif SECRET_NAME.search(str(name)) and isinstance(value, str) and '{{' not in value:
+                    self.masker.register(value)
+            except Exception:  # pylint: disable=broad-except  (a vaulted value this run cannot decrypt is not in use)
+                continue
+
+    # -- tasks ----------------------------------------------------------------------------------
+
+    def v2_runner_on_start(self, host, task):
+        self.starts[(host.get_name(), task._uuid)] = time.time()
+
+    def _record(self, result, status):
+        if self.recorder is None:
+            return
+        task = result.task
+        host = result.host.get_name()
+        end = time.time()
+        start = self.starts.pop((host, task._uuid), end)
+        raw = result.result if isinstance(result.result, dict) else {}
+        no_log = bool(task.no_log) or bool(raw.get('_ansible_no_log')) or 'censored' in raw
+        self.recorder.task_result(
+            host=host,
+            task_name=self.masker.text(task.get_name()),
+            task_tags=list(task.tags or []),
+            play_name=self.masker.text(self.play.get_name()) if self.play is not None else None,
+            action=getattr(task, 'resolved_action', None) or task.action,
+            start=start, end=end, status=status,
+            result={} if no_log else self.masker.tree(self._public(raw)),
+            no_log=no_log)
+
+    @staticmethod
+    def _public(raw):
+        """The result without Ansible's internal keys and without the module's echo of its arguments."""
+        return dict((key, value) for key, value in raw.items()
+                    if not key.startswith('_ansible') and key not in ('invocation', 'ansible_facts', 'diff'))
+
+    def v2_runner_on_ok(self, result):
+        self._record(result, 'changed' if result.result.get('changed') else 'ok')
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._record(result, 'ignored' if ignore_errors else 'failed')
+
+    def v2_runner_on_skipped(self, result):
+        self._record(result, 'skipped')
+
+    def v2_runner_on_unreachable(self, result):
+        self._record(result, 'unreachable')
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def v2_playbook_on_stats(self, stats):
+        if self.recorder is None:
+            return
+        self.recorder.finished = time.time()
+        if self.play is not None:
+            self._read_inventory(self.play, final=True)
+        for host in sorted(stats.processed.keys()):
+            self.recorder.host_stats(host, stats.summarize(host))
+        if not self.recorder.clusters():
+            self._display.vv('proxtalos.cluster.timeline: no host has a cluster_name, no run report written')
+        for cluster in self.recorder.clusters():
+            report = self.recorder.build(cluster)
+            try:
+                paths = self._write(cluster, report)
+            except (OSError, IOError) as exc:
+                self._display.warning('proxtalos.cluster.timeline: cannot write the report of cluster %s: %s' % (cluster, exc))
+                continue
+            if self.get_option('summary'):
+                colour = C.COLOR_OK if report['status'] == 'ok' else C.COLOR_ERROR
+                lines = _timeline.terminal_summary(report, paths)
+                self._display.banner('RUN REPORT [%s]' % cluster)
+                self._display.display(lines[0], color=colour)
+                for line in lines[1:]:
+                    self._display.display(line)
+
+    def _directory(self, cluster):
+        safe = re.sub(r'[^A-Za-z0-9_.-]', '_', cluster) or 'cluster'
+        root = self.get_option('output_dir')
+        if root:
+            return os.path.join(root, safe)
+        if cluster in self.artifacts_dirs:
+            return self.artifacts_dirs[cluster]
+        return os.path.join(os.getcwd(), 'artifacts', safe)
+
+    def _write(self, cluster, report):
+        directory = os.path.abspath(self._directory(cluster))
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        report = self.masker.tree(report)
+        files = (
+            ('report.json', json.dumps(report, indent=2, sort_keys=True) + '\n'),
+            ('report.html', _report_html.render(report)),
+            ('timeline.md', _timeline.timeline_markdown(report)),
+        )
+        written = []
+        for name, text in files:
+            path = os.path.join(directory, name)
+            _write_private(path, self.masker.text(text))
+            written.append(path)
+        return [path for path in written if path.endswith(('.html', '.json'))]
+
+
+def _write_private(path, text):
+    """Write text to path with mode 0600, replacing the file in one rename."""
+    handle, temporary = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=os.path.dirname(path))
+    try:
+        with os.fdopen(handle, 'w', encoding='utf-8') as stream:
+            stream.write(text)
+        os.chmod(temporary, 0o600)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise

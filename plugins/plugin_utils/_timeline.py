@@ -1,0 +1,534 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) proxtalos.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The run report's data: what happened in a run, per cluster. PRIVATE to the collection.
+
+The timeline callback feeds a Recorder with plain values (task names, tags, result dicts, clock
+readings); the Recorder knows nothing about Ansible's objects, so it is tested on its own. It
+recognises gates, remediation steps and the Flux graph in task results by the conventions of
+docs/report.md, and builds the report.json document (schema: docs/report.schema.json).
+
+Nothing here decides what is secret. The callback hands every result through a Masker before it
+reaches the Recorder, and the Recorder keeps only the listed keys of a result, never task
+arguments.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+SCHEMA_VERSION = 1
+GENERATOR = 'proxtalos.cluster.timeline'
+
+# The stages of playbooks/site.yml, in run order (ARCHITECTURE.md). A task's stage is the innermost
+# of its tags (its own, its blocks', its role's, its play's) that is one of these.
+DEFAULT_STAGES = ('preflight', 'vms', 'secrets', 'apply', 'bootstrap', 'kubeconfig', 'cni', 'remediate', 'apps',
+                  'sealed_secrets', 'flux', 'gitops', 'report')
+
+GATE_NAME_PREFIXES = ('Gate - ', 'Gate: ')
+REMEDIATION_NAME_PREFIXES = ('Remediate - ', 'Remediate: ')
+NO_LOG_TEXT = '(hidden: no_log task)'
+MASK = '$REDACTED$'
+MAX_TEXT = 2000
+MAX_LIST = 50
+
+# Host variables the report reads (never any other): cluster values and the VM/node description.
+CLUSTER_VARS = ('cluster_name', 'cluster_id', 'cluster_endpoint', 'cluster_pod_cidr', 'cluster_service_cidr',
+                'talos_version', 'kubernetes_version', 'cilium_version', 'flux_version')
+NODE_VARS = ('node_ip', 'vm_id', 'vm_pve_node')
+
+STATUS_ORDER = ('failed', 'unreachable', 'ignored', 'changed', 'ok', 'skipped')
+FAILED_STATUSES = ('failed', 'unreachable', 'ignored')
+
+
+def utc_iso(timestamp):
+    """Seconds since the epoch as an ISO 8601 UTC text with a Z."""
+    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.timezone.utc)
+    return moment.strftime('%Y-%m-%dT%H:%M:%S.') + '%03dZ' % (moment.microsecond // 1000)
+
+
+def offset_text(seconds):
+    """+M:SS (or +H:MM:SS) for a start offset in the bootstrap timeline table."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return '+%d:%02d:%02d' % (hours, minutes, secs)
+    return '+%d:%02d' % (minutes, secs)
+
+
+def clip(text, limit=MAX_TEXT):
+    """A one-value text, cut to limit characters."""
+    if text is None:
+        return None
+    text = str(text)
+    return text if len(text) <= limit else text[:limit - 1] + '\u2026'
+
+
+class Masker(object):
+    """Replaces known secret values in what the report writes.
+
+    `extra` is a callable (ansible-core 2.22's mask_secrets) applied to every text first, when the
+    core has one. `register()` adds values this run knows to be secret (vault-encrypted variables,
+    variables named like secrets); texts shorter than `min_length` are not registered, as a
+    two-letter value would blank out every word that contains it.
+    """
+
+    def __init__(self, extra=None, min_length=4):
+        self.extra = extra
+        self.min_length = min_length
+        self.values = set()
+        self._pattern = None
+
+    def register(self, value):
+        if value is None or isinstance(value, bool):
+            return
+        if isinstance(value, bytes):
+            value = value.decode('utf-8', 'replace')
+        if isinstance(value, (list, tuple, set)):
+            for item in value:
+                self.register(item)
+            return
+        if isinstance(value, dict):
+            for item in value.values():
+                self.register(item)
+            return
+        text = str(value)
+        candidates = [text] + [line.strip() for line in text.splitlines()]
+        for candidate in candidates:
+            if len(candidate) >= self.min_length and candidate not in self.values:
+                self.values.add(candidate)
+                self._pattern = None
+
+    def text(self, value):
+        if self.extra is not None:
+            value = self.extra(value)
+        if not self.values:
+            return value
+        if self._pattern is None:
+            ordered = sorted(self.values, key=len, reverse=True)
+            self._pattern = re.compile('|'.join(re.escape(item) for item in ordered))
+        return self._pattern.sub(MASK, value)
+
+    def tree(self, value):
+        """A copy of value (dicts, lists, scalars) with every string masked, keys included."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return dict((self.tree(str(key)), self.tree(item)) for key, item in value.items())
+        if isinstance(value, (list, tuple)):
+            return [self.tree(item) for item in value]
+        if value is None or isinstance(value, (bool, int, float)):
+            return value
+        return self.text(str(value))
+
+
+def stage_of(task_tags, stages=DEFAULT_STAGES):
+    """The innermost tag (Ansible lists a task's own tags first) that names a stage, or None."""
+    for tag in task_tags or ():
+        if tag in stages:
+            return tag
+    return None
+
+
+def _strip_prefix(name, prefixes):
+    for prefix in prefixes:
+        if name.startswith(prefix):
+            return name[len(prefix):].strip()
+    return None
+
+
+def _number(value):
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _lines(value):
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [clip(line) for line in value.splitlines() if line.strip()][:MAX_LIST]
+    if isinstance(value, (list, tuple)):
+        return [clip(item) for item in value][:MAX_LIST]
+    return [clip(value)]
+
+
+def result_message(result):
+    """The one text that says what a result saw or why it failed."""
+    for key in ('summary', 'msg', 'message', 'stderr'):
+        value = result.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        if isinstance(value, list) and value:
+            return '; '.join(str(item) for item in value)
+    return None
+
+
+def gate_from_result(task_name, result, status):
+    """A gate record (name, ok, observation, elapsed, attempts, ...) or None when this is no gate.
+
+    Conventions, in order (docs/report.md):
+    1. result key `gate` is a dict with at least `name` and `ok`;
+    2. result key `gate` is a text (the kind, as k8s_gate returns it) and `passed` a bool;
+    3. the task name starts with "Gate - " (or "Gate: "): ok unless the task failed.
+    """
+    if status == 'skipped':
+        return None
+    explicit = result.get('gate')
+    failed = status in FAILED_STATUSES
+    if isinstance(explicit, dict) and explicit.get('name') and isinstance(explicit.get('ok'), bool):
+        return {
+            'name': clip(explicit['name'], 200),
+            'ok': bool(explicit['ok']) and not failed,
+            'observation': clip(explicit.get('observation') or result_message(result)),
+            'elapsed': _number(explicit.get('elapsed', result.get('elapsed'))),
+            'attempts': _number(explicit.get('attempts', result.get('attempts'))),
+            'target': clip(explicit.get('target'), 300),
+            'diagnosis': _lines(explicit.get('diagnosis', result.get('diagnosis'))),
+        }
+    if isinstance(explicit, str) and isinstance(result.get('passed'), bool):
+        target = result.get('target')
+        return {
+            'name': clip('%s %s' % (explicit, target) if target else explicit, 200),
+            'ok': bool(result['passed']) and not failed,
+            'observation': clip(result_message(result)),
+            'elapsed': _number(result.get('elapsed')),
+            'attempts': _number(result.get('attempts')),
+            'target': clip(target, 300),
+            'diagnosis': _lines(result.get('diagnosis')),
+        }
+    named = _strip_prefix(task_name or '', GATE_NAME_PREFIXES)
+    if named:
+        return {
+            'name': clip(named, 200),
+            'ok': not failed,
+            'observation': clip(result_message(result) or ('passed' if not failed else 'failed')),
+            'elapsed': _number(result.get('elapsed')),
+            'attempts': _number(result.get('attempts')),
+            'target': None,
+            'diagnosis': _lines(result.get('diagnosis')),
+        }
+    return None
+
+
+def remediations_from_result(task_name, result, status, host):
+    """Remediation records, or [] when this task is no remediation step.
+
+    Conventions (docs/report.md): result key `remediation`, a dict or a list of dicts, each with
+    at least `action`; or a task name starting with "Remediate - " (or "Remediate: "). A skipped
+    step did nothing and is not logged.
+    """
+    if status == 'skipped':
+        return []
+    declared = result.get('remediation')
+    if isinstance(declared, dict):
+        declared = [declared]
+    failed = status in FAILED_STATUSES
+    records = []
+    if isinstance(declared, list):
+        for step in declared:
+            if not isinstance(step, dict) or not step.get('action'):
+                continue
+            records.append({
+                'action': clip(step['action'], 200),
+                'target': clip(step.get('target') or step.get('node') or host, 200),
+                'reason': clip(step.get('reason')),
+                'attempt': _number(step.get('attempt')),
+                'outcome': clip(step.get('outcome') or ('failed' if failed else status), 500),
+            })
+        if records:
+            return records
+    named = _strip_prefix(task_name or '', REMEDIATION_NAME_PREFIXES)
+    if named:
+        records.append({
+            'action': clip(named, 200),
+            'target': host,
+            'reason': clip(result.get('reason')),
+            'attempt': _number(result.get('attempt')),
+            'outcome': clip(result_message(result) if failed else status, 500) or status,
+        })
+    return records
+
+
+def flux_graph_from_result(action, result):
+    """The graph parts of a flux_graph result (nodes, edges, tiers, findings), or None."""
+    if not (str(action or '').endswith('flux_graph') or ('tiers' in result and 'mermaid' in result)):
+        return None
+    nodes = result.get('nodes')
+    if not isinstance(nodes, list):
+        return None
+    kept = []
+    edges = []
+    for node in nodes[:500]:
+        if not isinstance(node, dict) or not node.get('id'):
+            continue
+        depends = [str(dep) for dep in node.get('depends_on') or [] if dep]
+        kept.append({'id': clip(node['id'], 300), 'kind': clip(node.get('kind'), 50), 'tier': _number(node.get('tier')),
+                     'file': clip(node.get('file'), 300), 'depends_on': depends})
+        edges.extend([[dep, node['id']] for dep in depends])
+    return {
+        'nodes': kept,
+        'edges': edges,
+        'tiers': [[str(item) for item in tier] for tier in result.get('tiers') or []],
+        'untiered': [str(item) for item in result.get('untiered') or []],
+        'findings': [clip(item.get('message') if isinstance(item, dict) else item)
+                     for key in ('cycles', 'dangling', 'missing_critical', 'bootstrap_contradictions')
+                     for item in result.get(key) or []][:MAX_LIST],
+    }
+
+
+def _worst(statuses):
+    for status in STATUS_ORDER:
+        if status in statuses:
+            return status
+    return 'skipped'
+
+
+class TaskEvent(object):
+    """One task on one host: when it ran and how it ended."""
+
+    __slots__ = ('cluster', 'host', 'task', 'stage', 'play', 'start', 'end', 'status', 'message')
+
+    def __init__(self, cluster, host, task, stage, play, start, end, status, message):
+        self.cluster = cluster
+        self.host = host
+        self.task = task
+        self.stage = stage
+        self.play = play
+        self.start = start
+        self.end = end
+        self.status = status
+        self.message = message
+
+
+class Recorder(object):
+    """Collects a run and builds one report per cluster.
+
+    Times are seconds since the epoch (wall clock, for the report's timestamps); offsets in the
+    report are relative to the run's start.
+    """
+
+    def __init__(self, started, stages=DEFAULT_STAGES):
+        self.started = started
+        self.finished = None
+        self.stages = tuple(stages)
+        self.playbook = None
+        self.check_mode = False
+        self.host_cluster = {}
+        self.events = []
+        self.gates = []
+        self.remediations = []
+        self.flux_graphs = {}
+        self.cluster_values = {}
+        self.nodes = {}
+        self.observed = {}
+        self.stats = {}
+        self.stage_order = []
+
+    # -- what the callback tells ----------------------------------------------------------------
+
+    def set_cluster(self, host, cluster):
+        if cluster:
+            self.host_cluster[host] = str(cluster)
+
+    def set_cluster_values(self, cluster, values):
+        known = self.cluster_values.setdefault(cluster, {})
+        for key, value in values.items():
+            if value is not None:
+                known.setdefault(key, value)
+
+    def set_node(self, cluster, host, values):
+        self.nodes.setdefault(cluster, {}).setdefault(host, {'name': host}).update(
+            dict((key, value) for key, value in values.items() if value is not None))
+
+    def cluster_of(self, host):
+        if host in self.host_cluster:
+            return self.host_cluster[host]
+        known = sorted(set(self.host_cluster.values()))
+        if len(known) == 1:
+            return known[0]
+        return None
+
+    def note_stage(self, stage):
+        if stage and stage not in self.stage_order:
+            self.stage_order.append(stage)
+
+    def task_result(self, host, task_name, task_tags, play_name, action, start, end, status, result, no_log=False):
+        """One finished task on one host; status is ok, changed, failed, ignored (failed, ignore_errors), unreachable or skipped."""
+        cluster = self.cluster_of(host)
+        if cluster is None:   # a host of no cluster (no cluster_name) in a run over several: not reported
+            return
+        stage = stage_of(task_tags, self.stages)
+        self.note_stage(stage)
+        if no_log:
+            result = {}
+        message = None if status in ('ok', 'changed', 'skipped') else clip(
+            NO_LOG_TEXT if no_log else result_message(result))
+        self.events.append(TaskEvent(cluster, host, clip(task_name, 300), stage, clip(play_name, 300),
+                                     start, end, status, message))
+        gate = gate_from_result(task_name, result, status)
+        if gate is not None:
+            if no_log:
+                gate['observation'] = NO_LOG_TEXT
+                gate['diagnosis'] = []
+            gate.update(cluster=cluster, stage=stage, host=host, task=clip(task_name, 300),
+                        start=start, end=end)
+            self.gates.append(gate)
+        for step in remediations_from_result(task_name, result, status, host):
+            if no_log:
+                step['reason'] = None
+                step['outcome'] = NO_LOG_TEXT if status == 'failed' else status
+            step.update(cluster=cluster, stage=stage, host=host, task=clip(task_name, 300), start=start, end=end)
+            self.remediations.append(step)
+        if not no_log:
+            graph = flux_graph_from_result(action, result)
+            if graph is not None:
+                self.flux_graphs[cluster] = graph
+            facts = result.get('report_facts')
+            if isinstance(facts, dict):
+                self.observed.setdefault(cluster, {}).setdefault(host, {}).update(
+                    dict((clip(key, 100), clip(value, 500)) for key, value in facts.items()
+                         if isinstance(value, (str, int, float, bool))))
+            if gate is not None and result.get('gate') == 'nodes' and isinstance(result.get('details'), list):
+                self._nodes_from_gate(cluster, result['details'])
+
+    def _nodes_from_gate(self, cluster, details):
+        for item in details:
+            if not isinstance(item, dict) or not item.get('name'):
+                continue
+            observed = self.observed.setdefault(cluster, {}).setdefault(str(item['name']), {})
+            observed['kubernetes_ready'] = bool(item.get('ok'))
+            if item.get('reason'):
+                observed['kubernetes_reason'] = clip(item['reason'], 300)
+            for key in ('kubelet_version', 'os_image', 'kernel_version', 'container_runtime'):
+                if item.get(key):
+                    observed[key] = clip(item[key], 200)
+
+    def host_stats(self, host, counts):
+        self.stats[host] = dict((key, int(value)) for key, value in counts.items())
+
+    # -- the report -----------------------------------------------------------------------------
+
+    def clusters(self):
+        names = set(event.cluster for event in self.events) | set(self.cluster_values) | set(self.host_cluster.values())
+        return sorted(names)
+
+    def _offset(self, moment):
+        return round(max(0.0, moment - self.started), 3)
+
+    def _stages(self, events):
+        rows = []
+        order = [stage for stage in self.stages if stage in self.stage_order] + \
+            [stage for stage in self.stage_order if stage not in self.stages]
+        for stage in order:
+            mine = [event for event in events if event.stage == stage]
+            if not mine:
+                continue
+            start = min(event.start for event in mine)
+            end = max(event.end for event in mine)
+            statuses = set(event.status for event in mine)
+            ran = [event for event in mine if event.status != 'skipped']
+            rows.append({
+                'name': stage,
+                'status': 'failed' if statuses & {'failed', 'unreachable'} else ('skipped' if not ran else 'ok'),
+                'start': self._offset(start),
+                'end': self._offset(end),
+                'duration': round(end - start, 3),
+                'tasks': len(set(event.task for event in mine)),
+                'results': dict((status, sum(1 for event in mine if event.status == status)) for status in STATUS_ORDER),
+                'hosts': sorted(set(event.host for event in mine)),
+            })
+        return rows
+
+    def build(self, cluster):
+        """The report.json document for one cluster."""
+        events = [event for event in self.events if event.cluster == cluster]
+        finished = self.finished if self.finished is not None else max([e.end for e in events] or [self.started])
+        stages = self._stages(events)
+        gates = [dict((key, value) for key, value in gate.items() if key != 'cluster')
+                 for gate in self.gates if gate['cluster'] == cluster]
+        for gate in gates:
+            gate['start'] = self._offset(gate['start'])
+            gate['end'] = self._offset(gate['end'])
+        remediations = [dict((key, value) for key, value in step.items() if key != 'cluster')
+                        for step in self.remediations if step['cluster'] == cluster]
+        for step in remediations:
+            step['start'] = self._offset(step['start'])
+            step['end'] = self._offset(step['end'])
+        failures = [{'stage': e.stage, 'host': e.host, 'task': e.task, 'status': e.status,
+                     'message': e.message, 'start': self._offset(e.start)}
+                    for e in events if e.status in ('failed', 'unreachable')]
+        hosts = sorted(set(event.host for event in events) | set(self.nodes.get(cluster, {})))
+        stats = dict((host, self.stats[host]) for host in hosts if host in self.stats)
+        failed = bool(failures) or any(counts.get('failures') or counts.get('unreachable') for counts in stats.values())
+        nodes = []
+        observed = self.observed.get(cluster, {})
+        for host in sorted(set(self.nodes.get(cluster, {})) | set(observed)):
+            node = dict(self.nodes.get(cluster, {}).get(host, {'name': host}))
+            node.setdefault('name', host)
+            node['observed'] = observed.get(host, {})
+            nodes.append(node)
+        return {
+            'schema_version': SCHEMA_VERSION,
+            'generator': GENERATOR,
+            'cluster': cluster,
+            'playbook': self.playbook,
+            'check_mode': bool(self.check_mode),
+            'started': utc_iso(self.started),
+            'finished': utc_iso(finished),
+            'duration': round(max(0.0, finished - self.started), 3),
+            'status': 'failed' if failed else 'ok',
+            'stages': stages,
+            'bootstrap_timeline': [{'stage': row['name'], 'start_offset': offset_text(row['start']),
+                                    'status': row['status']} for row in stages],
+            'gates': gates,
+            'remediations': remediations,
+            'failures': failures,
+            'flux_graph': self.flux_graphs.get(cluster),
+            'facts': {'cluster': dict(self.cluster_values.get(cluster, {})), 'nodes': nodes},
+            'hosts': stats,
+        }
+
+
+def timeline_markdown(report):
+    """The bootstrap timeline as a Markdown table: stage, start offset, status."""
+    lines = ['# Bootstrap timeline: %s' % report['cluster'], '',
+             'Run started %s, %s after %.1f s.' % (report['started'], report['status'], report['duration']), '',
+             '| stage | start offset | status |', '|---|---|---|']
+    for row in report['bootstrap_timeline']:
+        lines.append('| %s | %s | %s |' % (row['stage'], row['start_offset'], row['status']))
+    return '\n'.join(lines) + '\n'
+
+
+def terminal_summary(report, paths):
+    """Lines for the end of the run: the timeline, failed gates, remediation, where the files are."""
+    lines = ['proxtalos run report: cluster %s, %s in %.1f s' % (report['cluster'], report['status'].upper(),
+                                                                 report['duration'])]
+    if report['stages']:
+        lines.append('  %-16s %-12s %-10s %s' % ('stage', 'start', 'duration', 'status'))
+        for row in report['stages']:
+            lines.append('  %-16s %-12s %-10s %s' % (row['name'], offset_text(row['start']),
+                                                     '%.1fs' % row['duration'], row['status']))
+    gates = report['gates']
+    if gates:
+        passed = sum(1 for gate in gates if gate['ok'])
+        lines.append('  gates: %d passed, %d failed' % (passed, len(gates) - passed))
+        for gate in gates:
+            if not gate['ok']:
+                lines.append('    FAILED %s on %s: %s' % (gate['name'], gate['host'], gate['observation']))
+    if report['remediations']:
+        lines.append('  remediation steps: %d' % len(report['remediations']))
+        for step in report['remediations']:
+            lines.append('    %s %s: %s' % (step['action'], step['target'], step['outcome']))
+    for failure in report['failures'][:10]:
+        lines.append('  failed: [%s] %s: %s' % (failure['host'], failure['task'], failure['message']))
+    for path in paths:
+        lines.append('  report: %s' % path)
+    return lines

@@ -1,0 +1,147 @@
+"""The report's data model: conventions for gates and remediation, stages, masking, the HTML."""
+import json
+import os
+
+import jsonschema
+import pytest
+
+from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _report_html, _timeline
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+with open(os.path.join(ROOT, 'docs', 'report.schema.json')) as _stream:
+    SCHEMA = json.load(_stream)
+
+# A k8s_gate result as the module returns it (plugins/modules/k8s_gate.py RETURN).
+K8S_GATE_FAILED = {
+    'changed': False, 'failed': True, 'gate': 'nodes', 'target': 'nodes', 'passed': False,
+    'summary': 'nodes Ready 2/3: w-2 NetworkPluginNotReady',
+    'msg': 'nodes not reached after 10.0s (6 probes): nodes Ready 2/3: w-2 NetworkPluginNotReady\n- w-2: Ready=False',
+    'details': [{'name': 'cp-1', 'ok': True, 'reason': None}, {'name': 'w-2', 'ok': False, 'reason': 'NetworkPluginNotReady'}],
+    'diagnosis': ['- w-2: Ready=False KubeletNotReady'], 'elapsed': 10.02, 'attempts': 6, 'progress': [],
+}
+
+
+def test_stage_is_the_innermost_stage_tag():
+    assert _timeline.stage_of(['remediate', 'cni']) == 'remediate'
+    assert _timeline.stage_of(['my-own', 'cni']) == 'cni'
+    assert _timeline.stage_of(['always']) is None
+    assert _timeline.stage_of(['deploy'], stages=('deploy',)) == 'deploy'
+
+
+def test_k8s_gate_result_is_a_gate():
+    gate = _timeline.gate_from_result('Cilium agent Ready on every node', K8S_GATE_FAILED, 'failed')
+    assert gate['name'] == 'nodes nodes'
+    assert gate['ok'] is False
+    assert gate['observation'] == 'nodes Ready 2/3: w-2 NetworkPluginNotReady'
+    assert (gate['elapsed'], gate['attempts'], gate['diagnosis']) == (10.02, 6, ['- w-2: Ready=False KubeletNotReady'])
+
+
+def test_explicit_gate_dict_and_named_gate():
+    explicit = {'gate': {'name': 'Talos API on 50000', 'ok': True, 'observation': 'apid answers', 'elapsed': '2.5', 'attempts': 2}}
+    gate = _timeline.gate_from_result('whatever', explicit, 'ok')
+    assert (gate['name'], gate['ok'], gate['observation'], gate['elapsed'], gate['attempts']) == \
+        ('Talos API on 50000', True, 'apid answers', 2.5, 2)
+    # an explicit ok gate whose task failed anyway is a failed gate
+    assert _timeline.gate_from_result('x', explicit, 'failed')['ok'] is False
+    named = _timeline.gate_from_result('Gate - the VM runs', {'msg': 'VM 811: not running after 60 s', 'elapsed': 60.1}, 'failed')
+    assert (named['name'], named['ok'], named['observation'], named['elapsed']) == \
+        ('the VM runs', False, 'VM 811: not running after 60 s', 60.1)
+    assert _timeline.gate_from_result('Gate - skipped one', {}, 'skipped') is None
+    assert _timeline.gate_from_result('Render the configs', {'gate': {'name': 'no ok key'}}, 'ok') is None
+    assert _timeline.gate_from_result('Render the configs', {'changed': True}, 'changed') is None
+
+
+def test_remediation_conventions():
+    declared = {'remediation': [{'action': 'talos reboot', 'node': 'w-2', 'reason': 'kubelet volume', 'attempt': 1,
+                                 'outcome': 'still NotReady'},
+                                {'action': 'pve reset', 'target': 'w-2', 'attempt': 2}]}
+    steps = _timeline.remediations_from_result('Remediate the worker', declared, 'changed', 'w-2')
+    assert [(s['action'], s['target'], s['attempt'], s['outcome']) for s in steps] == [
+        ('talos reboot', 'w-2', 1, 'still NotReady'), ('pve reset', 'w-2', 2, 'changed')]
+    named = _timeline.remediations_from_result('Remediate - hard reset through PVE', {'msg': 'reset failed: VM locked'}, 'failed', 'w-3')
+    assert named == [{'action': 'hard reset through PVE', 'target': 'w-3', 'reason': None, 'attempt': None,
+                      'outcome': 'reset failed: VM locked'}]
+    assert _timeline.remediations_from_result('Remediate - hard reset', {}, 'skipped', 'w-3') == []
+    assert _timeline.remediations_from_result('Apply config', {'changed': True}, 'changed', 'w-3') == []
+
+
+def test_masker_masks_registered_values_everywhere_and_ignores_short_ones():
+    masker = _timeline.Masker()
+    masker.register({'a': 'tok-123456', 'b': ['-----BEGIN KEY-----\nAAAABBBBCCCC\n-----END KEY-----'], 'c': 'ab'})
+    masked = masker.tree({'msg': 'uses tok-123456', 'tok-123456': 1, 'lines': ['AAAABBBBCCCC at ab'], 'n': 3})
+    assert masked == {'msg': 'uses $REDACTED$', '$REDACTED$': 1, 'lines': ['$REDACTED$ at ab'], 'n': 3}
+    core = _timeline.Masker(extra=lambda text: text.replace('core-secret', '$REDACTED$'))
+    assert core.text('a core-secret') == 'a $REDACTED$'
+
+
+def _recorded():
+    recorder = _timeline.Recorder(started=1000.0)
+    recorder.playbook = 'site.yml'
+    for host in ('cp-1', 'w-2'):
+        recorder.set_cluster(host, 'lab')
+    recorder.task_result('cp-1', 'Check every VM', ['preflight'], 'Stage preflight', 'proxtalos.cluster.proxmox_preflight',
+                         1000.5, 1001.0, 'ok', {'changed': False})
+    recorder.task_result('cp-1', 'Cilium agents', ['cni'], 'Stage cni', 'proxtalos.cluster.k8s_gate',
+                         1010.0, 1020.0, 'failed', dict(K8S_GATE_FAILED))
+    recorder.task_result('w-2', 'Remediate - Talos reboot', ['remediate', 'cni'], 'Stage cni', 'proxtalos.cluster.talos_reboot',
+                         1021.0, 1030.0, 'changed', {'changed': True})
+    recorder.task_result('w-2', 'Show token', ['cni'], 'Stage cni', 'ansible.builtin.debug', 1030.0, 1030.1, 'failed',
+                         {'msg': 'never read'}, no_log=True)
+    recorder.set_cluster_values('lab', {'cluster_name': 'lab', 'cluster_id': 3, 'talos_version': 'v1.13.9'})
+    recorder.set_node('lab', 'w-2', {'role': 'worker', 'vm_id': 912, 'node_ip': '10.0.0.12', 'vm_pve_node': 'pve1'})
+    recorder.host_stats('cp-1', {'ok': 1, 'changed': 0, 'failures': 1, 'unreachable': 0, 'skipped': 0})
+    recorder.finished = 1031.0
+    return recorder
+
+
+def test_report_document():
+    report = _recorded().build('lab')
+    jsonschema.validate(report, SCHEMA)
+    assert report['status'] == 'failed'
+    assert report['duration'] == 31.0
+    assert [(s['name'], s['status'], s['start'], s['end']) for s in report['stages']] == [
+        ('preflight', 'ok', 0.5, 1.0), ('cni', 'failed', 10.0, 30.1), ('remediate', 'ok', 21.0, 30.0)]
+    assert report['bootstrap_timeline'] == [{'stage': 'preflight', 'start_offset': '+0:00', 'status': 'ok'},
+                                            {'stage': 'cni', 'start_offset': '+0:10', 'status': 'failed'},
+                                            {'stage': 'remediate', 'start_offset': '+0:21', 'status': 'ok'}]
+    assert [(g['name'], g['ok'], g['start'], g['end']) for g in report['gates']] == [('nodes nodes', False, 10.0, 20.0)]
+    assert report['remediations'][0]['action'] == 'Talos reboot'
+    assert report['remediations'][0]['stage'] == 'remediate'
+    messages = [f['message'] for f in report['failures']]
+    assert messages[0].startswith('nodes Ready 2/3')
+    assert messages[1] == _timeline.NO_LOG_TEXT
+    nodes = dict((node['name'], node) for node in report['facts']['nodes'])
+    # the nodes gate's details become observations per node
+    assert nodes['w-2']['observed'] == {'kubernetes_ready': False, 'kubernetes_reason': 'NetworkPluginNotReady'}
+    assert nodes['cp-1']['observed'] == {'kubernetes_ready': True}
+    assert nodes['w-2']['vm_id'] == 912
+
+
+def test_hosts_of_no_cluster_are_left_out_when_several_clusters_ran():
+    recorder = _timeline.Recorder(started=0.0)
+    recorder.set_cluster('a-1', 'a')
+    recorder.set_cluster('b-1', 'b')
+    recorder.task_result('localhost', 'Gate - something', [], 'p', 'x', 1.0, 2.0, 'ok', {})
+    assert recorder.clusters() == ['a', 'b']
+    assert recorder.build('a')['gates'] == [] and recorder.build('b')['gates'] == []
+    single = _timeline.Recorder(started=0.0)
+    single.set_cluster('a-1', 'a')
+    single.task_result('localhost', 'Gate - something', [], 'p', 'x', 1.0, 2.0, 'ok', {})
+    assert [gate['host'] for gate in single.build('a')['gates']] == ['localhost']
+
+
+@pytest.mark.parametrize('seconds, text', [(0, '+0:00'), (61.4, '+1:01'), (3725, '+1:02:05')])
+def test_offset_text(seconds, text):
+    assert _timeline.offset_text(seconds) == text
+
+
+def test_html_escapes_and_is_self_contained():
+    recorder = _recorded()
+    recorder.task_result('cp-1', 'Gate - <script>alert(1)</script>', ['cni'], 'p', 'x', 1020.0, 1021.0, 'ok', {})
+    page = _report_html.render(recorder.build('lab'))
+    assert '<script>' not in page
+    assert '&lt;script&gt;alert(1)&lt;/script&gt;' in page
+    assert page.count('class="stage-bar"') == 3
+    assert page.count('class="gate-bar"') == 2
+    assert 'http://' not in page.replace('http://www.w3.org/2000/svg', '')
+    assert 'no Flux graph in this run' in page
