@@ -263,6 +263,7 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
         self._task = None
         self._timers = {}
         self._ready_at = {}
+        self._records = {}
         self._next_pod_ip = 2
         self._crash_timer = None
         store.subscribe(self._on_event)
@@ -272,12 +273,23 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
     def rtype(self, group, plural):
         return self.store.registry.by_key((group, plural))
 
-    def delay(self, key):
+    def delay(self, key, target=None):
+        """Real seconds of one delay. timing: the lab's Timing (the delay is recorded, see finish_delay), a
+        callable kind -> seconds, or None (no delays)."""
         if self.timing is None:
             return 0.0
-        if callable(self.timing):
-            return float(self.timing(key) or 0.0)
-        return float(getattr(self.timing, 'get', lambda k, d=0.0: d)(key, 0.0))
+        if hasattr(self.timing, 'nominal') and hasattr(self.timing, 'begin'):
+            nominal = self.timing.nominal(key)
+            seconds = nominal * self.timing.scale
+            if target is not None:
+                self._records[target] = self.timing.begin(key, target, nominal, seconds)
+            return seconds
+        return float(self.timing(key) or 0.0)
+
+    def finish_delay(self, target, outcome='done'):
+        record = self._records.pop(target, None)
+        if record is not None:
+            self.timing.end(record, outcome)
 
     def start(self):
         loop = asyncio.get_running_loop()
@@ -411,6 +423,8 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
 
     def _delete(self, group, plural, obj):
         self._ready_at.pop(obj['metadata'].get('uid'), None)
+        if plural == 'pods':
+            self.finish_delay('pod/%s/%s' % (obj['metadata'].get('namespace'), obj['metadata']['name']), 'cancelled')
         self.store.internal_delete(self.rtype(group, plural), obj)
 
     def _nodes(self):
@@ -439,9 +453,11 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
         containers = spec.get('containers') or []
         ready_at = self._ready_at.get(uid)
         if can_start and ready_at is None:
-            ready_at = self._ready_at[uid] = now + self.delay('pod_ready')
+            ready_at = self._ready_at[uid] = now + self.delay('pod_ready', 'pod/%s/%s' % (namespace, name))
         crash = self._crashlooping(pod)
         running = can_start and ready_at is not None and now >= ready_at
+        if running:
+            self.finish_delay('pod/%s/%s' % (namespace, name))
         if can_start and not running:
             self._timer(('ready', uid), ready_at - now, ('pod', namespace, name))
         old_statuses = {s.get('name'): s for s in status.get('containerStatuses') or ()}

@@ -52,10 +52,7 @@ class LabKubernetes:
             if kind not in world.timing.kinds:
                 world.timing.register(kind, realistic, description)
 
-    # --- timing and logging -------------------------------------------------------------------
-
-    def _delay(self, kind):
-        return self.world.timing.seconds(kind)
+    # --- logging -------------------------------------------------------------------------------
 
     def _log(self, entry):
         self.world.log_request('k8s', entry['method'], entry['path'], entry['status'], user=entry.get('user'), ms=entry.get('ms'))
@@ -70,7 +67,7 @@ class LabKubernetes:
             return
         cluster = self.clusters.get(cluster_id)
         if cluster is None:
-            cluster = KubeCluster(_text(ca_crt), _text(ca_key), timing=self._delay,
+            cluster = KubeCluster(_text(ca_crt), _text(ca_key), timing=self.world.timing,
                                   state_dir=os.path.join(self.world.run_dir, 'k8s', str(cluster_id)[:12] or 'cluster'),
                                   request_log=self._log)
             self.clusters[cluster_id] = cluster

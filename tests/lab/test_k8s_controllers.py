@@ -239,3 +239,16 @@ def test_job_completes_and_statefulset_orders_pods(lab):
         return status.ready_replicas == 3, status
     wait_until(sts_ready, what='statefulset ready')
     assert sorted(p.metadata.name for p in pods(lab, 'default', 'app=db')) == ['db-0', 'db-1', 'db-2']
+
+
+def test_delays_come_from_the_lab_timing_and_are_recorded(lab):
+    from lab.timing import Timing  # pylint: disable=import-outside-toplevel
+    timing = Timing('realistic', scale=0.005, seed=3)
+    lab.cluster.controllers.timing = timing
+    lab.call(lab.cluster.kubelet_started, 'w-1', '127.0.0.2')
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+    wait_until(lambda: (node_ready(lab, 'w-1').status == 'True', node_ready(lab, 'w-1').reason), what='w-1 Ready')
+    records = lab.call(lambda: [dict(r) for r in timing.records if r['kind'] == 'pod_ready'])
+    assert len(records) == 1 and records[0]['target'].startswith('pod/kube-system/cilium-')
+    assert records[0]['outcome'] == 'done' and 10 <= records[0]['nominal'] <= 30
+    assert records[0]['duration'] >= records[0]['planned'] > 0
