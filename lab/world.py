@@ -44,7 +44,7 @@ from lab.timing import PROFILES, Timing
 
 LOG = logging.getLogger('lab')
 
-EXTENSIONS = ('lab.talos', 'lab.k8s')
+EXTENSIONS = ('lab.talos', 'lab.k8s', 'lab.flux')
 MAX_EVENTS = 10000
 MAX_REQUESTS_KEPT = 20000
 
