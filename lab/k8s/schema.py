@@ -158,6 +158,7 @@ class Validator:
 
     def __init__(self, defs, structural=False):
         self.defs = defs
+        self.quantity = defs.get('io.k8s.apimachinery.pkg.api.resource.Quantity')
         # structural: a CRD openAPIV3Schema (x-kubernetes-preserve-unknown-fields, anyOf...)
         self.structural = structural
 
@@ -196,8 +197,9 @@ class Validator:
             return [self._walk(item, items, '%s[%d]' % (path, index), errors, unknown) for index, item in enumerate(value)]
         if kind == 'string':
             ok = isinstance(value, str) or (fmt == 'int-or-string' and isinstance(value, int) and not isinstance(value, bool))
-            if not ok and fmt is None and isinstance(value, (int, float)) and not isinstance(value, bool) and _is_quantity(schema):
-                ok = True
+            if not ok and isinstance(value, (int, float)) and not isinstance(value, bool) and schema is self.quantity:
+                # resource.Quantity also decodes from a JSON number, and is always written back as a string
+                return str(int(value)) if float(value).is_integer() else '%dm' % round(value * 1000)
             if not ok:
                 errors.append(Problem('FieldValueTypeInvalid', path, 'Invalid value: %s: %s in body must be of type string: "%s"'
                                       % (_short(value), path, _json_type(value))))
@@ -254,10 +256,6 @@ class Validator:
                 sub_path = '%s.%s' % (path, name) if path else name
                 errors.append(Problem('FieldValueRequired', sub_path, 'Required value'))
         return out
-
-
-def _is_quantity(schema):
-    return 'Quantity' in (schema.get('description') or '')[:200] or schema.get('x-kubernetes-int-or-string') is True
 
 
 def _json_type(value):

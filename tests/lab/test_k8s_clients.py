@@ -53,6 +53,156 @@ APP = textwrap.dedent('''\
     data: {level: info}
     ''')
 
+# Fields a real chart uses (Cilium-like DaemonSet, PDB, RBAC, NetworkPolicy, StorageClass, CronJob):
+# quantities as numbers, int-or-string ports, projected volumes, probes, securityContext...
+REALISTIC = """\
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: cilium
+  namespace: kube-system
+  labels: {k8s-app: cilium, app.kubernetes.io/part-of: cilium, app.kubernetes.io/name: cilium-agent}
+spec:
+  selector: {matchLabels: {k8s-app: cilium}}
+  updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 2}}
+  template:
+    metadata:
+      annotations: {container.apparmor.security.beta.kubernetes.io/cilium-agent: unconfined}
+      labels: {k8s-app: cilium}
+    spec:
+      hostNetwork: true
+      priorityClassName: system-node-critical
+      serviceAccountName: cilium
+      automountServiceAccountToken: true
+      terminationGracePeriodSeconds: 1
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector: {matchLabels: {k8s-app: cilium}}
+            topologyKey: kubernetes.io/hostname
+      nodeSelector: {kubernetes.io/os: linux}
+      tolerations: [{operator: Exists}]
+      initContainers:
+      - name: config
+        image: "quay.io/cilium/cilium:v1.17.4@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+        imagePullPolicy: IfNotPresent
+        command: [cilium-dbg, build-config]
+        env:
+        - name: K8S_NODE_NAME
+          valueFrom: {fieldRef: {apiVersion: v1, fieldPath: spec.nodeName}}
+        - name: KUBERNETES_SERVICE_HOST
+          value: "127.0.0.1"
+        volumeMounts: [{name: tmp, mountPath: /tmp}]
+        terminationMessagePolicy: FallbackToLogsOnError
+      containers:
+      - name: cilium-agent
+        image: "quay.io/cilium/cilium:v1.17.4"
+        command: [cilium-agent]
+        args: ["--config-dir=/tmp/cilium/config-map"]
+        startupProbe:
+          httpGet: {host: "127.0.0.1", path: /healthz, port: 9879, scheme: HTTP, httpHeaders: [{name: "brief", value: "true"}]}
+          failureThreshold: 105
+          periodSeconds: 2
+          successThreshold: 1
+          initialDelaySeconds: 5
+        livenessProbe:
+          httpGet: {host: "127.0.0.1", path: /healthz, port: health}
+          timeoutSeconds: 5
+        resources:
+          requests: {cpu: 100m, memory: 512Mi}
+          limits: {memory: 1Gi, cpu: 1}
+        lifecycle:
+          preStop:
+            exec: {command: [/cni-uninstall.sh]}
+        securityContext:
+          seLinuxOptions: {level: s0, type: spc_t}
+          capabilities:
+            add: [CHOWN, KILL, NET_ADMIN, NET_RAW, IPC_LOCK, SYS_ADMIN, SYS_RESOURCE, DAC_OVERRIDE, FOWNER, SETGID, SETUID]
+            drop: [ALL]
+          privileged: false
+        ports:
+        - {name: health, containerPort: 9879, hostPort: 9879, protocol: TCP}
+        volumeMounts:
+        - {name: bpf-maps, mountPath: /sys/fs/bpf, mountPropagation: HostToContainer}
+        - {name: clustermesh-secrets, mountPath: /var/lib/cilium/clustermesh, readOnly: true}
+      volumes:
+      - name: tmp
+        emptyDir: {}
+      - name: bpf-maps
+        hostPath: {path: /sys/fs/bpf, type: DirectoryOrCreate}
+      - name: clustermesh-secrets
+        projected:
+          defaultMode: 0400
+          sources:
+          - secret:
+              name: cilium-clustermesh
+              optional: true
+              items: [{key: ca.crt, path: common-etcd-client-ca.crt}]
+      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: kubernetes.io/hostname
+        whenUnsatisfiable: ScheduleAnyway
+        labelSelector: {matchLabels: {k8s-app: cilium}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: op, namespace: kube-system}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {io.cilium/app: operator}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: cilium}
+rules:
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+- nonResourceURLs: [/metrics]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: cilium}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cilium}
+subjects: [{kind: ServiceAccount, name: cilium, namespace: kube-system}]
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: cilium, namespace: kube-system}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow, namespace: kube-system}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{namespaceSelector: {matchLabels: {a: b}}}]
+    ports: [{port: 80, protocol: TCP}, {port: http}]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: proxmox}
+provisioner: csi.proxmox.sinextra.dev
+parameters: {storage: local-lvm, csi.storage.k8s.io/fstype: ext4}
+volumeBindingMode: WaitForFirstConsumer
+allowVolumeExpansion: true
+reclaimPolicy: Delete
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: cj, namespace: default}
+spec:
+  schedule: "*/5 * * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers: [{name: c, image: busybox}]
+"""
+
 
 @pytest.fixture(scope='module')
 def lab(tmp_path_factory):
@@ -119,6 +269,19 @@ def test_kubectl_apply_conflict_and_force(lab):
     assert result.returncode == 1 and 'conflict with "first"' in result.stderr and '.data.owner' in result.stderr
     run(lab, KUBECTL, 'apply', '--server-side', '--field-manager=second', '--force-conflicts', '-f', str(manifest))
     assert run(lab, KUBECTL, 'get', 'cm', 'shared', '-o', 'jsonpath={.data.owner}').stdout == 'second'
+
+
+@needs_kubectl
+def test_kubectl_applies_realistic_manifests_strictly_and_idempotently(lab):
+    manifest = lab.files / 'realistic.yaml'
+    manifest.write_text(REALISTIC.replace('name: cilium\n  namespace: kube-system\n  labels', 'name: agent\n  namespace: kube-system\n  labels'))
+    first = run(lab, KUBECTL, 'apply', '--server-side', '--validate=strict', '-f', str(manifest))
+    assert first.stdout.count('serverside-applied') == 8 and not first.stderr
+    generations = run(lab, KUBECTL, 'get', 'ds,cronjob,pdb', '-A', '-o', 'jsonpath={.items[*].metadata.generation}').stdout
+    run(lab, KUBECTL, 'apply', '--server-side', '--validate=strict', '-f', str(manifest))
+    assert run(lab, KUBECTL, 'get', 'ds,cronjob,pdb', '-A', '-o', 'jsonpath={.items[*].metadata.generation}').stdout == generations
+    limits = run(lab, KUBECTL, 'get', 'ds', '-n', 'kube-system', 'agent', '-o', 'jsonpath={.spec.template.spec.containers[0].resources.limits}')
+    assert json.loads(limits.stdout) == {'cpu': '1', 'memory': '1Gi'}
 
 
 @needs_kubectl

@@ -177,3 +177,11 @@ def test_protobuf_delete_options_and_unknown_kind():
     with pytest.raises(ApiError) as exc:
         decode(b'k8s\x00' + _field(1, _field(1, b'apps/v1') + _field(2, b'Deployment')) + _field(2, b''))
     assert exc.value.code == 415
+
+
+def test_quantities_accept_numbers_and_are_written_as_strings():
+    body = _deployment()
+    body['spec']['template']['spec']['containers'][0]['resources'] = {'limits': {'cpu': 1, 'memory': '1Gi'}, 'requests': {'cpu': 0.25}}
+    out, errors, dummy = schema.Validator(DEFS).check(body, DEPLOYMENT)
+    assert errors == [] and out['spec']['template']['spec']['containers'][0]['resources'] == {
+        'limits': {'cpu': '1', 'memory': '1Gi'}, 'requests': {'cpu': '250m'}}
