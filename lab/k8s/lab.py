@@ -235,7 +235,7 @@ class LabKubernetes:
                           'restarts counting, not Ready', 'node', self.fault_crashloop, self.clear_crashloop,
                           params=[Param('workload', str, 'kube-system/cilium', 'NAMESPACE/DAEMONSET whose pod crash-loops')])
         registry.register('k8s-pending', 'a Deployment\'s pods stay Pending (PodScheduled=False, Unschedulable: Insufficient cpu)',
-                          'deployment', self.fault_pending, self.clear_pending)
+                          'namespace/deployment', self.fault_pending, self.clear_pending)
         registry.register('k8s-api-flap', 'the Kubernetes API server flaps: down for the second half of every period',
                           None, self.fault_flap, self.clear_flap,
                           params=[Param('period', float, 4.0, 'real seconds of one up+down cycle'),
