@@ -5,6 +5,7 @@ What the rest of the lab calls:
     cluster = KubeCluster(ca_cert_pem, ca_key_pem, timing=..., state_dir=..., request_log=...)
     await cluster.start_api(['127.0.10.10', '127.0.10.11'], port=6443)  # once etcd is bootstrapped
     await cluster.add_api_host('127.0.10.12')                               # a control plane joined
+    await cluster.remove_api_host('127.0.10.12')                            # ... went down (last one: API down)
     cluster.kubelet_started(name, ip, control_plane=True, labels=..., taints=...)   # register/refresh the Node
     cluster.kubelet_stopped(name)                                           # node powered off: NotReady (Unknown)
     cluster.fault_crashloop('kube-system/cilium', 'node-1'); cluster.fault_pending('kube-system/cilium-operator')
@@ -34,7 +35,8 @@ class KubeCluster:
         self.registry = Registry()
         self.store = Store(self.registry)
         self._seed()
-        self.controllers = Controllers(self.store, timing=timing, clock=clock)
+        self.controllers = Controllers(self.store, timing=timing, clock=clock,
+                                       ca_pem=ca_cert_pem if isinstance(ca_cert_pem, str) else ca_cert_pem.decode())
         self.server = None
         self._flap = None
         self.service_proxies = {}
@@ -62,7 +64,8 @@ class KubeCluster:
             await self.server.start()
             if self._flap:
                 self.server.flapping = Flapping(*self._flap)
-            self.controllers.start()
+            if not self.controllers.running:
+                self.controllers.start()
         else:
             for host in hosts:
                 await self.server.add_host(host)
@@ -83,6 +86,19 @@ class KubeCluster:
     async def add_api_host(self, host):
         if self.server is not None:
             await self.server.add_host(host)
+
+    async def remove_api_host(self, host):
+        """A control plane went down: its address stops answering; with no address left the API is down."""
+        if self.server is not None:
+            await self.server.remove_host(host)
+            if not self.server.hosts:
+                await self.stop_api()
+
+    async def stop_api(self):
+        """The API goes away (every control plane is down); objects and controllers stay, as etcd's data does."""
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
 
     @property
     def api_running(self):

@@ -252,8 +252,9 @@ def _pod_ready(pod):
 class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-public-methods
     """All simulated control loops of one cluster."""
 
-    def __init__(self, store, timing=None, clock=None):
+    def __init__(self, store, timing=None, clock=None, ca_pem=None):
         self.store = store
+        self.ca_pem = ca_pem
         self.timing = timing
         self.clock = clock or time.monotonic
         self.faults = Faults()
@@ -290,6 +291,10 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
         record = self._records.pop(target, None)
         if record is not None:
             self.timing.end(record, outcome)
+
+    @property
+    def running(self):
+        return self._task is not None
 
     def start(self):
         loop = asyncio.get_running_loop()
@@ -334,6 +339,8 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
                 self._dirty[('cni',)] = True
         elif event.key == ('', 'nodes'):
             self._dirty[('all',)] = True
+        elif event.key == ('', 'namespaces') and event.type == 'ADDED':
+            self._dirty[('namespace', meta['name'])] = True
         else:
             return
         if self._wake is not None:
@@ -366,6 +373,8 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
                     self._dirty[(plural, obj['metadata']['namespace'], obj['metadata']['name'])] = True
             for pod in self.store.items(('', 'pods')):
                 self._dirty[('pod', pod['metadata']['namespace'], pod['metadata']['name'])] = True
+            for namespace in self.store.items(('', 'namespaces')):
+                self._dirty[('namespace', namespace['metadata']['name'])] = True
             self._dirty[('cni',)] = True
         elif kind == 'cni':
             self.nodes.reconcile_cni()
@@ -381,6 +390,8 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
             self.reconcile_statefulset(item[1], item[2])
         elif kind == 'jobs':
             self.reconcile_job(item[1], item[2])
+        elif kind == 'namespace':
+            self.reconcile_namespace(item[1])
 
     def _timer(self, key, delay, item):
         if key in self._timers:
@@ -392,6 +403,23 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
             self.kick(item)
 
         self._timers[key] = loop.call_later(max(0.0, delay), fire)
+
+    # --- namespaces (serviceaccount and root-ca-cert-publisher controllers) ---------------------------
+
+    def reconcile_namespace(self, name):
+        """Every namespace gets the ServiceAccount `default` and the ConfigMap `kube-root-ca.crt`."""
+        if self.store.peek(('', 'namespaces'), '', name) is None:
+            return
+        if self.store.peek(('', 'serviceaccounts'), name, 'default') is None:
+            self.store.internal_create(self.rtype('', 'serviceaccounts'), {'metadata': {'name': 'default', 'namespace': name}})
+        if self.ca_pem and self.store.peek(('', 'configmaps'), name, 'kube-root-ca.crt') is None:
+            self.store.internal_create(self.rtype('', 'configmaps'), {
+                'metadata': {'name': 'kube-root-ca.crt', 'namespace': name,
+                             'annotations': {'kubernetes.io/description': 'Contains a CA bundle that can be used to verify the '
+                                             'kube-apiserver when using internal endpoints such as the internal service IP or '
+                                             'kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes '
+                                             'clusters.'}},
+                'data': {'ca.crt': self.ca_pem}})
 
     # --- pods -----------------------------------------------------------------------------------
 

@@ -45,6 +45,8 @@ class LabKubernetes:
         self.nodes = {}            # talos node key -> (cluster id, node name)
         self.waiting = {}          # cluster id -> [talos nodes whose kubelet runs before the API]
         self.appliers = {}         # cluster id -> ManifestApplier (Talos' manifest controller)
+        self.endpoints = {}        # cluster id -> control-plane endpoint host
+        self.control_planes = {}   # cluster id -> {talos node key: address} of control planes that are up
         self.crashloop = {}        # node -> workload
         self.pending = set()
         self.flap = None
@@ -72,20 +74,29 @@ class LabKubernetes:
                                   request_log=self._log)
             self.clusters[cluster_id] = cluster
             self._apply_faults(cluster)
-        hosts = []
         endpoint = urllib.parse.urlparse(config.endpoint).hostname if config.endpoint else None
-        for host in (endpoint, node.address):
-            if host and host not in hosts and _is_ip(host):
-                hosts.append(host)
+        self.endpoints[cluster_id] = endpoint if endpoint and _is_ip(endpoint) else None
+        self.control_planes.setdefault(cluster_id, {})[node.key] = node.address
+        await self._serve(cluster_id)
+        self._apply_manifests(cluster_id, config)
+
+    async def _serve(self, cluster_id):
+        """Serve the API on the endpoint and every control plane that is up (start it if it was down)."""
+        cluster = self.clusters[cluster_id]
+        hosts = [self.endpoints.get(cluster_id)] + sorted(self.control_planes.get(cluster_id, {}).values())
+        hosts = [h for i, h in enumerate(hosts) if h and h not in hosts[:i]]
         await cluster.start_api(hosts, API_PORT)
         for host in hosts:
             self.world.add_endpoint('k8s-api-%s' % host, host, API_PORT, 'https')
-        self._apply_manifests(cluster_id, config)
         for waiting in self.waiting.pop(cluster_id, []):
             await self.on_kubelet_running(waiting)
 
     async def on_kubelet_running(self, node):
         cluster = self.clusters.get(node.cluster_id)
+        if cluster is not None and not cluster.api_running and node.config.control_plane and node.address:
+            # a control plane of a bootstrapped cluster is back (etcd has its data): the API comes back with it
+            self.control_planes.setdefault(node.cluster_id, {})[node.key] = node.address
+            await self._serve(node.cluster_id)
         if cluster is None or not cluster.api_running:
             self.waiting.setdefault(node.cluster_id, []).append(node)
             return
@@ -102,11 +113,10 @@ class LabKubernetes:
         self.nodes[node.key] = (node.cluster_id, name)
         cluster.kubelet_started(name, node.address, control_plane=control_plane, labels=machine.get('nodeLabels') or {}, taints=taints,
                                 disk_gb=max(1, int(getattr(node, 'disk_size', 32 * 1024 ** 3) // 1024 ** 3)))
-        if control_plane:
-            self._apply_manifests(node.cluster_id, config)
         if control_plane and node.address:
-            await cluster.add_api_host(node.address)
-            self.world.add_endpoint('k8s-api-%s' % node.address, node.address, API_PORT, 'https')
+            self.control_planes.setdefault(node.cluster_id, {})[node.key] = node.address
+            await self._serve(node.cluster_id)
+            self._apply_manifests(node.cluster_id, config)
 
     def _apply_manifests(self, cluster_id, config):
         """Talos' manifest controller on a control plane: CoreDNS, kube-proxy, inline manifests."""
@@ -123,34 +133,45 @@ class LabKubernetes:
         if waiting:
             LOG.info('cluster %s: %d Talos manifest document(s) wait for their kind to be served', cluster_id, waiting)
 
-    def on_node_shutdown(self, node):
-        self._kubelet_gone(node.key)
+    async def on_node_shutdown(self, node):
+        await self._kubelet_gone(node.key)
 
     # --- World VM listener ----------------------------------------------------------------------
 
-    def _kubelet_gone(self, key):
-        known = self.nodes.get(key)
-        if known is None:
-            return
-        cluster = self.clusters.get(known[0])
-        if cluster is not None:
-            cluster.kubelet_stopped(known[1])
+    async def _kubelet_gone(self, key):
+        """A node went down: its Node goes NotReady; a control plane also takes its API address with it."""
         for waiting in self.waiting.values():
             waiting[:] = [n for n in waiting if n.key != key]
+        known = self.nodes.get(key)
+        cluster_id = known[0] if known is not None else next((c for c, cps in self.control_planes.items() if key in cps), None)
+        cluster = self.clusters.get(cluster_id)
+        if cluster is None:
+            return
+        if known is not None:
+            cluster.kubelet_stopped(known[1])
+        address = self.control_planes.get(cluster_id, {}).pop(key, None)
+        if address is not None:
+            if address != self.endpoints.get(cluster_id):
+                self.world.remove_endpoint('k8s-api-%s' % address)
+            await cluster.remove_api_host(address)
+            if not self.control_planes[cluster_id]:
+                await cluster.stop_api()
+                self.world.remove_endpoint('k8s-api-%s' % self.endpoints.get(cluster_id))
+                LOG.info('cluster %s: every control plane is down; the API is down', cluster_id)
 
     def _vm_key(self, vm):
         talos = getattr(self.world, 'talos', None)
         return talos.vm_key(vm) if talos is not None else getattr(vm, 'vmid', vm)
 
     async def on_vm_stopped(self, vm):
-        self._kubelet_gone(self._vm_key(vm))
+        await self._kubelet_gone(self._vm_key(vm))
 
     async def on_vm_reset(self, vm, address):
         del address
-        self._kubelet_gone(self._vm_key(vm))
+        await self._kubelet_gone(self._vm_key(vm))
 
     async def on_vm_deleted(self, vm):
-        self._kubelet_gone(self._vm_key(vm))
+        await self._kubelet_gone(self._vm_key(vm))
 
     async def on_lab_reset(self):
         await self.close()
@@ -158,6 +179,8 @@ class LabKubernetes:
         self.nodes = {}
         self.waiting = {}
         self.appliers = {}
+        self.endpoints = {}
+        self.control_planes = {}
 
     async def on_lab_stop(self):
         await self.close()

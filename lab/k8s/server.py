@@ -157,6 +157,16 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
             await self.stop()
             await self.start()
 
+    async def remove_host(self, host):
+        """Stop listening on one address (its control plane went down); the others keep serving."""
+        if host not in self.hosts:
+            return
+        self.hosts.remove(host)
+        if self._runner is not None:
+            await self.stop()
+            if self.hosts:
+                await self.start()
+
     async def stop(self):
         for task in list(self._watches):
             task.cancel()

@@ -184,17 +184,25 @@ def test_label_and_field_selectors(kube, namespace):
         return sorted(i.metadata.name for i in core.list_namespaced_config_map(namespace, **kwargs).items)
     assert names(label_selector='tier=web') == ['a', 'c']
     assert names(label_selector='tier in (web,db),env') == ['a', 'b']
-    assert names(label_selector='!env') == ['c']
-    assert names(label_selector='tier notin (web)') == ['b']
+    assert names(label_selector='tier,!env') == ['c']
+    assert names(label_selector='tier notin (web),tier') == ['b']
     assert names(field_selector='metadata.name=b') == ['b']
     assert names(field_selector='metadata.name!=b', label_selector='tier=web') == ['a', 'c']
     with pytest.raises(ApiException) as exc:
         core.list_namespaced_config_map(namespace, field_selector='data.a=1')
     assert exc.value.status == 400 and 'field label not supported' in _status(exc.value)['message']
-    page = core.list_namespaced_config_map(namespace, limit=2)
+    page = core.list_namespaced_config_map(namespace, limit=2, label_selector='tier')
     assert len(page.items) == 2 and page.metadata._continue
-    rest = core.list_namespaced_config_map(namespace, limit=2, _continue=page.metadata._continue)
+    rest = core.list_namespaced_config_map(namespace, limit=2, label_selector='tier', _continue=page.metadata._continue)
     assert [i.metadata.name for i in rest.items] == ['c']
+
+
+def test_namespaces_get_default_service_account_and_root_ca(api, kube, namespace):
+    core = client.CoreV1Api(kube)
+    wait_until(lambda: (len(core.list_namespaced_config_map(namespace, field_selector='metadata.name=kube-root-ca.crt').items) == 1,
+                        'not yet'), what='kube-root-ca.crt')
+    assert core.read_namespaced_config_map('kube-root-ca.crt', namespace).data['ca.crt'] == api.ca_pem
+    assert core.read_namespaced_service_account('default', namespace).metadata.name == 'default'
 
 
 def test_watch_from_resource_version(kube, namespace):
@@ -249,11 +257,12 @@ def test_watch_too_old_resource_version_is_410(api, kube):
 
 
 def test_send_initial_events_ends_with_bookmark(api, namespace):
-    raw(api, 'POST', '/api/v1/namespaces/%s/configmaps' % namespace, {'metadata': {'name': 'i1'}})
+    raw(api, 'POST', '/api/v1/namespaces/%s/configmaps' % namespace, {'metadata': {'name': 'i1', 'labels': {'initial': 'yes'}}})
     status, dummy, body = raw(api, 'GET', '/api/v1/namespaces/%s/configmaps?watch=1&sendInitialEvents=true&allowWatchBookmarks=true'
-                              '&resourceVersionMatch=NotOlderThan&timeoutSeconds=1' % namespace)
+                              '&resourceVersionMatch=NotOlderThan&timeoutSeconds=1&labelSelector=initial' % namespace)
     events = [json.loads(line) for line in body.splitlines()]
     assert status == 200 and [e['type'] for e in events[:2]] == ['ADDED', 'BOOKMARK']
+    assert events[0]['object']['metadata']['name'] == 'i1'
     assert events[1]['object']['metadata']['annotations'] == {'k8s.io/initial-events-end': 'true'}
 
 

@@ -66,7 +66,7 @@ def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     secrets = testing.ClusterSecrets()
     endpoint_host = world.net.endpoint_host
     endpoint = 'https://%s:6443' % endpoint_host
-    cp_address = _vm(running, api, 401, 3)[1]
+    cp_vm, cp_address = _vm(running, api, 401, 3)
     worker_address = _vm(running, api, 402, 4)[1]
     for address, kind in ((cp_address, 'controlplane'), (worker_address, 'worker')):
         wait_until(_maintenance(address), 'maintenance mode on %s' % address)
@@ -119,6 +119,12 @@ def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     k8s = status['k8s']
     cluster = next(iter(k8s.values()))
     assert {n['name'] for n in cluster['nodes']} == {'cp-1', 'worker-1'}
+    # the only control plane powered off: no API anywhere; powered on again: the API is back with its objects
+    _ok(api, cp_vm.status.stop.post())
+    wait_until(lambda: (not _port_open(endpoint_host, 6443) and not _port_open(cp_address, 6443), 'open'), 'the API down with its CP')
+    _ok(api, cp_vm.status.start.post())
+    wait_until(lambda: (_port_open(endpoint_host, 6443), 'closed'), 'the API back after the CP boots')
+    wait_until(nodes, 'both Nodes still there after the restart')
 
 
 def test_talos_manifests_coredns_kube_proxy_and_inline(tmp_path):
