@@ -7,6 +7,7 @@ readers (handlers, watchers, controllers) may keep references without copying.
 
 import collections
 import datetime
+import logging
 import uuid
 
 import yaml
@@ -16,6 +17,7 @@ from .errors import ApiError, already_exists, conflict, invalid, not_found
 from .patch import clone
 from .resources import CRD_KEY
 
+LOG = logging.getLogger('lab.k8s')
 Event = collections.namedtuple('Event', 'type key obj old rv')
 
 PATCH_TYPES = {
@@ -50,6 +52,8 @@ class Store:  # pylint: disable=too-many-public-methods
         self._objects = collections.defaultdict(dict)
         self._history = collections.deque(maxlen=history)
         self._subscribers = []
+        self._pending = collections.deque()
+        self._emitting = False
         self.allocator = defaults.Allocator()
 
     # --- reading ----------------------------------------------------------------------------
@@ -91,10 +95,23 @@ class Store:  # pylint: disable=too-many-public-methods
         return [event for event in self._history if event.rv > rv]
 
     def _emit(self, event_type, key, obj, old):
+        """Deliver an event to every subscriber, in resourceVersion order even when a subscriber writes."""
         event = Event(event_type, key, obj, old, self.rv)
         self._history.append(event)
-        for callback in list(self._subscribers):
-            callback(event)
+        self._pending.append(event)
+        if self._emitting:
+            return
+        self._emitting = True
+        try:
+            while self._pending:
+                current = self._pending.popleft()
+                for callback in list(self._subscribers):
+                    try:
+                        callback(current)
+                    except Exception:  # pylint: disable=broad-except
+                        LOG.exception('store subscriber %r failed on %s %s', callback, current.type, current.key)
+        finally:
+            self._emitting = False
 
     def _store(self, key, obj, old, event_type=None):
         self.rv += 1

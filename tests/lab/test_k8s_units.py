@@ -185,3 +185,24 @@ def test_quantities_accept_numbers_and_are_written_as_strings():
     out, errors, dummy = schema.Validator(DEFS).check(body, DEPLOYMENT)
     assert errors == [] and out['spec']['template']['spec']['containers'][0]['resources'] == {
         'limits': {'cpu': '1', 'memory': '1Gi'}, 'requests': {'cpu': '250m'}}
+
+
+def test_store_delivers_events_in_order_when_a_subscriber_writes():
+    from lab.k8s.store import Store  # pylint: disable=import-outside-toplevel
+    registry = Registry()
+    store = Store(registry)
+    ns_type, cm_type = registry.get('', 'v1', 'namespaces'), registry.get('', 'v1', 'configmaps')
+    store.create(ns_type, None, {'metadata': {'name': 'n'}}, 'test')
+    seen = []
+
+    def writer(event):
+        if event.key == ('', 'configmaps') and event.obj['metadata']['name'] == 'first':
+            store.create(cm_type, 'n', {'metadata': {'name': 'second'}}, 'writer')
+
+    def broken(event):
+        raise RuntimeError('a broken subscriber must not break writes (%s)' % event.type)
+    store.subscribe(writer)
+    store.subscribe(broken)
+    store.subscribe(lambda event: seen.append((event.rv, event.obj['metadata']['name'])))
+    store.create(cm_type, 'n', {'metadata': {'name': 'first'}}, 'test')
+    assert [name for dummy, name in seen] == ['first', 'second'] and seen[0][0] < seen[1][0]
