@@ -421,6 +421,9 @@ class Store:  # pylint: disable=too-many-public-methods
     def delete(self, rtype, namespace, name, propagation=None, dry_run=False, preconditions=None):  # pylint: disable=too-many-arguments
         ns = namespace if rtype.namespaced else ''
         old = self.get(rtype, ns, name)
+        if rtype.key == ('', 'namespaces') and name in ('default', 'kube-system', 'kube-public'):
+            raise ApiError(403, 'Forbidden', 'namespaces "%s" is forbidden: this namespace may not be deleted' % name,
+                           {'name': name, 'kind': 'namespaces'})
         preconditions = preconditions or {}
         if preconditions.get('uid') and preconditions['uid'] != old['metadata'].get('uid'):
             raise conflict(rtype, name, 'Precondition failed: UID in precondition: %s, UID in object meta: %s'

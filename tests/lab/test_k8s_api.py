@@ -390,6 +390,9 @@ def test_namespace_deletion_removes_its_objects(api, kube):
     core.create_namespaced_config_map('doomed', {'metadata': {'name': 'x'}})
     core.delete_namespace('doomed')
     assert api.call(lambda: api.cluster.store.items(('', 'configmaps'), 'doomed')) == []
+    with pytest.raises(ApiException) as exc:
+        core.delete_namespace('kube-system')
+    assert exc.value.status == 403 and 'may not be deleted' in _status(exc.value)['message']
 
 
 def test_table_output_for_kubectl(api):
