@@ -29,7 +29,8 @@ options:
     description:
       - Directory under which each cluster's report goes, as C(<output_dir>/<cluster_name>/).
       - When not set, a cluster's report goes to its hosts' C(proxtalos_artifacts_dir) variable if defined, else
-        to C(artifacts/<cluster_name>/) under the current directory.
+        to C(artifacts/<cluster_name>/) in the parent of the playbook's folder (for C(playbooks/site.yml), the
+        repository root), as the collection's roles place their artifacts.
     type: path
     env:
       - name: PROXTALOS_REPORT_DIR
@@ -111,6 +112,7 @@ class CallbackModule(CallbackBase):
         self.starts = {}
         self.artifacts_dirs = {}
         self.scanned_hosts = set()
+        self.playbook_dir = None
 
     # -- run and play ---------------------------------------------------------------------------
 
@@ -131,6 +133,8 @@ class CallbackModule(CallbackBase):
         if manager is None:
             return None, {}
         play_vars = manager.get_vars(play=play)
+        if play_vars.get('playbook_dir'):
+            self.playbook_dir = str(play_vars['playbook_dir'])
         return play_vars.get('hostvars'), play_vars.get('groups') or {}
 
     def _read_inventory(self, play, final=False):
@@ -187,9 +191,10 @@ class CallbackModule(CallbackBase):
             try:
                 if _is_vaulted(value):
                     self.masker.register(str(value))
-                elif SECRET_NAME.search(str(name)) and isinstance(value, str) and '{{' not in value:
-                    self.masker.register(value)
-            except Exception:  # pylint: disable=broad-except  (a vaulted value this run cannot decrypt is not in use)
+                elif SECRET_NAME.search(str(name)) and isinstance(value, str):
+                    # a template (a vault variable, a file lookup) is masked by what it gives
+                    self.masker.register(str(hostvars[host].get(name)) if '{{' in value else value)
+            except Exception:  # pylint: disable=broad-except  (a value this run cannot decrypt or template is not in use)
                 continue
 
     # -- tasks ----------------------------------------------------------------------------------
@@ -268,7 +273,9 @@ class CallbackModule(CallbackBase):
             return os.path.join(root, safe)
         if cluster in self.artifacts_dirs:
             return self.artifacts_dirs[cluster]
-        return os.path.join(os.getcwd(), 'artifacts', safe)
+        # as the roles do: artifacts/<cluster_name> beside the folder of the playbooks (the repository root)
+        base = os.path.dirname(self.playbook_dir) if self.playbook_dir else os.getcwd()
+        return os.path.join(base, 'artifacts', safe)
 
     def _write(self, cluster, report):
         directory = os.path.abspath(self._directory(cluster))

@@ -132,7 +132,12 @@ def stage_of(task_tags, stages=DEFAULT_STAGES):
     return None
 
 
+ROLE_PREFIX = re.compile(r'^[A-Za-z0-9_.]+ : ')
+
+
 def _strip_prefix(name, prefixes):
+    """The name after a convention prefix (a role's "namespace.collection.role : " ahead of it is ignored), or None."""
+    name = ROLE_PREFIX.sub('', name, count=1)
     for prefix in prefixes:
         if name.startswith(prefix):
             return name[len(prefix):].strip()
@@ -162,7 +167,7 @@ def _lines(value):
 
 def result_message(result):
     """The one text that says what a result saw or why it failed."""
-    for key in ('summary', 'msg', 'message', 'stderr'):
+    for key in ('summary', 'observation', 'msg', 'message', 'stderr'):
         value = result.get(key)
         if isinstance(value, str) and value.strip():
             return value.strip()
@@ -176,7 +181,8 @@ def gate_from_result(task_name, result, status):
 
     Conventions, in order (docs/report.md):
     1. result key `gate` is a dict with at least `name` and `ok`;
-    2. result key `gate` is a text (the kind, as k8s_gate returns it) and `passed` a bool;
+    2. result key `gate` is a text (the kind, as k8s_gate returns it) and `passed` a bool; named by the task's
+       "Gate - " name if it has one, else by the result's `target`;
     3. the task name starts with "Gate - " (or "Gate: "): ok unless the task failed.
     """
     if status == 'skipped':
@@ -193,10 +199,11 @@ def gate_from_result(task_name, result, status):
             'target': clip(explicit.get('target'), 300),
             'diagnosis': _lines(explicit.get('diagnosis', result.get('diagnosis'))),
         }
+    named = _strip_prefix(task_name or '', GATE_NAME_PREFIXES)
     if isinstance(explicit, str) and isinstance(result.get('passed'), bool):
         target = result.get('target')
         return {
-            'name': clip('%s %s' % (explicit, target) if target else explicit, 200),
+            'name': clip(named or target or explicit, 200),
             'ok': bool(result['passed']) and not failed,
             'observation': clip(result_message(result)),
             'elapsed': _number(result.get('elapsed')),
@@ -204,7 +211,6 @@ def gate_from_result(task_name, result, status):
             'target': clip(target, 300),
             'diagnosis': _lines(result.get('diagnosis')),
         }
-    named = _strip_prefix(task_name or '', GATE_NAME_PREFIXES)
     if named:
         return {
             'name': clip(named, 200),
@@ -365,6 +371,8 @@ class Recorder(object):
         cluster = self.cluster_of(host)
         if cluster is None:   # a host of no cluster (no cluster_name) in a run over several: not reported
             return
+        if str(action or '').endswith('validate_argument_spec') and status not in FAILED_STATUSES:
+            return   # a role's argument check runs with every tag selection: it is no sign that the stage ran
         stage = stage_of(task_tags, self.stages)
         self.note_stage(stage)
         if no_log:

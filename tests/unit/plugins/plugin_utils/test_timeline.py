@@ -30,7 +30,8 @@ def test_stage_is_the_innermost_stage_tag():
 
 def test_k8s_gate_result_is_a_gate():
     gate = _timeline.gate_from_result('Cilium agent Ready on every node', K8S_GATE_FAILED, 'failed')
-    assert gate['name'] == 'nodes nodes'
+    assert gate['name'] == 'nodes'
+    assert _timeline.gate_from_result('cni : Gate - ALL nodes Ready', K8S_GATE_FAILED, 'failed')['name'] == 'ALL nodes Ready'
     assert gate['ok'] is False
     assert gate['observation'] == 'nodes Ready 2/3: w-2 NetworkPluginNotReady'
     assert (gate['elapsed'], gate['attempts'], gate['diagnosis']) == (10.02, 6, ['- w-2: Ready=False KubeletNotReady'])
@@ -104,7 +105,7 @@ def test_report_document():
     assert report['bootstrap_timeline'] == [{'stage': 'preflight', 'start_offset': '+0:00', 'status': 'ok'},
                                             {'stage': 'cni', 'start_offset': '+0:10', 'status': 'failed'},
                                             {'stage': 'remediate', 'start_offset': '+0:21', 'status': 'ok'}]
-    assert [(g['name'], g['ok'], g['start'], g['end']) for g in report['gates']] == [('nodes nodes', False, 10.0, 20.0)]
+    assert [(g['name'], g['ok'], g['start'], g['end']) for g in report['gates']] == [('nodes', False, 10.0, 20.0)]
     assert report['remediations'][0]['action'] == 'Talos reboot'
     assert report['remediations'][0]['stage'] == 'remediate'
     messages = [f['message'] for f in report['failures']]
@@ -145,3 +146,22 @@ def test_html_escapes_and_is_self_contained():
     assert page.count('class="gate-bar"') == 2
     assert 'http://' not in page.replace('http://www.w3.org/2000/svg', '')
     assert 'no Flux graph in this run' in page
+
+
+def test_conventions_see_through_the_role_prefix_of_task_names():
+    gate = _timeline.gate_from_result('proxtalos.cluster.proxmox_vms : Gate - the VM runs', {'elapsed': 2.0, 'attempts': 3}, 'ok')
+    assert (gate['name'], gate['elapsed'], gate['attempts']) == ('the VM runs', 2.0, 3)
+    steps = _timeline.remediations_from_result('proxtalos.cluster.cni : Remediate - Talos reboot', {}, 'changed', 'w-1')
+    assert [step['action'] for step in steps] == ['Talos reboot']
+
+
+def test_role_argument_checks_do_not_make_a_stage_unless_they_fail():
+    recorder = _timeline.Recorder(started=0.0)
+    recorder.set_cluster('cp-1', 'lab')
+    recorder.task_result('cp-1', "talos_machines : Validating arguments against arg spec 'apply'", ['apply'], 'p',
+                         'ansible.builtin.validate_argument_spec', 1.0, 1.1, 'ok', {})
+    recorder.task_result('cp-1', 'Cilium', ['cni'], 'p', 'proxtalos.cluster.k8s_gate', 2.0, 3.0, 'ok', {})
+    assert [stage['name'] for stage in recorder.build('lab')['stages']] == ['cni']
+    recorder.task_result('cp-1', "cni : Validating arguments against arg spec 'main'", ['cni'], 'p',
+                         'ansible.builtin.validate_argument_spec', 4.0, 4.1, 'failed', {'msg': 'cni_mode: bad'})
+    assert recorder.build('lab')['failures'][0]['message'] == 'cni_mode: bad'
