@@ -1,0 +1,311 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) proxtalos.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Flux Kustomization tree as the gitops gate judges it. PRIVATE to the collection.
+
+assess(kustomizations) is pure: it orders the live Kustomizations by spec.dependsOn (the
+namespace of a dependency defaults to the dependant's, as kustomize-controller resolves it),
+judges each with the flux CLI's readiness test (predicates.condition_met: Ready=True for the
+current generation, not Reconciling; Stalled fails at once), and for each one that is not
+Ready says why, in dependsOn terms:
+
+- a *blocker* is not Ready for a reason of its own (HealthCheckFailed, BuildFailed, a source
+  without artifact, ...), or depends on a Kustomization that does not exist, or is part of a
+  dependency cycle;
+- a *blocked* Kustomization waits on a dependency that is not Ready (Flux reports it as
+  DependencyNotReady); it is listed under the blockers at the root of its chain.
+
+TreeGate adds the reads (Kustomizations, and on failure the blockers' sources and health-checked
+workloads, whose own diagnosis names the node and pod: k8s_gate's workload gate) and plugs into
+_k8s.gates.run like any gate.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import client as k8s_client
+from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import diagnosis
+from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import gates
+from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import objects
+from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import predicates
+
+KUSTOMIZATION_API = 'kustomize.toolkit.fluxcd.io/v1'
+SOURCE_APIS = {'GitRepository': 'source.toolkit.fluxcd.io/v1', 'OCIRepository': 'source.toolkit.fluxcd.io/v1',
+               'Bucket': 'source.toolkit.fluxcd.io/v1'}
+WORKLOAD_KINDS = ('Deployment', 'DaemonSet', 'StatefulSet')
+MAX_HEALTH_TARGETS = 20
+
+
+def ks_id(obj):
+    meta = objects.metadata(obj)
+    return '%s/%s' % (meta.get('namespace') or '', meta.get('name'))
+
+
+def dependencies(obj):
+    """The ids a Kustomization depends on (namespace defaulting to its own)."""
+    namespace = objects.metadata(obj).get('namespace') or ''
+    out = []
+    for dep in objects.spec(obj).get('dependsOn') or []:
+        if isinstance(dep, dict) and dep.get('name'):
+            ident = '%s/%s' % (dep.get('namespace') or namespace, dep['name'])
+            if ident not in out:
+                out.append(ident)
+    return out
+
+
+def order(graph):
+    """(tiers, cycles) of {id: [dependency ids]}: tier 0 depends on nothing present; cycles as id lists."""
+    tiers, placed = [], {}
+    remaining = set(graph)
+    while remaining:
+        tier = sorted(n for n in remaining if all(d in placed or d not in graph for d in graph[n]))
+        if not tier:
+            break
+        for node in tier:
+            placed[node] = len(tiers)
+        tiers.append(tier)
+        remaining -= set(tier)
+    return tiers, find_cycles({n: [d for d in graph[n] if d in remaining] for n in remaining})
+
+
+def find_cycles(graph):
+    """One cycle (as a path whose first id is repeated at the end) per strongly connected group."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(node):
+        work = [(node, iter(graph.get(node, ())))]
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        while work:
+            current, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in graph:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph.get(child, ()))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[current] = min(low[current], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[current])
+            if low[current] == index[current]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == current:
+                        break
+                if len(group) > 1 or current in graph.get(current, ()):
+                    groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    cycles = []
+    for group in groups:
+        members = set(group)
+        start = min(group)
+        path, node = [start], start
+        while True:
+            node = min(d for d in graph[node] if d in members)
+            if node in path:
+                path = path[path.index(node):] + [node]
+                break
+            path.append(node)
+        cycles.append(path)
+    return sorted(cycles)
+
+
+def assess(kustomizations, expected=None):
+    """Verdict over the Kustomization tree; items in dependsOn order, each with tier, depends_on, blocked_by."""
+    by_id = dict((ks_id(k), k) for k in kustomizations)
+    graph = dict((ident, dependencies(obj)) for ident, obj in by_id.items())
+    tiers, cycles = order(graph)
+    tier_of = dict((node, number) for number, tier in enumerate(tiers) for node in tier)
+    in_cycle = set(node for cycle in cycles for node in cycle)
+    states = dict((ident, predicates.condition_met(obj)) for ident, obj in by_id.items())
+    roots = {}
+
+    def root_blockers(ident, seen=()):
+        if ident in roots:
+            return roots[ident]
+        if ident in seen or ident in in_cycle:
+            return {ident}
+        state = states[ident]
+        if state['ok']:
+            roots[ident] = set()
+            return roots[ident]
+        waiting = [d for d in graph[ident] if d in by_id and not states[d]['ok']]
+        if not waiting or any(d not in by_id for d in graph[ident]):
+            roots[ident] = {ident}
+            return roots[ident]
+        found = set()
+        for dep in waiting:
+            found |= root_blockers(dep, seen + (ident,))
+        roots[ident] = found or {ident}
+        return roots[ident]
+
+    ordered = [node for tier in tiers for node in tier] + sorted(in_cycle) + sorted(set(by_id) - set(tier_of) - in_cycle)
+    items = []
+    for ident in ordered:
+        state = states[ident]
+        obj = by_id[ident]
+        ready = objects.condition(obj, 'Ready') or {}
+        item = {'name': ident, 'ok': state['ok'], 'reason': state['reason'], 'stalled': state['stalled'],
+                'ready': ready.get('status'), 'ready_reason': ready.get('reason'), 'message': ready.get('message'),
+                'generation': state['generation'], 'observed_generation': state['observed_generation'],
+                'depends_on': graph[ident], 'tier': tier_of.get(ident), 'missing_dependencies': [d for d in graph[ident] if d not in by_id],
+                'blocked_by': [], 'waits_on': [], 'role': None}
+        if not state['ok']:
+            blockers = sorted(root_blockers(ident))
+            item['waits_on'] = [d for d in graph[ident] if d in by_id and not states[d]['ok']]
+            if ident in in_cycle:
+                item['role'] = 'blocker'
+                cycle = next(c for c in cycles if ident in c)
+                item['reason'] = 'dependency cycle: %s' % ' -> '.join(cycle)
+            elif blockers == [ident]:
+                item['role'] = 'blocker'
+                if item['missing_dependencies']:
+                    item['reason'] = 'depends on %s, which does not exist (%s)' % (', '.join(item['missing_dependencies']), state['reason'])
+            else:
+                item['role'] = 'blocked'
+                item['blocked_by'] = [b for b in blockers if b != ident]
+        items.append(item)
+    problems = []
+    for name in expected or []:
+        wanted = name if '/' in name else None
+        if not any(i['name'] == name or (wanted is None and i['name'].split('/', 1)[1] == name) for i in items):
+            problems.append('Kustomization %s not found (not applied yet?)' % name)
+    if not items and not problems:
+        problems.append('no Kustomizations found')
+    failing = [i for i in items if not i['ok']]
+    texts = []
+    for item in failing:
+        if item['role'] == 'blocker':
+            blocked = [i['name'] for i in failing if item['name'] in i['blocked_by']]
+            text = '%s %s' % (item['name'], item['reason'])
+            if blocked:
+                text += ' (blocks %s)' % ', '.join(blocked)
+            texts.append(text)
+    waiting = [i['name'] for i in failing if i['role'] == 'blocked']
+    if waiting:
+        texts.append('waiting behind them: %s' % ', '.join(waiting))
+    good = len(items) - len(failing)
+    summary = '%s %d/%d' % ('Kustomizations Ready', good, len(items))
+    if problems or texts:
+        summary += ': ' + '; '.join(problems + texts)
+    failed = bool(cycles) or any(i['stalled'] for i in items)
+    verdict = predicates.Verdict(not failing and not problems, summary, items, problems, failed=failed)
+    return verdict
+
+
+def blockers(verdict):
+    """[{name, reason, blocks}] of a Verdict from assess()."""
+    out = []
+    for item in verdict.failing():
+        if item.get('role') == 'blocker':
+            out.append({'name': item['name'], 'reason': item['reason'], 'message': item.get('message'),
+                        'blocks': [i['name'] for i in verdict.failing() if item['name'] in i.get('blocked_by', [])]})
+    return out
+
+
+def health_targets(obj):
+    """(apiVersion, kind, namespace, name) a Kustomization health-checks: spec.healthChecks, or its inventory with wait: true."""
+    spec = objects.spec(obj)
+    namespace = objects.metadata(obj).get('namespace') or ''
+    targets = []
+    if spec.get('wait'):
+        for entry in (objects.status(obj).get('inventory') or {}).get('entries') or []:
+            parts = (entry.get('id') or '').split('_', 3)
+            if len(parts) == 4:
+                obj_ns, name, group, kind = parts
+                targets.append(('%s/%s' % (group, entry.get('v')) if group else entry.get('v'), kind, obj_ns, name))
+    else:
+        for ref in spec.get('healthChecks') or []:
+            if isinstance(ref, dict):
+                targets.append((ref.get('apiVersion') or '', ref.get('kind') or '', ref.get('namespace') or namespace, ref.get('name') or ''))
+    return targets[:MAX_HEALTH_TARGETS]
+
+
+class TreeGate(gates.Gate):
+    """Every Kustomization (in a namespace, or all) Ready, in dependsOn order, blockers named."""
+
+    kind = 'flux'
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.namespace = params.get('namespace')
+        self.expected = params.get('names') or []
+        self.label_selector = ','.join(params.get('label_selectors') or []) or None
+        self.by_id = {}
+
+    def target(self):
+        return 'Flux Kustomizations in %s' % ('namespace %s' % self.namespace if self.namespace else 'all namespaces')
+
+    def observe(self, client):
+        try:
+            items = client.list(KUSTOMIZATION_API, 'Kustomization', namespace=self.namespace, label_selector=self.label_selector)
+        except k8s_client.NotServed as exc:
+            text = '%s (Flux not installed?)' % exc
+            return predicates.Verdict(False, text, problems=[text])
+        self.by_id = dict((ks_id(k), k) for k in items)
+        return assess(items, self.expected)
+
+    def diagnose(self, client, verdict):
+        lines = list(verdict.problems)
+        for blocker in blockers(verdict):
+            text = '%s: %s' % (blocker['name'], blocker['reason'])
+            if blocker['blocks']:
+                text += '; blocks %s' % ', '.join(blocker['blocks'])
+            lines.append(text)
+            obj = self.by_id.get(blocker['name'])
+            if obj is not None:
+                lines.extend('  ' + line for line in self._explain(client, obj))
+        for item in verdict.failing():
+            if item.get('role') == 'blocked':
+                lines.append('%s waits on %s (%s)' % (item['name'], ', '.join(item['waits_on']) or ', '.join(item['blocked_by']),
+                                                      item['reason']))
+        return lines
+
+    def _explain(self, client, obj):
+        """What a blocker's source or health-checked workloads say (best effort, a few reads)."""
+        lines = []
+        ref = objects.spec(obj).get('sourceRef') or {}
+        api = SOURCE_APIS.get(ref.get('kind'))
+        if api:
+            try:
+                source = client.get(api, ref.get('kind'), ref.get('name'), ref.get('namespace') or objects.metadata(obj).get('namespace'))
+            except (_errors.ProxtalosError, k8s_client.NotServed) as exc:
+                source, text = None, 'source %s/%s: cannot read (%s)' % (ref.get('kind'), ref.get('name'), exc)
+                lines.append(text)
+            if source is not None and not objects.condition_is(source, 'Ready'):
+                ready = objects.condition(source, 'Ready') or {}
+                lines.append('source %s %s: Ready=%s %s'
+                             % (ref.get('kind'), objects.qualified_name(source), ready.get('status', 'Unknown'), objects.condition_text(ready)))
+        health_failed = (objects.condition(obj, 'Ready') or {}).get('reason') == 'HealthCheckFailed'
+        if not objects.condition_is(obj, 'Ready') and (objects.condition(obj, 'Healthy') is not None or health_failed):
+            for api_version, kind, namespace, name in health_targets(obj):
+                if kind not in WORKLOAD_KINDS or api_version != 'apps/v1':
+                    continue
+                workload = gates.WorkloadGate({'kind': kind, 'api_version': api_version, 'name': name, 'namespace': namespace})
+                try:
+                    found = workload.observe(client)
+                    if not found.ok:
+                        lines.append('%s: %s' % (workload.target(), found.summary))
+                        lines.extend('  %s' % line for line in workload.diagnose(client, found)[:8])
+                except _errors.ProxtalosError as exc:
+                    lines.append('%s: cannot read (%s)' % (workload.target(), diagnosis.clip(str(exc), 200)))
+        return lines
