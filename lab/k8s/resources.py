@@ -64,7 +64,7 @@ _EVENT_FIELDS = ('involvedObject.kind', 'involvedObject.namespace', 'involvedObj
 BUILTINS = (
     _b('', 'v1', 'Namespace', 'namespaces', False, ('ns',), (), ('status', 'finalize'), 'io.k8s.api.core.v1.Namespace', ('status.phase',)),
     _b('', 'v1', 'Node', 'nodes', False, ('no',), (), ('status',), 'io.k8s.api.core.v1.Node', ('spec.unschedulable',)),
-    _b('', 'v1', 'Pod', 'pods', True, ('po',), ('all',), ('status',), 'io.k8s.api.core.v1.Pod', _POD_FIELDS),
+    _b('', 'v1', 'Pod', 'pods', True, ('po',), ('all',), ('status', 'log'), 'io.k8s.api.core.v1.Pod', _POD_FIELDS),
     _b('', 'v1', 'Service', 'services', True, ('svc',), ('all',), ('status',), 'io.k8s.api.core.v1.Service'),
     _b('', 'v1', 'Endpoints', 'endpoints', True, ('ep',), (), (), 'io.k8s.api.core.v1.Endpoints'),
     _b('', 'v1', 'ConfigMap', 'configmaps', True, ('cm',), (), (), 'io.k8s.api.core.v1.ConfigMap'),

@@ -309,6 +309,9 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
                 elif sub == 'finalize':
                     out.append({'name': '%s/finalize' % rtype.plural, 'singularName': '', 'namespaced': False,
                                 'kind': rtype.kind, 'verbs': ['update']})
+                elif sub == 'log':
+                    out.append({'name': '%s/log' % rtype.plural, 'singularName': '', 'namespaced': True, 'kind': rtype.kind,
+                                'verbs': ['get']})
         return out
 
     def _discovery_entry(self, rtype):
@@ -415,6 +418,8 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
             raise ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource')
         if sub == 'scale':
             return await self._scale(request, rtype, namespace, name)
+        if sub == 'log':
+            return self._pod_log(request, namespace, name)
         if method == 'GET':
             obj = self.store.get(rtype, namespace if rtype.namespaced else '', name)
             return self._object_response(request, rtype, obj)
@@ -581,6 +586,33 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
                 wanted = patch_mod.merge_patch(current, doc)
             return _json_response(self.store.scale(rtype, namespace, name, wanted, self._dry_run(request)))
         raise ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource')
+
+    # --- pod logs -----------------------------------------------------------------------------------
+
+    def _pod_log(self, request, namespace, name):
+        """GET pods/NAME/log: what the simulated container printed (a crash-looping one: its last error)."""
+        if request.method != 'GET':
+            raise ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource')
+        pod = self.store.get(self.registry.get('', 'v1', 'pods'), namespace, name)
+        containers = [c.get('name') for c in (pod.get('spec') or {}).get('containers') or ()]
+        container = request.query.get('container') or (containers[0] if len(containers) == 1 else None)
+        if container is None:
+            raise ApiError(400, 'BadRequest', 'a container name must be specified for pod %s, choose one of: [%s]' % (name, ' '.join(containers)))
+        if container not in containers:
+            raise ApiError(400, 'BadRequest', 'container %s is not valid for pod %s' % (container, name))
+        status = next((s for s in (pod.get('status') or {}).get('containerStatuses') or () if s.get('name') == container), {})
+        state = status.get('state') or {}
+        if 'waiting' in state and state['waiting'].get('reason') == 'ContainerCreating':
+            raise ApiError(400, 'BadRequest', 'container "%s" in pod "%s" is waiting to start: ContainerCreating' % (container, name))
+        stamp = (state.get('running') or {}).get('startedAt') or ((status.get('lastState') or {}).get('terminated') or {}).get('finishedAt', '')
+        lines = ['%s level=info msg="Started %s (lab simulation)" container=%s' % (stamp, container, container)]
+        if (state.get('waiting') or {}).get('reason') == 'CrashLoopBackOff' or _bool(request.query.get('previous', '')):
+            lines.append('%s level=fatal msg="exiting with code 1 (lab fault k8s-crashloop)" container=%s restarts=%d'
+                         % (stamp, container, status.get('restartCount', 0)))
+        tail = request.query.get('tailLines')
+        if tail and tail.isdigit():
+            lines = lines[-int(tail):] if int(tail) else []
+        return web.Response(text=''.join(line + '\n' for line in lines), content_type='text/plain')
 
     # --- service proxy --------------------------------------------------------------------------
 

@@ -252,3 +252,20 @@ def test_delays_come_from_the_lab_timing_and_are_recorded(lab):
     assert len(records) == 1 and records[0]['target'].startswith('pod/kube-system/cilium-')
     assert records[0]['outcome'] == 'done' and 10 <= records[0]['nominal'] <= 30
     assert records[0]['duration'] >= records[0]['planned'] > 0
+
+
+def test_pod_logs_show_the_crash_loop(lab):
+    lab.call(lab.cluster.kubelet_started, 'w-1', '127.0.0.2')
+    lab.call(lab.cluster.fault_crashloop, 'kube-system/cilium', 'w-1')
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+
+    def agent():
+        items = pods(lab, 'kube-system', 'k8s-app=cilium')
+        waiting = items[0].status.container_statuses[0].state.waiting if items and items[0].status.container_statuses else None
+        return bool(waiting and waiting.reason == 'CrashLoopBackOff'), items
+    name = wait_until(agent, what='agent crash-looping')[0].metadata.name
+    log = lab.core.read_namespaced_pod_log(name, 'kube-system', tail_lines=1)
+    assert 'level=fatal' in log and 'k8s-crashloop' in log
+    with pytest.raises(ApiException) as exc:
+        lab.core.read_namespaced_pod_log(name, 'kube-system', container='nope')
+    assert exc.value.status == 400
