@@ -19,7 +19,7 @@ import yaml
 from aiohttp import web
 
 from . import pki, protobuf, tables
-from .errors import ApiError, qualified
+from .errors import ApiError
 from .openapi import OpenAPI
 from .selectors import FieldSelector, LabelSelector
 from .store import PATCH_TYPES
@@ -746,7 +746,3 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
                 await send('ADDED', event.obj)
             elif was_match:
                 await send('DELETED', event.obj)
-
-
-def describe(rtype):
-    return qualified(rtype)

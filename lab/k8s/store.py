@@ -33,6 +33,10 @@ _NO_GENERATION = {('', 'pods'), ('', 'nodes'), ('', 'services'), ('', 'namespace
                   ('', 'events'), ('coordination.k8s.io', 'leases')}
 
 
+_SPEC_REQUIRED = {('apps', 'deployments'), ('apps', 'daemonsets'), ('apps', 'statefulsets'), ('apps', 'replicasets'), ('batch', 'jobs'),
+                  ('', 'pods')}
+
+
 def timestamp():
     return datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')
 
@@ -220,7 +224,7 @@ class Store:  # pylint: disable=too-many-public-methods
         meta['creationTimestamp'] = timestamp()
         if rtype.has('status'):
             obj.pop('status', None)
-        self._finish(rtype, obj, None, warnings)
+        self._finish(rtype, obj, None)
         if manager:
             ssa.record_update(None, obj, manager, rtype.api_version, self._schema_for(rtype), self.defs)
         if dry_run:
@@ -228,10 +232,10 @@ class Store:  # pylint: disable=too-many-public-methods
             return obj, warnings
         return self._commit(rtype, obj, None), warnings
 
-    def _finish(self, rtype, obj, old, warnings):
+    def _finish(self, rtype, obj, old):
         """Strategy defaults and checks, generation, CRD names; raises 422."""
-        obj.setdefault('spec', {}) if rtype.key in (('apps', 'deployments'), ('apps', 'daemonsets'), ('apps', 'statefulsets'),
-                                                    ('apps', 'replicasets'), ('batch', 'jobs'), ('', 'pods')) else None
+        if rtype.key in _SPEC_REQUIRED:
+            obj.setdefault('spec', {})
         problems = defaults.prepare(rtype, obj, old, self.allocator)
         if rtype.key == CRD_KEY:
             problems += self._check_crd(obj)
@@ -245,7 +249,6 @@ class Store:  # pylint: disable=too-many-public-methods
                 if _spec_part(old) != _spec_part(obj):
                     generation += 1
                 obj['metadata']['generation'] = generation
-        del warnings  # reserved for strategy warnings
 
     def _commit(self, rtype, obj, old):
         if rtype.key == CRD_KEY:
@@ -300,7 +303,7 @@ class Store:  # pylint: disable=too-many-public-methods
                 meta.pop('managedFields', None)
                 if 'managedFields' in old['metadata']:
                     meta['managedFields'] = old['metadata']['managedFields']
-            self._finish(rtype, obj, old, warnings)
+            self._finish(rtype, obj, old)
         if manager:
             ssa.record_update(old, obj, manager, rtype.api_version, self._schema_for(rtype), self.defs, subresource)
         obj['metadata']['resourceVersion'] = old['metadata']['resourceVersion']
