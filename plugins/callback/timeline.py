@@ -175,8 +175,8 @@ class CallbackModule(CallbackBase):
         for name in names:
             try:
                 value = host_values.get(name)
-            except Exception:  # pylint: disable=broad-except  (a value that does not template is not reported)
-                value = None
+            except Exception:  # pylint: disable=broad-except
+                value = None   # a value that does not template is not reported
             if isinstance(value, (str, int, float)) and not isinstance(value, bool):
                 values[name] = value if isinstance(value, (int, float)) else str(value)
         return values
@@ -194,8 +194,8 @@ class CallbackModule(CallbackBase):
                 elif SECRET_NAME.search(str(name)) and isinstance(value, str):
                     # a template (a vault variable, a file lookup) is masked by what it gives
                     self.masker.register(str(hostvars[host].get(name)) if '{{' in value else value)
-            except Exception:  # pylint: disable=broad-except  (a value this run cannot decrypt or template is not in use)
-                continue
+            except Exception:  # pylint: disable=broad-except
+                continue   # a value this run cannot decrypt or template is not in use
 
     # -- tasks ----------------------------------------------------------------------------------
 

@@ -95,7 +95,7 @@ def _overlap(first, second):
 
 def _ips(value, field):
     if isinstance(value, str):
-        value = [item for item in value.split(',')]
+        value = value.split(',')
     if not isinstance(value, (list, tuple)):
         raise ValidationError(field, 'expected a list of IP addresses or a comma-separated text, got %r' % (value,))
     addresses = []

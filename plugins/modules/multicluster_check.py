@@ -128,7 +128,8 @@ problems:
   elements: dict
   returned: always
   sample: [{"cluster": "apps", "check": "id", "field": "cluster_id", "value": 1, "conflict": 1,
-            "message": "apps (inventories/apps): cluster_id 1 is also the id of cluster infra (inventories/infra) (Cilium cluster.id must be unique across clusters)"}]
+            "message": "apps (inventories/apps): cluster_id 1 is also the id of cluster infra (inventories/infra)
+                        (Cilium cluster.id must be unique across clusters)"}]
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib

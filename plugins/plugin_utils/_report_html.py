@@ -92,7 +92,7 @@ def gantt_svg(report, width=980):
         start = float(row['start'])
         end = max(float(row['end']), start)
         x = label_width + plot * start / total
-        bar = max(2.0, plot * (end - start) / total)
+        width_px = max(2.0, plot * (end - start) / total)
         if kind == 'stage':
             colour = STATUS_COLOURS.get(row['status'], '#868e96')
             label = row['name']
@@ -100,7 +100,7 @@ def gantt_svg(report, width=980):
                          % (y + 15, _e(label)))
             parts.append('<rect class="stage-bar" x="%.1f" y="%d" width="%.1f" height="16" rx="3" fill="%s">'
                          '<title>%s: %s, %.1f s</title></rect>'
-                         % (x, y + 2, bar, colour, _e(label), _e(row['status']), row['duration']))
+                         % (x, y + 2, width_px, colour, _e(label), _e(row['status']), row['duration']))
         else:
             colour = GATE_COLOURS[bool(row['ok'])]
             label = '%s (%s)' % (row['name'], row['host'])
@@ -109,7 +109,7 @@ def gantt_svg(report, width=980):
             parts.append('<text x="18" y="%d" font-size="11" fill="#334">%s</text>' % (y + 14, _e(label)))
             parts.append('<rect class="gate-bar" x="%.1f" y="%d" width="%.1f" height="10" rx="2" fill="%s">'
                          '<title>%s on %s: %s</title></rect>'
-                         % (x, y + 5, bar, colour, _e(row['name']), _e(row['host']),
+                         % (x, y + 5, width_px, colour, _e(row['name']), _e(row['host']),
                             _e('passed' if row['ok'] else 'FAILED: %s' % row.get('observation'))))
     parts.append('</svg>')
     return ''.join(parts)

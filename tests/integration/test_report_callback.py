@@ -49,7 +49,7 @@ def run(tmp_path_factory):
         [PLAYBOOK_BIN, '-i', os.path.join(FIXTURES, 'inventory'), os.path.join(FIXTURES, 'site.yml'),
          '--vault-password-file', str(password), '-e', '@%s' % vault,
          '-e', 'flux_repo=%s' % os.path.join(FIXTURES, 'gitops')],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, env=env, check=False, capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stdout + process.stderr
     return out, process
 
@@ -231,7 +231,7 @@ def _chromium(tmp_path, *arguments):
     command = [CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
                '--disable-background-networking', '--disable-component-update', '--disable-sync',
                '--user-data-dir=%s' % profile] + list(arguments)
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=120, check=True)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason='chromium is not installed (scripts/system-packages installs it)')
