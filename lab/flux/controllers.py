@@ -802,10 +802,9 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
             return
         version = FLUX_VERSION
         digest = hashlib.sha256(yaml.safe_dump(objects).encode()).hexdigest()
-        status['inventory'] = {'entries': entries}
         registry = (instance['spec'].get('distribution') or {}).get('registry') or 'ghcr.io/fluxcd'
-        status['components'] = [{'name': c, 'repository': '%s/%s' % (registry, c), 'tag': version}
-                                for c in sorted(set(instance['spec'].get('components') or DEFAULT_COMPONENTS))]
+        components = [{'name': c, 'repository': '%s/%s' % (registry, c), 'tag': version}
+                      for c in sorted(set(instance['spec'].get('components') or DEFAULT_COMPONENTS))]
         revision = '%s@sha256:%s' % (version, digest)
         targets = [(o['apiVersion'], o['kind'], o['metadata'].get('namespace') or '', o['metadata']['name']) for o in objects]
         if (instance.get('spec') or {}).get('wait', True) is False:
@@ -821,6 +820,8 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
                     'Ready': ('True', 'ReconciliationSucceeded', 'Reconciliation finished in %s' % durations.format(
                         round(self.clock() - started, 3))), 'Reconciling': None}, current['metadata'].get('generation', 1))
                 current_status['observedGeneration'] = current['metadata'].get('generation', 1)
+                current_status['inventory'] = {'entries': entries}
+                current_status['components'] = components
                 current_status['lastAppliedRevision'] = revision
                 current_status['lastAttemptedRevision'] = revision
                 record.phase = 'ready'

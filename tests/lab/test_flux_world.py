@@ -1,0 +1,44 @@
+"""lab.flux inside the World: the Git server's files in the run dir, the faults and the status section."""
+
+import os
+import stat
+
+import pytest
+
+from lab.faults import FaultError
+from lab.flux.lab import LAB_REPO_DIR
+from lab.testing import free_net, world_in_thread
+
+
+@pytest.fixture
+def running(tmp_path):
+    with world_in_thread(tmp_path / 'run', free_net(), extensions=('lab.talos', 'lab.k8s', 'lab.flux'), profile='instant') as world:
+        yield world
+
+
+def test_install_writes_the_git_credentials_and_the_checkout_link(running):
+    world = running.world
+    token = os.path.join(world.run_dir, 'git-token')
+    assert stat.S_IMODE(os.stat(token).st_mode) == 0o600
+    with open(token, encoding='utf-8') as handle:
+        assert handle.read().strip() == world.flux.token
+    assert os.path.realpath(os.path.join(world.run_dir, 'gitops')) == os.path.realpath(LAB_REPO_DIR)
+    assert world.flux.git.credentials == ('flux', world.flux.token)
+    assert {'flux_git_fetch', 'flux_reconcile'} <= set(world.timing.kinds)
+
+
+def test_faults_are_registered_and_checked(running):
+    world = running.world
+    faults = {f['name']: f for f in running.call(world.control({'op': 'faults'}))}
+    assert faults['flux-healthcheck-fail']['target_kind'] == 'kustomization'
+    assert faults['flux-source-not-ready']['target_kind'] == 'gitrepository'
+    running.call(world.control({'op': 'fault', 'name': 'flux-source-not-ready', 'target': 'flux-system/flux-system', 'params': {}}))
+    assert world.flux.git.down == {'proxtalos/lab-gitops'}
+    status = running.call(world.status())
+    assert status['flux']['git']['down'] == ['proxtalos/lab-gitops']
+    running.call(world.control({'op': 'clear', 'name': 'flux-source-not-ready', 'target': 'flux-system/flux-system'}))
+    assert not world.flux.git.down
+    running.call(world.control({'op': 'fault', 'name': 'flux-healthcheck-fail', 'target': 'flux-system/proxmox-csi', 'params': {}}))
+    assert world.flux.health_faults == {('flux-system', 'proxmox-csi')}
+    with pytest.raises(FaultError, match='target must be NAMESPACE/KUSTOMIZATION'):
+        world.flux.fault_healthcheck('proxmox-csi')
