@@ -68,6 +68,8 @@ TASK_OPERATIONS = {
     'resize': 'resize disk', 'download': 'download', 'imgcopy': 'upload', 'qmclone': 'clone',
 }
 LOG_TAIL_LINES = 10
+# Seconds before the first retry of a transient error; each retry waits twice as long, up to 10 s.
+FIRST_RETRY = 0.5
 
 
 class TransientTaskFailed(_errors.TaskFailed, _errors.TransientApiError):
@@ -185,7 +187,8 @@ class PveClient(object):
     deadline: a _wait.Deadline shared by everything the module does; retries stop when it passes.
     """
 
-    def __init__(self, factory, deadline, interval=1.0, max_interval=10.0, clock=time.monotonic, sleep=time.sleep):
+    def __init__(self, factory, deadline, interval=FIRST_RETRY, max_interval=10.0, clock=time.monotonic,
+                 sleep=time.sleep):
         self._factory = factory
         self._api = None
         self.deadline = deadline

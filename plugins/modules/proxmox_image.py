@@ -247,7 +247,7 @@ def main():
         validate(params)
         deadline = _wait.Deadline(max(params['wait_timeout'], 0))
         client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn), deadline,
-                                    interval=min(params['wait_sleep'] or 1.0, 2.0))
+                                    interval=min(params['wait_sleep'] or 1.0, _proxmox.FIRST_RETRY))
         result = ensure(ImageStore(client, params), params, deadline, module.check_mode)
     except _errors.ProxtalosError as exc:
         failure = dict(exc.details)

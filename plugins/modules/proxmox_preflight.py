@@ -114,6 +114,11 @@ pve:
   description: What was learnt from PVE - version, nodes with their status, and where the image already is.
   returned: when O(check_pve=true)
   type: dict
+retries:
+  description: Transient API errors that were met and retried.
+  returned: always
+  type: list
+  elements: dict
 """
 
 import ipaddress
@@ -529,13 +534,13 @@ def main():
     try:
         deadline = _wait.Deadline(max(params['wait_timeout'], 0))
         client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn), deadline,
-                                    interval=min(params['wait_sleep'] or 1.0, 2.0))
+                                    interval=min(params['wait_sleep'] or 1.0, _proxmox.FIRST_RETRY))
         report, learnt = preflight(params, client)
     except _errors.ProxtalosError as exc:
         failure = dict(exc.details)
         failure.setdefault('elapsed', round(time.monotonic() - started, 3))
         module.fail_json(msg=str(exc), exception=traceback.format_exc(), **failure)
-    result = dict(changed=False, problems=report.problems, checks=report.checks,
+    result = dict(changed=False, problems=report.problems, checks=report.checks, retries=client.retried,
                   elapsed=round(time.monotonic() - started, 3))
     if params['check_pve']:
         result['pve'] = learnt

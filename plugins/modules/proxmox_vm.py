@@ -833,9 +833,9 @@ class VmRunner(object):
             self.client.retried.append({'what': 'converge', 'error': observation, 'elapsed': round(elapsed, 3),
                                         'attempt': attempts})
 
-        result = _wait.wait_for(step, timeout=deadline.remaining(), interval=self.interval, backoff=1.5,
-                                max_interval=max(self.interval, 10.0), transient=(_errors.TransientApiError,),
-                                on_progress=progress, clock=clock, sleep=sleep)
+        result = _wait.wait_for(step, timeout=deadline.remaining(), interval=min(self.interval, _proxmox.FIRST_RETRY),
+                                backoff=2.0, max_interval=max(self.interval, 10.0),
+                                transient=(_errors.TransientApiError,), on_progress=progress, clock=clock, sleep=sleep)
         if not result.ok:
             error = last_error.get('error')
             message = '%s: gave up after %.0f s and %d attempts: %s' % (
@@ -895,7 +895,8 @@ def main():
         validate(params)
         deadline = _wait.Deadline(max(params['wait_timeout'], 0))
         timeout_unused, interval = _argspec.wait_params(params)
-        client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn), deadline, interval=min(interval, 2.0))
+        client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn), deadline,
+                                    interval=min(interval, _proxmox.FIRST_RETRY))
         result = run(params, client, deadline, module.check_mode, module.warn)
     except _errors.ProxtalosError as exc:
         failure = dict(exc.details)

@@ -260,7 +260,7 @@ def main():
     try:
         deadline = _wait.Deadline(max(params['wait_timeout'], 0) if params['wait_for'] != 'none' else 30.0)
         client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn), deadline,
-                                    interval=min(params['wait_sleep'] or 1.0, 2.0))
+                                    interval=min(params['wait_sleep'] or 1.0, _proxmox.FIRST_RETRY))
         result = gate(VmProbe(client, params), params)
     except _errors.ProxtalosError as exc:
         failure = dict(exc.details)

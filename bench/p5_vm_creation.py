@@ -1,0 +1,86 @@
+"""P5: wall time of the vms stage creating 12 VMs against 1 VM, on a lab at a realistic time scale.
+
+Each size gets a fresh lab (profile realistic, seeded): `ansible-playbook site.yml --tags vms` runs on
+it once, from nothing to every VM running and gated. Reported: the stage's wall time for 1 and 12 VMs and
+their ratio (goal <= 1.5: VMs are created in parallel, one task per host), the time of the Proxmox part of
+the stage (image, create/start, address gate) read from the JSON callback's task times, and the longest
+simulated delay the lab imposed (a VM booting), which bounds what parallelism can save.
+"""
+
+import datetime
+import json
+import os
+import subprocess
+
+from bench.common import ROOT, Benchmark, Metric, Stopwatch, start_lab
+
+DEFAULT_TIME_SCALE = 1.0
+SIZES = (('1 VM', 1, 0), ('12 VMs', 3, 9))
+GOAL = 1.5
+PROXMOX_TASKS = ('Make sure the Talos image', 'Create or update the VM', 'Gate - the VM runs')
+
+
+def _stamp(text):
+    return datetime.datetime.fromisoformat(text.replace('Z', '+00:00'))
+
+
+def proxmox_span(document):
+    """Seconds from the start of the first Proxmox task of the stage to the end of the last one."""
+    starts, ends = [], []
+    for play in document.get('plays', []):
+        for task in play.get('tasks', []):
+            if any(part in task['task']['name'] for part in PROXMOX_TASKS):
+                duration = task['task'].get('duration') or {}
+                if duration.get('start') and duration.get('end'):
+                    starts.append(_stamp(duration['start']))
+                    ends.append(_stamp(duration['end']))
+    return (max(ends) - min(starts)).total_seconds() if starts else None
+
+
+def measure(label, control_planes, workers, time_scale):
+    lab = start_lab(control_planes, workers, time_scale)
+    try:
+        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'),
+                   ANSIBLE_STDOUT_CALLBACK='ansible.posix.json')
+        command = [os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook'), 'site.yml', '-i', lab.inventory_dir,
+                   '--tags', 'vms']
+        with Stopwatch() as watch:
+            done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError('%s: ansible-playbook failed (%d):\n%s\n%s' % (label, done.returncode,
+                                                                             done.stdout[-3000:], done.stderr[-3000:]))
+        document = json.loads(done.stdout)
+        running = [vm for vm in lab.vms() if vm['status'] == 'running']
+        if len(running) != control_planes + workers:
+            raise RuntimeError('%s: %d of %d VMs running after the stage' % (label, len(running),
+                                                                            control_planes + workers))
+        boots = [d['duration'] for d in lab.delays(kind='vm_boot') if d['duration'] is not None]
+        return {'wall': watch.seconds, 'proxmox': proxmox_span(document), 'vms': len(running),
+                'longest_boot': max(boots) if boots else 0.0}
+    finally:
+        lab.stop()
+
+
+def run(options):
+    time_scale = options.time_scale if options.time_scale is not None else DEFAULT_TIME_SCALE
+    measured = {}
+    for label, control_planes, workers in SIZES:
+        measured[label] = measure(label, control_planes, workers, time_scale)
+        print('   %-7s stage %.1f s, proxmox part %.1f s (longest VM boot %.1f s)' % (
+            label, measured[label]['wall'], measured[label]['proxmox'] or 0, measured[label]['longest_boot']),
+            flush=True)
+    one, many = measured['1 VM'], measured['12 VMs']
+    ratio = many['wall'] / one['wall']
+    detail = {'time_scale': time_scale, 'profile': 'realistic', 'runs': measured}
+    metrics = [
+        Metric('vms stage, 1 VM', round(one['wall'], 2), 's'),
+        Metric('vms stage, 12 VMs', round(many['wall'], 2), 's'),
+        Metric('ratio 12 VMs / 1 VM', round(ratio, 3), '', goal='<= %.1f' % GOAL, met=ratio <= GOAL, detail=detail),
+    ]
+    if one['proxmox'] and many['proxmox']:
+        metrics.append(Metric('ratio of the Proxmox part (image, VMs, address gate)',
+                              round(many['proxmox'] / one['proxmox'], 3), ''))
+    return metrics
+
+
+BENCHMARK = Benchmark('p5_vm_creation', 'P5 - create 12 VMs vs 1 VM (vms stage wall time)', __doc__.strip(), run)

@@ -1,0 +1,227 @@
+"""The vms stage (and preflight before it) through ansible-playbook site.yml against the lab.
+
+Each test starts from a clean lab (no VMs, no faults, empty storages; time scale 0) with 3 control
+planes and 3 workers planned, and reads what happened from the JSON callback and from the lab's PVE.
+"""
+import os
+
+import pytest
+
+from ansible_collections.proxtalos.cluster.tests.integration.pve_playbook import PLAYBOOK_BIN, run_playbook
+
+pytestmark = [pytest.mark.lab,
+              pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')]
+
+# The stages of this issue; the vms tag also holds the Talos API gate, which follows the address gate.
+STAGES = ('--tags', 'preflight,vms')
+CONTROL_PLANES = ('lab-cp-1', 'lab-cp-2', 'lab-cp-3')
+WORKERS = ('lab-w-1', 'lab-w-2', 'lab-w-3')
+VM_TASK = 'Create or update the VM'
+# Fault tests fail fast: deadlines of a few seconds instead of minutes.
+SHORT = {'proxmox_vms_timeout': 4, 'proxmox_vms_address_timeout': 4, 'proxmox_vms_image_timeout': 4,
+         'proxmox_vms_wait_sleep': 1, 'preflight_pve_timeout': 4}
+
+
+def writes(lab, since):
+    """PVE requests that change something (POST, PUT, DELETE) after request seq `since`."""
+    return [r for r in lab.requests(since=since, source='pve') if r['method'] != 'GET']
+
+
+def vm_rows(lab):
+    return dict((row['name'], row) for row in lab.vms())
+
+
+def converge(lab, *args, **kwargs):
+    run = run_playbook(lab.inventory_dir, *args, **kwargs)
+    assert run.rc == 0 and run.failed == 0, run.describe()
+    return run
+
+
+def test_check_mode_on_a_fresh_lab_predicts_every_creation_and_creates_nothing(clean_lab):
+    since = clean_lab.last_seq('requests')
+    run = run_playbook(clean_lab.inventory_dir, '--check', '--diff', *STAGES)
+    assert run.rc == 0, run.describe()
+    predicted = dict((host, result) for _name, host, result in run.results(VM_TASK))
+    assert sorted(predicted) == sorted(CONTROL_PLANES + WORKERS)
+    for host, result in predicted.items():
+        assert result['changed'] is True and result['actions'] == ['create', 'start'], (host, result)
+        assert result['diff']['before'] == {} and result['diff']['after']['status'] == 'running'
+    image = run.results('Talos image')[0][2]['results'][0]
+    assert image['changed'] is True and image['present'] is False
+    assert clean_lab.vms() == [] and writes(clean_lab, since) == []
+
+
+def test_three_plus_three_created_started_and_gated_then_a_rerun_is_unchanged(clean_lab):
+    run = converge(clean_lab, *STAGES)
+    assert set(run.stats) == set(CONTROL_PLANES + WORKERS)
+    assert all(run.stats[host]['changed'] >= 1 for host in run.stats)
+    rows = vm_rows(clean_lab)
+    assert sorted(rows) == sorted(CONTROL_PLANES + WORKERS)
+    assert all(row['status'] == 'running' and row['agent'] == 'running' for row in rows.values())
+    for index, host in enumerate(CONTROL_PLANES, 1):
+        assert rows[host]['address'] == '%s.%d' % (clean_lab.net, 10 + index)
+        assert rows[host]['address_source'] == 'static'
+    # The gate read each address; workers got theirs by DHCP and it became node_ip for later stages.
+    gated = dict((host, result['address']) for _n, host, result in run.results('Gate - the VM runs'))
+    assert gated == dict((host, rows[host]['address']) for host in rows)
+    discovered = dict((host, result['ansible_facts']['node_ip'])
+                      for _n, host, result in run.results('Use the address the guest agent reports')
+                      if not result.get('skipped'))
+    assert discovered == dict((host, rows[host]['address']) for host in WORKERS)
+    assert all(rows[host]['address_source'] == 'dhcp' for host in WORKERS)
+
+    config = clean_lab.proxmox().nodes('pve1').qemu(1011).config.get()
+    assert config['ide2'].startswith('local:iso/talos-v1.13.9-ce4c9805-nocloud-amd64.iso,media=cdrom')
+    assert config['ipconfig0'] == 'ip=%s.11/24,gw=%s.1' % (clean_lab.net, clean_lab.net)
+    assert config['boot'] == 'order=scsi0;ide2;net0' and 'size=10G' in config['scsi0']
+
+    since = clean_lab.last_seq('requests')
+    again = converge(clean_lab, *STAGES)
+    assert again.changed == 0, again.describe()
+    assert writes(clean_lab, since) == []
+
+
+def test_drift_in_cores_and_memory_is_detected_diffed_and_fixed(clean_lab):
+    converge(clean_lab, '--tags', 'vms')
+    pve = clean_lab.proxmox()
+    pve.nodes('pve1').qemu(1012).config.put(cores=6)                  # running: PVE keeps it pending
+    pve.nodes('pve1').qemu(1022).status.stop.post()
+    pve.nodes('pve1').qemu(1022).config.put(memory=6144)              # stopped: changed at once
+
+    check = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', '--check', '--diff')
+    assert check.rc == 0 and check.changed == 2, check.describe()
+    assert pve.nodes('pve1').qemu(1022).status.current.get()['status'] == 'stopped'
+
+    run = converge(clean_lab, '--tags', 'vms', '--diff')
+    results = dict((host, result) for _n, host, result in run.results(VM_TASK))
+    changed = sorted(host for host, result in results.items() if result['changed'])
+    assert changed == ['lab-cp-2', 'lab-w-2']
+    cp2, w2 = results['lab-cp-2'], results['lab-w-2']
+    assert cp2['actions'] == ['update cores']
+    assert (cp2['diff']['before']['cores'], cp2['diff']['after']['cores']) == (6, 2)
+    assert w2['actions'] == ['update memory', 'start']
+    assert (w2['diff']['before']['memory'], w2['diff']['after']['memory']) == (6144, 2048)
+    assert (w2['diff']['before']['status'], w2['diff']['after']['status']) == ('stopped', 'running')
+
+    pending = dict((item['key'], item) for item in pve.nodes('pve1').qemu(1012).pending.get())
+    assert int(pending['cores'].get('pending', pending['cores']['value'])) == 2
+    assert int(pve.nodes('pve1').qemu(1022).config.get()['memory']) == 2048
+    assert converge(clean_lab, '--tags', 'vms').changed == 0
+
+
+def test_an_inventory_change_on_running_vms_is_applied_with_restart_on_change(clean_lab):
+    converge(clean_lab, '--tags', 'vms')
+    run = converge(clean_lab, '--tags', 'vms', '--limit', 'lab-w-1',
+                   extra_vars={'vm_memory_mb': 3072, 'proxmox_vms_restart_on_change': True})
+    result = run.results(VM_TASK)[0][2]
+    assert result['actions'] == ['update memory', 'reboot'] and result['reboot_required'] is False
+    assert int(clean_lab.proxmox().nodes('pve1').qemu(1021).config.get()['memory']) == 3072
+    assert [e['event'] for e in clean_lab.events() if e['name'] == 'lab-w-1'][-2:] == ['stopped', 'started']
+
+
+def test_transient_5xx_answers_are_retried_and_the_run_completes(clean_lab):
+    clean_lab.fault('pve-5xx', times=4, status=503)
+    run = converge(clean_lab, *STAGES)
+    retried = [r for _n, _h, result in run.results() for r in result.get('retries') or []]
+    assert any('503' in r['error'] for r in retried), run.describe()
+    assert len(clean_lab.vms()) == 6
+
+
+def test_a_flaky_network_is_ridden_out(clean_lab):
+    clean_lab.fault('pve-flaky-network', drop_rate=0.15, seed=7)
+    run = converge(clean_lab, '--tags', 'vms')
+    assert len(clean_lab.vms()) == 6 and all(row['status'] == 'running' for row in clean_lab.vms())
+    retried = [r for _n, _h, result in run.results() for r in result.get('retries') or []]
+    assert retried, 'the fault dropped no request that the modules saw; raise drop_rate'
+
+
+def test_a_config_lock_that_is_released_is_waited_out(clean_lab):
+    converge(clean_lab, '--tags', 'vms')
+    # Held long enough for ansible-playbook to start and reach the VM task (a few seconds), then released.
+    clean_lab.fault('pve-config-lock', '1013', secs=10)
+    run = converge(clean_lab, '--tags', 'vms', '--limit', 'lab-cp-3', extra_vars={'vm_cores': 3})
+    result = run.results(VM_TASK)[0][2]
+    assert result['changed'] and result['actions'] == ['update cores']
+    assert any('got timeout' in r['error'] for r in result['retries'])
+
+
+def test_a_config_lock_that_stays_fails_naming_the_vm_and_the_cause(clean_lab):
+    converge(clean_lab, '--tags', 'vms')
+    clean_lab.fault('pve-config-lock', '1013')
+    run = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', '--limit', 'lab-cp-3',
+                       extra_vars=dict(SHORT, vm_cores=3))
+    assert run.rc != 0
+    message = run.failures()['lab-cp-3']
+    assert message.startswith('VM 1013 (lab-cp-3) on node pve1: gave up after')
+    assert "can't lock file '/var/lock/qemu-server/lock-1013.conf' - got timeout" in message
+
+
+def test_a_task_error_fails_naming_vm_node_operation_and_pve_message(clean_lab):
+    clean_lab.fault('pve-task-error', 'start', vmid='1011')
+    run = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', extra_vars=SHORT)
+    assert run.rc != 0
+    assert run.failures()['lab-cp-1'] == (
+        'VM 1011 (lab-cp-1) on node pve1: start failed on PVE node pve1: TASK ERROR: start failed: QEMU exited with '
+        'code 1')
+    failed = [result for _n, host, result in run.results(VM_TASK) if host == 'lab-cp-1'][0]
+    assert failed['operation'] == 'start' and failed['task_log'][-1].startswith('TASK ERROR')
+    # any_errors_fatal: the stage stops for every host; nothing after the VM task ran.
+    assert run.results('Gate - the VM runs') == []
+
+
+def test_a_failed_create_names_the_vm_and_pve_reason(clean_lab):
+    clean_lab.fault('pve-task-error', 'create', vmid='1022', times=1)
+    run = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', extra_vars=SHORT)
+    assert run.rc != 0
+    message = run.failures()['lab-w-2']
+    assert message.startswith('VM 1022 (lab-w-2) on node pve1: create failed on PVE node pve1: TASK ERROR: unable to '
+                              'create VM 1022')
+    assert 'insufficient free space' in message
+    assert 'lab-w-2' not in vm_rows(clean_lab)
+
+
+def test_an_offline_pve_node_fails_with_the_vm_and_the_cause(clean_lab):
+    clean_lab.fault('pve-node-offline', 'pve1')
+    run = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', extra_vars=SHORT)
+    assert run.rc != 0
+    message = run.failures()['lab-cp-1']
+    assert message.startswith('local:iso/talos-v1.13.9-ce4c9805-nocloud-amd64.iso on node pve1: list iso content failed')
+    assert '595' in message and 'No route to host' in message
+
+
+def test_preflight_reports_an_offline_node_before_anything_is_created(clean_lab):
+    clean_lab.fault('pve-node-offline', 'pve1')
+    since = clean_lab.last_seq('requests')
+    run = run_playbook(clean_lab.inventory_dir, *STAGES, extra_vars=SHORT)
+    assert run.rc != 0
+    message = list(run.failures().values())[0]
+    assert "- lab-cp-1: vm_pve_node: PVE node 'pve1' is offline" in message
+    assert writes(clean_lab, since) == [] and clean_lab.vms() == []
+
+
+def test_the_hard_reset_primitive_resets_a_running_vm_every_time_it_is_asked(clean_lab, tmp_path):
+    converge(clean_lab, '--tags', 'vms')
+    playbook = tmp_path / 'reset.yml'
+    playbook.write_text('\n'.join([
+        '- name: Hard reset lab-w-3',
+        '  hosts: lab-w-3',
+        '  gather_facts: false',
+        '  tasks:',
+        '    - name: Reset through PVE',
+        '      proxtalos.cluster.proxmox_vm:',
+        '        api_host: "{{ pve_api_host }}"',
+        '        api_port: "{{ pve_api_port }}"',
+        '        api_user: "{{ pve_api_user }}"',
+        '        api_token_id: "{{ pve_api_token_id }}"',
+        '        api_token_secret: "{{ pve_api_token_secret }}"',
+        '        ca_path: "{{ pve_ca_path }}"',
+        '        vmid: "{{ vm_id }}"',
+        '        node: "{{ vm_pve_node }}"',
+        '        state: reset',
+        '']))
+    since = clean_lab.last_seq('events')
+    for _attempt in range(2):
+        run = converge(clean_lab, playbook=str(playbook))
+        assert run.changed == 1 and run.results('Reset through PVE')[0][2]['actions'] == ['reset']
+    resets = [e for e in clean_lab.events(since=since) if e['event'] == 'reset']
+    assert [e['name'] for e in resets] == ['lab-w-3', 'lab-w-3']
