@@ -38,7 +38,7 @@ def built(tmp_path_factory):
     scratch = tmp_path_factory.mktemp('packaging')
     env = clean_env(scratch, scratch / 'nowhere')
     subprocess.run([GALAXY, 'collection', 'build', ROOT, '--output-path', str(scratch)], check=True, cwd=str(scratch),
-                   env=env, check=False, capture_output=True, text=True, timeout=300)
+                   env=env, capture_output=True, text=True, timeout=300)
     tarballs = [name for name in os.listdir(str(scratch)) if name.endswith('.tar.gz')]
     assert len(tarballs) == 1, tarballs
     tarball = scratch / tarballs[0]

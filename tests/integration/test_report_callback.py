@@ -231,7 +231,7 @@ def _chromium(tmp_path, *arguments):
     command = [CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
                '--disable-background-networking', '--disable-component-update', '--disable-sync',
                '--user-data-dir=%s' % profile] + list(arguments)
-    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=120, check=True)
+    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason='chromium is not installed (scripts/system-packages installs it)')
