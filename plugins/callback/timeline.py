@@ -48,7 +48,10 @@ options:
       - section: callback_timeline
         key: stages
   summary:
-    description: Print the run summary (timeline, failed gates, remediation, report paths) at the end of the run.
+    description:
+      - Print the run summary (timeline, failed gates, remediation, report paths) at the end of the run.
+      - Under a JSON stdout callback (such as C(ansible.posix.json)) the summary goes to stderr, so stdout stays one
+        JSON document.
     type: bool
     default: true
     env:
@@ -261,10 +264,13 @@ class CallbackModule(CallbackBase):
             if self.get_option('summary'):
                 colour = C.COLOR_OK if report['status'] == 'ok' else C.COLOR_ERROR
                 lines = _timeline.terminal_summary(report, paths)
-                self._display.banner('RUN REPORT [%s]' % cluster)
-                self._display.display(lines[0], color=colour)
+                # under a JSON stdout callback, stdout is one document: the summary goes to stderr
+                stderr = 'json' in str(getattr(C, 'DEFAULT_STDOUT_CALLBACK', '') or '')
+                if not stderr:
+                    self._display.banner('RUN REPORT [%s]' % cluster)
+                self._display.display(lines[0], color=colour, stderr=stderr)
                 for line in lines[1:]:
-                    self._display.display(line)
+                    self._display.display(line, stderr=stderr)
 
     def _directory(self, cluster):
         safe = re.sub(r'[^A-Za-z0-9_.-]', '_', cluster) or 'cluster'

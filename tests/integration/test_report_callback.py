@@ -258,3 +258,17 @@ def test_html_renders_in_headless_chromium(run, tmp_path):
     # the Gantt chart's stage bars (ok: #2f9e44), the failed gate (#e03131) and a table header (#f1f3f7) were painted
     for expected in ((0x2f, 0x9e, 0x44), (0xe0, 0x31, 0x31), (0xf1, 0xf3, 0xf7)):
         assert expected in colours, expected
+
+
+def test_under_a_json_stdout_callback_the_summary_goes_to_stderr(tmp_path):
+    playbook = tmp_path / 'one.yml'
+    playbook.write_text('---\n- name: One stage\n  hosts: alpha-cp-1\n  gather_facts: false\n  tags: [vms]\n  tasks:\n'
+                        '    - name: Gate - something\n      ansible.builtin.debug: {msg: hi}\n')
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_CALLBACKS_ENABLED='proxtalos.cluster.timeline',
+               ANSIBLE_STDOUT_CALLBACK='ansible.posix.json', PROXTALOS_REPORT_DIR=str(tmp_path / 'out'), ANSIBLE_NOCOLOR='1')
+    process = subprocess.run([PLAYBOOK_BIN, '-i', os.path.join(FIXTURES, 'inventory'), str(playbook)], cwd=ROOT, env=env,
+                             check=False, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr
+    assert json.loads(process.stdout)['stats']['alpha-cp-1']['ok'] == 1
+    assert 'proxtalos run report: cluster alpha, OK' in process.stderr
+    assert load(tmp_path / 'out', 'alpha')['gates'][0]['name'] == 'something'
