@@ -16,7 +16,7 @@ description:
   - Reads the files itself (the private key may be vault-encrypted), so no key material passes through task
     arguments, results or logs; the key is also registered as a secret to mask.
   - Validates the pair before writing (an RSA key in a PEM block the controller reads, a certificate for that
-    key, not expired): an C(active) Secret the controller cannot parse makes it crash at start.
+    key, not expired) - an C(active) Secret the controller cannot parse makes it crash at start.
   - Re-run with the same files is C(changed=false). Other C(active) key Secrets in the namespace are reported (the
     controller seals with the newest of all of them), and with O(other_keys=deactivate) relabelled
     C(compromised), which the controller ignores.
