@@ -20,7 +20,7 @@ description:
   - Re-run with the same files is C(changed=false). Other C(active) key Secrets in the namespace are reported (the
     controller seals with the newest of all of them), and with O(other_keys=deactivate) relabelled
     C(compromised), which the controller ignores.
-  - Create it before the controller starts: the controller reads its keys at start only.
+  - Create it before the controller starts - the controller reads its keys at start only.
 author:
   - proxtalos.cluster contributors (@proxtalos)
 options:
