@@ -7,7 +7,7 @@ Fixtures:
     lab_factory  start further labs in a test: lab_factory(workers=1, time_scale=0.02, ...); stopped after it
 
 A Lab handle has .net, .run_dir, .inventory (its hosts.yml), .inventory_dir (a folder with that
-hosts.yml and a group_vars link to inventories/lab/group_vars, for `ansible-playbook -i`),
+hosts.yml and links group_vars and files to inventories/lab/, for `ansible-playbook -i`),
 .pve_host/.pve_port/.pve_url/.ca_path/.token_id/.token_secret, and .status(), .fault(name,
 target, **params), .clear(name, target), .reset(), .control(op, **kw), .delays(), .requests(),
 .events(), .proxmox() (a proxmoxer client with the token and TLS verification on),
@@ -96,10 +96,13 @@ class Lab(object):
             text = source.read()
         with open(os.path.join(folder, 'hosts.yml'), 'w', encoding='utf-8') as target:
             target.write(text)
-        group_vars = os.path.join(ROOT, 'inventories', 'lab', 'group_vars')
-        link = os.path.join(folder, 'group_vars')
-        if os.path.isdir(group_vars) and not os.path.lexists(link):
-            os.symlink(group_vars, link)
+        # group_vars hold the cluster values; files/ what they point at ({{ inventory_dir }}/files/...:
+        # the Cilium manifest, local charts, bootstrap app manifests).
+        for name in ('group_vars', 'files'):
+            source = os.path.join(ROOT, 'inventories', 'lab', name)
+            link = os.path.join(folder, name)
+            if os.path.isdir(source) and not os.path.lexists(link):
+                os.symlink(source, link)
         return folder
 
     @property
