@@ -1,10 +1,13 @@
 """P5: wall time of the vms stage creating 12 VMs against 1 VM, on a lab at a realistic time scale.
 
 Each size gets a fresh lab (profile realistic, seeded): `ansible-playbook site.yml --tags vms` runs on
-it once, from nothing to every VM running and gated. Reported: the stage's wall time for 1 and 12 VMs and
-their ratio (goal <= 1.5: VMs are created in parallel, one task per host), the time of the Proxmox part of
-the stage (image, create/start, address gate) read from the JSON callback's task times, and the longest
-simulated delay the lab imposed (a VM booting), which bounds what parallelism can save.
+it once, from nothing to every VM running and gated. Reported, for 1 and 12 VMs and as a ratio (goal <= 1.5:
+VMs are created in parallel, one task per host):
+- VM creation: from the start of the image task to the end of the address gate, from the JSON callback's
+  task times - what creating the VMs takes;
+- the whole `--tags vms` run's wall time, which also holds the Talos API gate and the argument checks of
+  every role in site.yml (role argument validation is tagged `always`), whose cost grows with the hosts.
+The lab's longest simulated delay (a VM booting, 20 s at time scale 1) bounds what parallelism can save.
 """
 
 import datetime
@@ -49,7 +52,8 @@ def measure(label, control_planes, workers, time_scale):
         if done.returncode != 0:
             raise RuntimeError('%s: ansible-playbook failed (%d):\n%s\n%s' % (label, done.returncode,
                                                                              done.stdout[-3000:], done.stderr[-3000:]))
-        document = json.loads(done.stdout)
+        # The JSON document comes first; the run report callback prints after it.
+        document = json.JSONDecoder().raw_decode(done.stdout.lstrip())[0]
         running = [vm for vm in lab.vms() if vm['status'] == 'running']
         if len(running) != control_planes + workers:
             raise RuntimeError('%s: %d of %d VMs running after the stage' % (label, len(running),
@@ -70,16 +74,24 @@ def run(options):
             label, measured[label]['wall'], measured[label]['proxmox'] or 0, measured[label]['longest_boot']),
             flush=True)
     one, many = measured['1 VM'], measured['12 VMs']
-    ratio = many['wall'] / one['wall']
     detail = {'time_scale': time_scale, 'profile': 'realistic', 'runs': measured}
-    metrics = [
-        Metric('vms stage, 1 VM', round(one['wall'], 2), 's'),
-        Metric('vms stage, 12 VMs', round(many['wall'], 2), 's'),
-        Metric('ratio 12 VMs / 1 VM', round(ratio, 3), '', goal='<= %.1f' % GOAL, met=ratio <= GOAL, detail=detail),
-    ]
+    metrics = []
     if one['proxmox'] and many['proxmox']:
-        metrics.append(Metric('ratio of the Proxmox part (image, VMs, address gate)',
-                              round(many['proxmox'] / one['proxmox'], 3), ''))
+        ratio = many['proxmox'] / one['proxmox']
+        metrics += [
+            Metric('VM creation (image, create/start, address gate), 1 VM', round(one['proxmox'], 2), 's'),
+            Metric('VM creation (image, create/start, address gate), 12 VMs', round(many['proxmox'], 2), 's'),
+            Metric('VM creation ratio 12 VMs / 1 VM', round(ratio, 3), '', goal='<= %.1f' % GOAL, met=ratio <= GOAL,
+                   detail=detail),
+        ]
+    ratio = many['wall'] / one['wall']
+    metrics += [
+        Metric('whole `--tags vms` run (with the Talos API gate and every role\'s argument check), 1 VM',
+               round(one['wall'], 2), 's'),
+        Metric('whole `--tags vms` run, 12 VMs', round(many['wall'], 2), 's'),
+        Metric('whole run ratio 12 VMs / 1 VM', round(ratio, 3), '', goal='<= %.1f' % GOAL, met=ratio <= GOAL,
+               detail=detail),
+    ]
     return metrics
 
 

@@ -814,19 +814,19 @@ class VmRunner(object):
             observed = self.observe()
             _changed, actions, _diff_unused = plan(self.params, observed.config, observed.status, observed.pending)
             if not actions:
-                return True, 'converged'
+                return True, observed
             try:
                 for action in actions:
                     self.act(action)
                     if action.kind == 'reset':
-                        return True, 'reset'
+                        return True, None
             except _errors.TransientApiError as exc:
                 last_error['error'] = exc
                 raise
             observed = self.observe()
             _changed, actions, _diff_unused = plan(self.params, observed.config, observed.status, observed.pending)
             if not actions:
-                return True, 'converged'
+                return True, observed
             return False, 'still to do after applying: %s' % ', '.join(a.describe() for a in actions)
 
         def progress(observation, elapsed, attempts):
@@ -847,7 +847,8 @@ class VmRunner(object):
             for key in ('elapsed', 'attempts', 'last_observation'):
                 details.pop(key, None)
             raise _errors.WaitTimeout(message, result, **details)
-        return result
+        # What the last probe saw once nothing was left to do (None after a reset, which is not observed).
+        return result.observation
 
 
 def run(module_params, client, deadline, check_mode, warn):
@@ -871,9 +872,10 @@ def run(module_params, client, deadline, check_mode, warn):
             runner.act(action, wait=False)
         result.update(status=observed.status or 'absent', config={}, pending=[], reboot_required=False)
         return result
-    runner.converge(deadline)
+    final = runner.converge(deadline)
     result['actions'] = runner.done
-    final = runner.observe() if module_params['state'] != 'absent' else Observed()
+    if final is None:
+        final = runner.observe()
     exists = final.config is not None
     pending = pending_keys(final.config, final.pending) if exists else []
     result.update(status=final.status or 'absent', pending=pending, reboot_required=bool(pending),
