@@ -50,14 +50,14 @@ def measure(label, control_planes, workers, time_scale):
         with Stopwatch() as watch:
             done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise RuntimeError('%s: ansible-playbook failed (%d):\n%s\n%s' % (label, done.returncode,
-                                                                             done.stdout[-3000:], done.stderr[-3000:]))
+            raise RuntimeError('%s: ansible-playbook failed (%d):\n%s\n%s'
+                               % (label, done.returncode, done.stdout[-3000:], done.stderr[-3000:]))
         # The JSON document comes first; the run report callback prints after it.
         document = json.JSONDecoder().raw_decode(done.stdout.lstrip())[0]
         running = [vm for vm in lab.vms() if vm['status'] == 'running']
         if len(running) != control_planes + workers:
-            raise RuntimeError('%s: %d of %d VMs running after the stage' % (label, len(running),
-                                                                            control_planes + workers))
+            raise RuntimeError('%s: %d of %d VMs running after the stage'
+                               % (label, len(running), control_planes + workers))
         boots = [d['duration'] for d in lab.delays(kind='vm_boot') if d['duration'] is not None]
         return {'wall': watch.seconds, 'proxmox': proxmox_span(document), 'vms': len(running),
                 'longest_boot': max(boots) if boots else 0.0}
