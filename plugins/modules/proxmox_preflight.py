@@ -476,6 +476,10 @@ def _check_privileges(vms, permissions, params, report):
             if not _blank(vm.get(field)) and not has_privilege(permissions, '/storage/%s' % vm[field],
                                                                'Datastore.AllocateSpace'):
                 lacking.setdefault('Datastore.AllocateSpace on /storage/%s' % vm[field], []).append(vm['host'])
+        # PVE 8 and later check SDN.Use on the bridge's zone before a NIC is attached to it.
+        bridge_path = '/sdn/zones/localnetwork/%s' % vm.get('vm_bridge')
+        if not _blank(vm.get('vm_bridge')) and not has_privilege(permissions, bridge_path, 'SDN.Use'):
+            lacking.setdefault('SDN.Use on %s' % bridge_path, []).append(vm['host'])
     who = params.get('api_user') or ''
     if params.get('api_token_id'):
         who = '%s!%s' % (who, params['api_token_id']) if '!' not in params['api_token_id'] else params['api_token_id']

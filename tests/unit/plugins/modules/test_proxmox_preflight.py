@@ -174,6 +174,7 @@ def test_missing_privileges_are_listed(pve, fakepve_cafile, capsys):
     fields = set(p['field'] for p in result['problems'])
     assert fields == {'pve_api_token_id', 'talos_image_url'}
     assert any('auditor@pve!ro lacks the privilege VM.Allocate' in p['reason'] for p in result['problems'])
+    assert any('SDN.Use on /sdn/zones/localnetwork/vmbr0' in p['reason'] for p in result['problems'])
 
 
 def test_inventory_only_makes_no_api_call(pve, fakepve_cafile, capsys):
