@@ -1,0 +1,169 @@
+"""sealed_key_secret, sealed_cert_gate and flux_gate as Ansible runs them (arguments in, JSON out), against the lab's
+Kubernetes API with the Flux simulation (lab.flux.testing.FluxLab), in this process."""
+import base64
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _sealed, _vault
+from ansible_collections.proxtalos.cluster.plugins.modules import flux_gate, sealed_cert_gate, sealed_key_secret
+
+from lab.flux import build
+from lab.flux.gitserver import read_tree
+from lab.flux.lab import LAB_REPO_DIR
+from lab.flux.testing import FluxLab
+from lab.k8s.testing import wait_until
+
+pytest.importorskip('kubernetes')
+
+VAULT_PASSWORD = 'vault-pass-for-tests'
+KEY_LABEL = 'sealedsecrets.bitnami.com/sealed-secrets-key'
+
+
+def run(module, args, capsys, check_mode=False, diff=False):
+    args = dict(args)
+    if check_mode:
+        args['_ansible_check_mode'] = True
+    if diff:
+        args['_ansible_diff'] = True
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as caught:
+            module.main()
+    out = capsys.readouterr().out
+    return caught.value.code, json.loads(out), out
+
+
+@pytest.fixture(scope='module')
+def keypair():
+    return _sealed.generate_keypair(2048)
+
+
+@pytest.fixture
+def files(tmp_path, keypair):
+    """The kept pair as sealed_key writes it: the key vault-encrypted, a password file."""
+    key_pem, cert_pem = keypair
+    (tmp_path / 'vault-pass').write_text(VAULT_PASSWORD + '\n')
+    (tmp_path / 'sealed-secrets.key').write_bytes(_vault.encrypt(key_pem, VAULT_PASSWORD))
+    (tmp_path / 'sealed-secrets.crt').write_bytes(cert_pem)
+    return {'private_key_path': str(tmp_path / 'sealed-secrets.key'), 'certificate_path': str(tmp_path / 'sealed-secrets.crt'),
+            'vault_password_file': str(tmp_path / 'vault-pass')}
+
+
+@pytest.fixture
+def lab():
+    with FluxLab() as flux:
+        yield flux
+
+
+def test_sealed_key_secret_creates_the_active_key_once_and_never_prints_it(lab, files, keypair, capsys):
+    key_pem, cert_pem = keypair
+    args = dict(files, kubeconfig=lab.kubeconfig)
+    code, result, out = run(sealed_key_secret, args, capsys, check_mode=True)
+    assert code == 0 and result['changed'] is True and result['action'] == 'created'
+    assert lab.get('v1', 'Secret', 'kube-system', 'sealed-secrets-key') is None
+    code, result, out = run(sealed_key_secret, args, capsys, diff=True)
+    assert code == 0 and result['changed'] is True and result['secret'] == 'kube-system/sealed-secrets-key'
+    body = ''.join(line for line in key_pem.decode().splitlines() if not line.startswith('-----'))
+    assert body[:40] not in out and base64.b64encode(key_pem).decode()[:40] not in out
+    assert result['diff']['after']['public_key_sha256'] == result['public_key_sha256']
+    secret = lab.get('v1', 'Secret', 'kube-system', 'sealed-secrets-key')
+    assert secret['type'] == 'kubernetes.io/tls' and secret['metadata']['labels'][KEY_LABEL] == 'active'
+    assert base64.b64decode(secret['data']['tls.key']) == key_pem and base64.b64decode(secret['data']['tls.crt']) == cert_pem
+    code, result, out = run(sealed_key_secret, args, capsys)
+    assert code == 0 and result['changed'] is False and result['action'] == 'unchanged'
+
+
+@pytest.fixture
+def warnings(monkeypatch):
+    """What the module passes to AnsibleModule.warn (where warnings end up depends on the process)."""
+    seen = []
+    monkeypatch.setattr(sealed_key_secret.AnsibleModule, 'warn', lambda self, message: seen.append(message))
+    return seen
+
+
+def test_sealed_key_secret_reports_and_deactivates_other_active_keys(lab, files, capsys, warnings):
+    other_key, other_cert = _sealed.generate_keypair(2048)
+    lab.put_key(other_key, other_cert, name='sealed-secrets-keyabcde')
+    args = dict(files, kubeconfig=lab.kubeconfig)
+    code, result, out = run(sealed_key_secret, args, capsys)
+    assert code == 0 and result['other_active_keys'] == ['sealed-secrets-keyabcde'] and result['deactivated'] == []
+    assert any('sealed-secrets-keyabcde' in w for w in warnings)
+    code, result, out = run(sealed_key_secret, dict(args, other_keys='deactivate'), capsys)
+    assert code == 0 and result['changed'] is True and result['deactivated'] == ['sealed-secrets-keyabcde']
+    assert lab.get('v1', 'Secret', 'kube-system', 'sealed-secrets-keyabcde')['metadata']['labels'][KEY_LABEL] == 'compromised'
+
+
+def test_sealed_key_secret_refuses_a_pair_that_does_not_match(lab, files, capsys, tmp_path):
+    other_key, other_cert = _sealed.generate_keypair(2048)
+    del other_key
+    (tmp_path / 'sealed-secrets.crt').write_bytes(other_cert)
+    code, result, out = run(sealed_key_secret, dict(files, kubeconfig=lab.kubeconfig), capsys)
+    assert code == 1 and result['field'] == 'certificate_path' and 'does not match' in result['msg']
+    assert lab.get('v1', 'Secret', 'kube-system', 'sealed-secrets-key') is None
+    wrong = dict((k, v) for k, v in files.items() if k != 'vault_password_file')
+    code, result, out = run(sealed_key_secret, dict(wrong, kubeconfig=lab.kubeconfig, vault_password='wrong'), capsys)
+    assert code == 1 and result.get('field') == 'vault_password', result
+
+
+def start_controller(lab):
+    for obj in build.build(read_tree(LAB_REPO_DIR), './infrastructure/sealed-secrets'):
+        lab.apply(obj)
+
+
+def test_sealed_cert_gate_passes_on_our_certificate_and_names_the_key_otherwise(lab, keypair, capsys, tmp_path):
+    key_pem, cert_pem = keypair
+    cert_path = tmp_path / 'ours.crt'
+    cert_path.write_bytes(cert_pem)
+    args = {'kubeconfig': lab.kubeconfig, 'certificate_path': str(cert_path), 'wait_timeout': 0}
+    code, result, out = run(sealed_cert_gate, args, capsys)
+    assert code == 1 and 'Service kube-system/sealed-secrets-controller not found' in result['msg']
+    lab.put_key(key_pem, cert_pem)
+    start_controller(lab)
+    code, result, out = run(sealed_cert_gate, dict(args, wait_timeout=30, wait_sleep=0.2), capsys)
+    assert code == 0 and result['passed'] and result['served_public_key_sha256'] == result['expected_public_key_sha256']
+    assert result['url_path'] == '/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http/proxy/v1/cert.pem'
+    # a controller that started on a key of its own
+    lab.delete('v1', 'Secret', 'kube-system', 'sealed-secrets-key')
+    for pod in lab.items('v1', 'Pod', 'kube-system'):
+        if pod['metadata']['name'].startswith('sealed-secrets-controller-'):
+            lab.delete('v1', 'Pod', 'kube-system', pod['metadata']['name'])
+    wait_until(lambda: (lab.call(lambda: lab.flux.sealed.status())['generated'] != [], lab.call(lambda: lab.flux.sealed.status())),
+               timeout=60, what='the controller generating its own key')
+    code, result, out = run(sealed_cert_gate, dict(args, wait_timeout=30, wait_sleep=0.2), capsys)
+    generated = lab.call(lambda: lab.flux.sealed.status())['generated'][0]
+    assert code == 1 and result['served_by_secret'] == generated
+    assert 'serves another certificate' in result['msg'] and '- the served certificate is in Secret kube-system/%s' % generated in result['msg']
+    assert result['attempts'] == 1
+
+
+def test_flux_gate_passes_on_a_ready_tree_and_names_the_blocker(lab, capsys):
+    lab.install_components()
+    lab.sync()
+    args = {'kubeconfig': lab.kubeconfig, 'namespace': 'flux-system', 'names': ['flux-system', 'apps'], 'wait_timeout': 60, 'wait_sleep': 0.5}
+    code, result, out = run(flux_gate, args, capsys)
+    assert code == 0 and result['passed'] and result['summary'] == 'Kustomizations Ready 7/7', result.get('msg')
+    assert result['order'][-1] == ['flux-system/apps']
+    lab.call(lab.flux.flux.set_health_fault, 'flux-system', 'proxmox-ccm', True)
+    lab.wait_condition('proxmox-ccm', 'HealthCheckFailed')
+    lab.reconcile('proxmox-csi')
+    lab.wait_condition('proxmox-csi', 'DependencyNotReady')
+    code, result, out = run(flux_gate, dict(args, wait_timeout=1), capsys)
+    assert code == 1 and result['blockers'][0]['name'] == 'flux-system/proxmox-ccm'
+    assert result['blockers'][0]['blocks'] == ['flux-system/proxmox-csi']
+    assert "- flux-system/proxmox-csi waits on flux-system/proxmox-ccm (Ready=False DependencyNotReady: dependency " \
+           "'flux-system/proxmox-ccm' is not ready)" in result['msg']
+    code, result, out = run(flux_gate, args, capsys, check_mode=True)
+    assert code == 1 and result['attempts'] == 1 and result['changed'] is False
+    code, result, out = run(flux_gate, dict(args, names=['apps']), capsys, check_mode=True)
+    assert result['kustomizations'][0]['name'] == 'flux-system/cert-manager'
+
+
+def test_flux_gate_refuses_a_name_without_namespace(capsys, tmp_path):
+    kubeconfig = tmp_path / 'kubeconfig'
+    kubeconfig.write_text('apiVersion: v1\nkind: Config\n')
+    code, result, out = run(flux_gate, {'kubeconfig': str(kubeconfig), 'names': ['apps']}, capsys)
+    assert code == 1 and result['field'] == 'names' and 'has no namespace' in result['msg']
+    assert os.path.exists(str(kubeconfig))
