@@ -205,7 +205,7 @@ class Applier(object):
             return _wait.retry(call, self.deadline.remaining(), interval=self.interval, transient=session.TRANSIENT,
                                backoff=1.0, max_interval=self.interval)
         except talos_errors.TalosTransientError as exc:
-            raise ProxtalosError('talos node %s: %s failed within %.0fs; last error: %s'
+            raise ProxtalosError('talos node %s: %s failed within %gs; last error: %s'
                                  % (self.session.name, what, self.deadline.timeout, exc), node=self.session.name,
                                  last_observation=str(exc))
 

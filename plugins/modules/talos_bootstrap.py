@@ -143,18 +143,20 @@ def already_bootstrapped(observations):
     return False
 
 
-def ask_cluster(sessions, deadline, interval):
-    """Every control plane's observation, waiting (within the deadline) until each answers over mTLS."""
-    observations = {}
-    for address, node_session in sessions:
-        seen = {}
+def observe_when_answering(node_session, deadline, interval):
+    """observe() of one control plane, waiting (within the deadline) until it answers over mTLS."""
+    seen = {}
 
-        def probe(node_session=node_session, seen=seen):
-            seen.update(observe(node_session))
-            return True, 'answered'
-        node_session.wait_until(probe, deadline, interval, 'the control plane answering over mTLS (before deciding to bootstrap)')
-        observations[address] = seen
-    return observations
+    def probe():
+        seen.update(observe(node_session))
+        return True, 'answered'
+    node_session.wait_until(probe, deadline, interval, 'the control plane answering over mTLS (before deciding to bootstrap)')
+    return seen
+
+
+def ask_cluster(sessions, deadline, interval):
+    """Every control plane's observation; each must answer."""
+    return dict((address, observe_when_answering(node_session, deadline, interval)) for address, node_session in sessions)
 
 
 def bootstrap(node_session, deadline, interval):
@@ -178,7 +180,7 @@ def bootstrap(node_session, deadline, interval):
         _wait.retry(call, deadline.remaining(), interval=interval, transient=session.TRANSIENT, backoff=1.0,
                     max_interval=interval)
     except talos_errors.TalosTransientError as exc:
-        raise ProxtalosError('talos node %s: Bootstrap not accepted within %.0fs: %s' % (node_session.name, deadline.timeout, exc),
+        raise ProxtalosError('talos node %s: Bootstrap not accepted within %gs: %s' % (node_session.name, deadline.timeout, exc),
                              node=node_session.name)
     return outcome
 
@@ -203,7 +205,7 @@ def wait_quorum(sessions, deadline, interval):
 
     result = session.wait_until(probe, deadline, interval)
     if not result.ok:
-        raise WaitTimeout('etcd quorum not reached within %.0fs: %s' % (deadline.timeout, result.observation), result)
+        raise WaitTimeout('etcd quorum not reached within %gs: %s' % (deadline.timeout, result.observation), result)
     first = seen['observations'][addresses[0]]
     return [health.member_summary(member) for member in first.get('members') or []]
 

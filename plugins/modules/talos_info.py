@@ -162,7 +162,7 @@ class Reader(object):
             return _wait.retry(attempt, self.deadline.remaining(), interval=self.interval, transient=session.TRANSIENT,
                                backoff=1.0, max_interval=self.interval)
         except talos_errors.TalosTransientError as exc:
-            raise ProxtalosError('talos node %s: %s did not answer within %.0fs: %s'
+            raise ProxtalosError('talos node %s: %s did not answer within %gs: %s'
                                  % (self.session.name, method, self.deadline.timeout, exc), node=self.session.name)
 
     def etcd(self):
@@ -192,7 +192,7 @@ def wait_services(node_session, required, deadline, interval):
 
     result = session.wait_until(probe, deadline, interval)
     if not result.ok:
-        raise WaitTimeout('talos node %s: services not Running and healthy within %.0fs: %s'
+        raise WaitTimeout('talos node %s: services not Running and healthy within %gs: %s'
                           % (node_session.name, deadline.timeout, result.observation), result, node=node_session.name,
                           failing_services=seen['problems'])
     return seen['services']
@@ -227,8 +227,6 @@ def main():
         if readable and 'version' in params['gather']:
             try:
                 result['version'] = reader.call(maintenance, 'version')
-            except ProxtalosError:
-                raise
             except talos_errors.TalosApiError as exc:
                 if not (maintenance and exc.unimplemented):  # Talos 1.12 serves no Version in maintenance mode
                     raise

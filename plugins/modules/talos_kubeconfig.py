@@ -216,7 +216,7 @@ def fetch(node_session, deadline, interval):
         return _wait.retry(call, deadline.remaining(), interval=interval, transient=session.TRANSIENT, backoff=1.0,
                            max_interval=interval)
     except talos_errors.TalosTransientError as exc:
-        raise ProxtalosError('talos node %s: no kubeconfig within %.0fs: %s' % (node_session.name, deadline.timeout, exc),
+        raise ProxtalosError('talos node %s: no kubeconfig within %gs: %s' % (node_session.name, deadline.timeout, exc),
                              node=node_session.name, last_observation=str(exc))
 
 

@@ -120,8 +120,8 @@ class NodeSession(object):
         """Poll probe() -> (done, observation) until done or the deadline; WaitTimeout names the node."""
         result = wait_until(probe, deadline, interval)
         if not result.ok:
-            raise WaitTimeout('talos node %s: %s not seen within %.0fs; last seen: %s'
-                              % (self.name, what, deadline.timeout, result.observation), result, node=self.name)
+            raise WaitTimeout('talos node %s: gave up after %gs waiting for %s; last seen: %s'
+                              % (self.name, deadline.timeout, what, result.observation), result, node=self.name)
         return result
 
     def wait_reachable(self, deadline, interval):

@@ -114,7 +114,9 @@ def test_talosconfig_usable_and_stable(capsys, secrets_path, tmp_path, bundle):
 
     again, _out = run_module(talos_config, capsys, **args)
     assert again['changed'] is False and again['client_certificate_reused'] is True
-    moved, _out = run_module(talos_config, capsys, _ansible_diff=True, **dict(args, talosconfig_endpoints=['10.5.0.11']))
+    fewer = dict(args)
+    fewer['talosconfig_endpoints'] = ['10.5.0.11']
+    moved, _out = run_module(talos_config, capsys, _ansible_diff=True, **fewer)
     assert moved['changed'] is True and moved['client_certificate_reused'] is True
     assert '10.5.0.12' in moved['diff']['before'] and '10.5.0.12' not in moved['diff']['after']
     assert parsed.key_pem_talos.decode() not in moved['diff']['after']
