@@ -128,6 +128,17 @@ def _strip_times(value):
     return value
 
 
+def flatten(docs):
+    """The objects of YAML documents, the items of a v1 List counted one by one."""
+    out = []
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get('kind') == 'List' and isinstance(doc.get('items'), list):
+            out.extend(d for d in doc['items'] if d)
+        elif doc:
+            out.append(doc)
+    return out
+
+
 def _ref_text(kind, namespace, name):
     return '%s/%s/%s' % (kind, namespace, name) if namespace else '%s/%s' % (kind, name)
 
@@ -714,7 +725,7 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
         if not self.components_file or not os.path.exists(self.components_file):
             raise build_mod.BuildError('the lab flux-operator has no component manifest (%s)' % self.components_file)
         with open(self.components_file, encoding='utf-8') as handle:
-            docs = [d for d in yaml.safe_load_all(handle) if d]
+            docs = flatten(yaml.safe_load_all(handle))
         out = []
         for doc in docs:
             labels = (doc.get('metadata') or {}).get('labels') or {}

@@ -18,6 +18,7 @@ import yaml
 from lab.k8s.testing import ClusterThread, wait_until
 
 from .lab import COMPONENTS_FILE, LAB_REPO_DIR, LAB_REPO_PATH, attach
+from .controllers import flatten
 from .gitserver import GitServer
 
 GIT_PASSWORD = 'lab-git-password'
@@ -76,8 +77,9 @@ class FluxLab(object):
         return self.api.call(run)
 
     def apply_file(self, path):
+        """Apply every object of a YAML file (documents, or the items of a v1 List)."""
         with open(path, encoding='utf-8') as handle:
-            return [self.apply(doc) for doc in yaml.safe_load_all(handle) if doc]
+            return [self.apply(doc) for doc in flatten(yaml.safe_load_all(handle))]
 
     def delete(self, api_version, kind, namespace, name):
         def run():

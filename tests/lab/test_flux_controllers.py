@@ -104,15 +104,10 @@ def test_objects_removed_from_git_are_pruned_unless_prune_is_disabled(flux, tmp_
     flux.sync(url='https://git.lab.internal/team/copy.git')
     flux.wait_ready(count=len(TREE) + 1)
     assert flux.get('v1', 'Service', 'podinfo', 'podinfo') is not None
-    with open(os.path.join(repo, 'apps', 'lab', 'podinfo.yaml'), encoding='utf-8') as handle:
-        docs = [d for d in yaml.safe_load_all(handle) if d]
-    with open(os.path.join(repo, 'apps', 'lab', 'podinfo.yaml'), 'w', encoding='utf-8') as handle:
-        yaml.safe_dump_all([d for d in docs if d['kind'] != 'Service'], handle)
     flux.apply({'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': 'podinfo', 'annotations': {
         'kustomize.toolkit.fluxcd.io/prune': 'disabled'}}}, manager='kubectl')
-    os.remove(os.path.join(repo, 'apps', 'lab', 'namespace.yaml'))
     with open(os.path.join(repo, 'apps', 'lab', 'kustomization.yaml'), 'w', encoding='utf-8') as handle:
-        handle.write('resources: [podinfo.yaml]\nnamespace: podinfo\n')
+        handle.write('resources: [deployment-podinfo.yaml]\nnamespace: podinfo\n')
     old = flux.git_repository()['status']['artifact']['revision']
     flux.reconcile('flux-system', kind='GitRepository')
     wait_until(lambda: (flux.kustomization('apps')['status'].get('lastAppliedRevision') not in (None, old),
@@ -124,18 +119,19 @@ def test_objects_removed_from_git_are_pruned_unless_prune_is_disabled(flux, tmp_
 def test_custom_resources_before_their_crd_fail_naming_the_object_then_recover(flux, tmp_path):
     """The Flux CRD ordering pain point: issuers applied without dependsOn on cert-manager, whose CRDs are not there yet."""
     repo = copy_repo(tmp_path / 'gitops')
-    path = os.path.join(repo, 'clusters', 'lab', 'infrastructure.yaml')
+    folder = os.path.join(repo, 'clusters', 'lab')
 
     def write(suspend_cert_manager):
-        with open(path, encoding='utf-8') as handle:
-            docs = [d for d in yaml.safe_load_all(handle) if d]
-        for doc in docs:
-            if doc['metadata']['name'] == 'cert-manager-issuers':
+        for name in ('cert-manager', 'cert-manager-issuers'):
+            path = os.path.join(folder, name + '.yaml')
+            with open(path, encoding='utf-8') as handle:
+                doc = yaml.safe_load(handle)
+            if name == 'cert-manager-issuers':
                 doc['spec'].pop('dependsOn', None)
-            if doc['metadata']['name'] == 'cert-manager':
+            else:
                 doc['spec']['suspend'] = suspend_cert_manager
-        with open(path, 'w', encoding='utf-8') as handle:
-            yaml.safe_dump_all(docs, handle)
+            with open(path, 'w', encoding='utf-8') as handle:
+                yaml.safe_dump(doc, handle)
     write(True)
     flux.call(flux.git.add_repo, 'team/copy', repo)
     flux.sync(url='https://git.lab.internal/team/copy.git')

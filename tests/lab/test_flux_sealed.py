@@ -145,7 +145,7 @@ def test_an_unparsable_active_key_keeps_the_controller_from_starting(keypair):
         core = core_api(lab)
 
         def refused():
-            status = lab.call(lambda: lab.flux.sealed.status())
+            status = lab.call(lab.flux.sealed.status)
             return bool(status['problem']), status
         status = wait_until(refused, what='the controller refusing its key')
         assert status['problem'].startswith('panic: Secret sealed-secrets-key tls.key') and not status['running']

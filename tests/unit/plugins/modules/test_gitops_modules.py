@@ -130,10 +130,10 @@ def test_sealed_cert_gate_passes_on_our_certificate_and_names_the_key_otherwise(
     for pod in lab.items('v1', 'Pod', 'kube-system'):
         if pod['metadata']['name'].startswith('sealed-secrets-controller-'):
             lab.delete('v1', 'Pod', 'kube-system', pod['metadata']['name'])
-    wait_until(lambda: (lab.call(lambda: lab.flux.sealed.status())['generated'] != [], lab.call(lambda: lab.flux.sealed.status())),
+    wait_until(lambda: (lab.call(lab.flux.sealed.status)['generated'] != [], lab.call(lab.flux.sealed.status)),
                timeout=60, what='the controller generating its own key')
     code, result, out = run(sealed_cert_gate, dict(args, wait_timeout=30, wait_sleep=0.2), capsys)
-    generated = lab.call(lambda: lab.flux.sealed.status())['generated'][0]
+    generated = lab.call(lab.flux.sealed.status)['generated'][0]
     assert code == 1 and result['served_by_secret'] == generated
     assert 'serves another certificate' in result['msg'] and '- the served certificate is in Secret kube-system/%s' % generated in result['msg']
     assert result['attempts'] == 1

@@ -1,0 +1,147 @@
+"""The GitOps hand-off (stages sealed_secrets, flux, gitops) through site.yml against the lab: a Ready tree,
+re-run changed=0, the blocker named when a Kustomization fails, the node named when a CSI node plugin
+crash-loops, a dependsOn cycle stopped at preflight, and the same sealed-secrets key after a lab rebuild."""
+
+import base64
+import datetime
+import os
+import shutil
+import sys
+
+import pytest
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gitops_lab import ROOT, gitops_cluster  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import,import-error
+
+from lab.k8s.testing import wait_until  # noqa: E402  pylint: disable=wrong-import-position
+
+kubernetes = pytest.importorskip('kubernetes')
+from kubernetes import client  # noqa: E402  pylint: disable=wrong-import-position
+
+TREE = ['apps', 'cert-manager', 'cert-manager-issuers', 'flux-system', 'proxmox-ccm', 'proxmox-csi', 'sealed-secrets']
+
+
+def kustomization(cluster, name):
+    return client.CustomObjectsApi(cluster.api()).get_namespaced_custom_object(
+        'kustomize.toolkit.fluxcd.io', 'v1', 'flux-system', 'kustomizations', name)
+
+
+def ready_of(obj):
+    return next((c for c in (obj.get('status') or {}).get('conditions') or () if c['type'] == 'Ready'), {})
+
+
+def request_reconcile(cluster, name):
+    """What `flux reconcile kustomization NAME` does: the requestedAt annotation."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    client.CustomObjectsApi(cluster.api()).patch_namespaced_custom_object(
+        'kustomize.toolkit.fluxcd.io', 'v1', 'flux-system', 'kustomizations', name,
+        {'metadata': {'annotations': {'reconcile.fluxcd.io/requestedAt': stamp}}})
+
+
+def test_site_ends_with_a_ready_gitops_tree_and_a_rerun_changes_nothing(gitops_cluster):
+    first = gitops_cluster.first
+    assert first.rc == 0, first.explain()
+    gate = first.results('Gate on the Flux Kustomization tree')[0]
+    assert gate['summary'] == 'Kustomizations Ready 7/7'
+    assert sorted(k['name'].split('/')[1] for k in gate['kustomizations']) == TREE
+    assert gate['order'][0] == ['flux-system/cert-manager', 'flux-system/flux-system', 'flux-system/proxmox-ccm', 'flux-system/sealed-secrets']
+    served = first.results('The sealed-secrets controller serves our certificate')[0]
+    assert served['passed'] and served['url_path'].endswith('/services/http:sealed-secrets-controller:http/proxy/v1/cert.pem')
+    again = gitops_cluster.site()
+    assert again.rc == 0, again.explain()
+    assert again.changed() == dict((host, 0) for host in again.changed()), again.changed()
+    checked = gitops_cluster.site('--check', '--tags', 'sealed_secrets,flux,gitops')
+    assert checked.rc == 0 and set(checked.changed().values()) == {0}, checked.explain()
+
+
+def test_the_key_in_the_cluster_is_the_kept_one_byte_for_byte(gitops_cluster):
+    core = client.CoreV1Api(gitops_cluster.api())
+    secret = core.read_namespaced_secret('sealed-secrets-key', 'kube-system')
+    assert secret.type == 'kubernetes.io/tls'
+    assert secret.metadata.labels['sealedsecrets.bitnami.com/sealed-secrets-key'] == 'active'
+    with open(os.path.join(gitops_cluster.secrets, 'sealed-secrets.key'), 'rb') as handle:
+        assert base64.b64decode(secret.data['tls.key']) == handle.read()
+    for name in ('sealed-secrets.key', 'sealed-secrets.crt'):
+        assert oct(os.stat(os.path.join(gitops_cluster.secrets, name)).st_mode & 0o777) == '0o600'
+    # no key material in what the playbook printed
+    with open(os.path.join(gitops_cluster.secrets, 'sealed-secrets.key'), encoding='utf-8') as handle:
+        body = ''.join(line for line in handle if not line.startswith('-----'))
+    text = str(gitops_cluster.first.data)
+    assert body[:64].strip() not in text and secret.data['tls.key'][:64] not in text
+
+
+def test_a_failing_kustomization_fails_the_gate_naming_it_its_reason_and_what_waits_behind_it(gitops_cluster):
+    lab = gitops_cluster.lab
+    lab.fault('flux-healthcheck-fail', 'flux-system/proxmox-csi')
+    try:
+        wait_until(lambda: (ready_of(kustomization(gitops_cluster, 'proxmox-csi')).get('reason') == 'HealthCheckFailed',
+                            ready_of(kustomization(gitops_cluster, 'proxmox-csi'))), timeout=30, what='proxmox-csi HealthCheckFailed')
+        request_reconcile(gitops_cluster, 'apps')
+        wait_until(lambda: (ready_of(kustomization(gitops_cluster, 'apps')).get('reason') == 'DependencyNotReady',
+                            ready_of(kustomization(gitops_cluster, 'apps'))), timeout=30, what='apps DependencyNotReady')
+        run = gitops_cluster.site('--tags', 'gitops', '-e', 'gitops_timeout=3', '-e', 'gitops_wait_sleep=1')
+        assert run.rc != 0
+        name, message = run.failures()[0]
+        assert 'Gate on the Flux Kustomization tree' in name
+        first_line = message.splitlines()[0]
+        assert 'Kustomizations Ready 5/7: flux-system/proxmox-csi Ready=False HealthCheckFailed: health check failed after' in first_line
+        assert '(blocks flux-system/apps); waiting behind them: flux-system/apps' in first_line
+        assert "- flux-system/proxmox-csi: Ready=False HealthCheckFailed: health check failed after" in message
+        assert "- flux-system/apps waits on flux-system/proxmox-csi (Ready=False DependencyNotReady: dependency 'flux-system/proxmox-csi' " \
+               "is not ready)" in message
+        gate = run.results('Gate on the Flux Kustomization tree')[0]
+        assert gate['blockers'][0]['name'] == 'flux-system/proxmox-csi' and gate['blockers'][0]['blocks'] == ['flux-system/apps']
+    finally:
+        lab.clear('flux-healthcheck-fail', 'flux-system/proxmox-csi')
+    run = gitops_cluster.site('--tags', 'gitops')
+    assert run.rc == 0, run.explain()
+
+
+def test_a_crashlooping_csi_node_plugin_fails_the_gate_naming_the_node(gitops_cluster):
+    lab = gitops_cluster.lab
+    lab.fault('k8s-crashloop', 'lab-w-2', workload='csi-proxmox/proxmox-csi-plugin-node')
+    try:
+        run = gitops_cluster.site('--tags', 'gitops', '-e', 'gitops_csi_timeout=3', '-e', 'gitops_wait_sleep=1', '-e', 'gitops_timeout=30')
+        assert run.rc != 0
+        name, message = run.failures()[0]
+        assert 'CSI node plugin' in name, run.failures()
+        assert 'lab-w-2' in message.splitlines()[0] and 'CrashLoopBackOff' in message, message
+        assert 'on nodes 5/6' in message.splitlines()[0]
+    finally:
+        lab.clear('k8s-crashloop', 'lab-w-2')
+    run = gitops_cluster.site('--tags', 'gitops')
+    assert run.rc == 0, run.explain()
+
+
+def test_a_dependency_cycle_in_the_gitops_repository_fails_preflight_naming_it(gitops_cluster, tmp_path):
+    repo = str(tmp_path / 'gitops')
+    shutil.copytree(os.path.join(ROOT, 'lab', 'gitops'), repo)
+    path = os.path.join(repo, 'clusters', 'lab', 'proxmox-ccm.yaml')
+    with open(path, encoding='utf-8') as handle:
+        doc = yaml.safe_load(handle)
+    doc['spec']['dependsOn'] = [{'name': 'proxmox-csi'}]
+    with open(path, 'w', encoding='utf-8') as handle:
+        yaml.safe_dump(doc, handle)
+    run = gitops_cluster.site('--tags', 'preflight', '-e', 'flux_repo_dir=%s' % repo)
+    assert run.rc != 0
+    name, message = run.failures()[0]
+    assert 'Flux dependency graph' in name
+    assert 'Kustomization/flux-system/proxmox-ccm' in message and 'Kustomization/flux-system/proxmox-csi' in message and 'cycle' in message
+    assert gitops_cluster.site('--tags', 'preflight').rc == 0
+
+
+def test_a_lab_rebuilt_from_the_same_inventory_gets_the_same_key(gitops_cluster):
+    core = client.CoreV1Api(gitops_cluster.api())
+    before = core.read_namespaced_secret('sealed-secrets-key', 'kube-system').data['tls.key']
+    gitops_cluster.rebuild()
+    run = gitops_cluster.site()
+    assert run.rc == 0, run.explain()
+    after = client.CoreV1Api(gitops_cluster.api()).read_namespaced_secret('sealed-secrets-key', 'kube-system').data['tls.key']
+    assert base64.b64decode(after) == base64.b64decode(before)
+    keypair = run.results('Keep the sealed-secrets keypair')[0]
+    assert keypair['action'] == 'kept' and keypair['changed'] is False
+    written = run.results("The controller's active key Secret")[0]
+    assert written['action'] == 'created'
+    served = run.results('The sealed-secrets controller serves our certificate')[0]
+    assert served['passed'] and served['served_public_key_sha256'] == keypair['public_key_sha256']
