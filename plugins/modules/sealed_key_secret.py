@@ -81,8 +81,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-action:
-  description: What was done (or would be in check mode).
+operation:
+  description: What was done to the Secret (or would be in check mode).
   type: str
   returned: always
   choices: [created, updated, unchanged]
@@ -222,7 +222,7 @@ def main():  # pylint: disable=too-many-locals,too-many-branches,too-many-statem
         module.fail_json(msg=missing_required_lib('kubernetes'), exception=str(k8s_client.KUBERNETES_IMPORT_ERROR))
     params = module.params
     namespace, name = params['namespace'], params['name']
-    result = {'changed': False, 'action': 'unchanged', 'secret': '%s/%s' % (namespace, name), 'public_key_sha256': '',
+    result = {'changed': False, 'operation': 'unchanged', 'secret': '%s/%s' % (namespace, name), 'public_key_sha256': '',
               'certificate_sha256': '', 'other_active_keys': [], 'deactivated': []}
     try:
         password = params['vault_password']
@@ -254,7 +254,7 @@ def main():  # pylint: disable=too-many-locals,too-many-branches,too-many-statem
         others = core.list_namespaced_secret(namespace, label_selector='%s=active' % KEY_LABEL, _request_timeout=timeout).items
         other_names = sorted(s.metadata.name for s in others if s.metadata.name != name)
         result['other_active_keys'] = other_names
-        result['action'] = 'updated' if action == 'replaced' else action
+        result['operation'] = 'updated' if action == 'replaced' else action
         changed = action != 'unchanged'
         if module._diff:  # pylint: disable=protected-access
             result['diff'] = make_diff(_fingerprint_view(live), _fingerprint_view(wanted), before_header='%s (live)' % result['secret'],

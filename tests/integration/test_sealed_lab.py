@@ -77,7 +77,7 @@ def test_a_controller_on_another_key_is_caught_and_the_stage_repairs_it(gitops_c
     run = gitops_cluster.site('--tags', 'sealed_secrets', '-e', 'sealed_secrets_other_keys=deactivate')
     assert run.rc == 0, run.explain()
     written = run.results("The controller's active key Secret")[0]
-    assert written['action'] == 'created' and written['deactivated'] == [generated]
+    assert written['operation'] == 'created' and written['deactivated'] == [generated]
     core.delete_collection_namespaced_pod('kube-system', label_selector=selector)
     run = gitops_cluster.site('--tags', 'gitops')
     assert run.rc == 0, run.explain()

@@ -62,7 +62,7 @@ def test_sealed_key_secret_creates_the_active_key_once_and_never_prints_it(lab, 
     key_pem, cert_pem = keypair
     args = dict(files, kubeconfig=lab.kubeconfig)
     code, result, out = run(sealed_key_secret, args, capsys, check_mode=True)
-    assert code == 0 and result['changed'] is True and result['action'] == 'created'
+    assert code == 0 and result['changed'] is True and result['operation'] == 'created'
     assert lab.get('v1', 'Secret', 'kube-system', 'sealed-secrets-key') is None
     code, result, out = run(sealed_key_secret, args, capsys, diff=True)
     assert code == 0 and result['changed'] is True and result['secret'] == 'kube-system/sealed-secrets-key'
@@ -73,7 +73,7 @@ def test_sealed_key_secret_creates_the_active_key_once_and_never_prints_it(lab, 
     assert secret['type'] == 'kubernetes.io/tls' and secret['metadata']['labels'][KEY_LABEL] == 'active'
     assert base64.b64decode(secret['data']['tls.key']) == key_pem and base64.b64decode(secret['data']['tls.crt']) == cert_pem
     code, result, out = run(sealed_key_secret, args, capsys)
-    assert code == 0 and result['changed'] is False and result['action'] == 'unchanged'
+    assert code == 0 and result['changed'] is False and result['operation'] == 'unchanged'
 
 
 @pytest.fixture
