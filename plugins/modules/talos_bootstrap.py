@@ -61,7 +61,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-action:
+outcome:
   description: V(bootstrapped) (Bootstrap was called and accepted), V(already_bootstrapped) (the cluster reported etcd
     members or a running etcd; nothing called), V(already_exists) (the node answered AlreadyExists), or
     V(would_bootstrap) in check mode.
@@ -217,7 +217,7 @@ def main():
     if missing:
         module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
     params = module.params
-    result = dict(changed=False, action='', bootstrap_node='', details=[], members=[], quorum=False, elapsed=0.0)
+    result = dict(changed=False, outcome='', bootstrap_node='', details=[], members=[], quorum=False, elapsed=0.0)
     try:
         nodes = [node for node in params['nodes'] if node]
         if not nodes:
@@ -234,12 +234,12 @@ def main():
         observations = ask_cluster(sessions, deadline, interval)
         result['details'] = [describe(address, observations[address]) for address in nodes]
         if already_bootstrapped(observations):
-            result['action'] = 'already_bootstrapped'
+            result['outcome'] = 'already_bootstrapped'
         elif module.check_mode:
-            result.update(action='would_bootstrap', bootstrap_node=sessions[0][1].name, changed=True)
+            result.update(outcome='would_bootstrap', bootstrap_node=sessions[0][1].name, changed=True)
         else:
             outcome = bootstrap(sessions[0][1], deadline, interval)
-            result['action'] = outcome['action']
+            result['outcome'] = outcome['action']
             result['bootstrap_node'] = sessions[0][1].name
             result['changed'] = outcome['action'] == 'bootstrapped'
             if outcome['action'] == 'already_exists':
@@ -249,7 +249,7 @@ def main():
             result['quorum'] = True
         result['elapsed'] = round(deadline.elapsed(), 3)
     except ProxtalosError as exc:
-        module.fail_json(msg=str(exc), **dict(exc.details, action=result['action'], details=result['details']))
+        module.fail_json(msg=str(exc), **dict(exc.details, outcome=result['outcome'], details=result['details']))
     module.exit_json(**result)
 
 

@@ -83,7 +83,7 @@ dest:
   description: The kubeconfig file.
   returned: always
   type: str
-action:
+outcome:
   description: V(written) (a new file, or one replaced) or V(kept).
   returned: always
   type: str
@@ -234,7 +234,7 @@ def main():
     if missing:
         module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
     params = module.params
-    result = dict(changed=False, dest=params['dest'], action='', reason='', server='', context='',
+    result = dict(changed=False, dest=params['dest'], outcome='', reason='', server='', context='',
                   client_certificate_not_after='', elapsed=0.0)
     try:
         if params['renew_before_days'] < 0:
@@ -263,7 +263,7 @@ def main():
                 existing = None
         if reason is None:
             chosen = existing
-            result.update(action='kept', reason='still good: same cluster CA and server, client certificate valid until %s'
+            result.update(outcome='kept', reason='still good: same cluster CA and server, client certificate valid until %s'
                           % existing.certificate_not_after().isoformat())
             if files.file_mode(params['dest']) != files.FILE_MODE:
                 result.update(changed=True, reason=result['reason'] + '; mode set to 0600')
@@ -272,7 +272,7 @@ def main():
         else:
             chosen = fetched
             fetched.with_server(endpoint)
-            result.update(action='written', reason=reason, changed=True)
+            result.update(outcome='written', reason=reason, changed=True)
             if not module.check_mode:
                 files.write_private(params['dest'], talosyaml.dump(fetched.data))
         result.update(server=chosen.server, context=chosen.context_name,

@@ -100,7 +100,7 @@ path:
   description: The bundle file.
   returned: always
   type: str
-action:
+outcome:
   description: What was done (or would be done in check mode).
   returned: always
   type: str
@@ -272,7 +272,7 @@ def main():
     result = dict(
         changed=changed,
         path=params['path'],
-        action=decision['action'],
+        outcome=decision['action'],
         encrypted=decision['encrypted'],
         mode_fixed=decision['fix_mode'],
         os_ca_key_type=(bundle.os_key_type() or '') if bundle is not None else '',

@@ -59,16 +59,16 @@ def test_bootstraps_the_first_control_plane_once_and_waits_for_quorum(capsys, mo
     nodes = cluster(monkeypatch)
     then_form_etcd(monkeypatch, nodes)
     checked, _out = run_module(talos_bootstrap, capsys, _ansible_check_mode=True, **args(talosconfig))
-    assert checked['changed'] is True and checked['action'] == 'would_bootstrap' and bootstrap_calls(nodes) == []
+    assert checked['changed'] is True and checked['outcome'] == 'would_bootstrap' and bootstrap_calls(nodes) == []
     result, out = run_module(talos_bootstrap, capsys, **args(talosconfig))
-    assert result['changed'] is True and result['action'] == 'bootstrapped'
+    assert result['changed'] is True and result['outcome'] == 'bootstrapped'
     assert result['bootstrap_node'] == '10.5.0.11:50000' and result['quorum'] is True
     assert [member['hostname'] for member in result['members']] == ['cp-1', 'cp-2', 'cp-3']
     assert bootstrap_calls(nodes) == [('10.5.0.11', ('bootstrap-call', True))]
     assert talosconfig[1].decode().splitlines()[1] not in out
 
     again, _out = run_module(talos_bootstrap, capsys, **args(talosconfig))
-    assert again['changed'] is False and again['action'] == 'already_bootstrapped' and again['bootstrap_node'] == ''
+    assert again['changed'] is False and again['outcome'] == 'already_bootstrapped' and again['bootstrap_node'] == ''
     assert len(bootstrap_calls(nodes)) == 1
 
 
@@ -77,7 +77,7 @@ def test_a_member_on_another_control_plane_means_done(capsys, monkeypatch, talos
     nodes[2].etcd_running = True
     nodes[2].members = members()[2:]
     result, _out = run_module(talos_bootstrap, capsys, **args(talosconfig, wait=False))
-    assert result['changed'] is False and result['action'] == 'already_bootstrapped'
+    assert result['changed'] is False and result['outcome'] == 'already_bootstrapped'
     assert bootstrap_calls(nodes) == []
     assert any('10.5.0.13: etcd Running, 1 etcd members' == line for line in result['details'])
 
@@ -87,7 +87,7 @@ def test_already_exists_is_reported_ok(capsys, monkeypatch, talosconfig):
     nodes[0].bootstrap_answer = 'already_exists'   # etcd forming: no member yet, but the data directory is not empty
     then_form_etcd(monkeypatch, nodes)
     result, _out = run_module(talos_bootstrap, capsys, **args(talosconfig))
-    assert result['changed'] is False and result['action'] == 'already_exists' and result['quorum'] is True
+    assert result['changed'] is False and result['outcome'] == 'already_exists' and result['quorum'] is True
     assert any('AlreadyExists' in line for line in result['details'])
 
 
@@ -103,7 +103,7 @@ def test_quorum_timeout_names_what_is_missing(capsys, monkeypatch, talosconfig):
     nodes = cluster(monkeypatch)
     then_form_etcd(monkeypatch, nodes, count=2)
     result, _out = run_module(talos_bootstrap, capsys, **args(talosconfig, wait_timeout=0.3))
-    assert result['failed'] is True and result['action'] == 'bootstrapped'
+    assert result['failed'] is True and result['outcome'] == 'bootstrapped'
     assert 'etcd quorum not reached' in result['msg']
     assert '10.5.0.13: etcd is Preparing' in result['msg'] and 'expected 3' in result['msg']
 

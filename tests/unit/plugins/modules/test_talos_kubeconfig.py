@@ -66,7 +66,7 @@ def test_written_then_kept_while_good(capsys, monkeypatch, talosconfig, tmp_path
     checked, _out = run_module(talos_kubeconfig, capsys, _ansible_check_mode=True, **args(talosconfig, dest))
     assert checked['changed'] is True and not os.path.exists(dest)
     result, out = run_module(talos_kubeconfig, capsys, **args(talosconfig, dest))
-    assert result['changed'] is True and result['action'] == 'written'
+    assert result['changed'] is True and result['outcome'] == 'written'
     assert stat.S_IMODE(os.stat(dest).st_mode) == 0o600
     assert read(dest)['clusters'][0]['cluster']['server'] == 'https://10.5.0.10:6443' == result['server']
     assert_no_secret(out, issuer.keys)
@@ -74,7 +74,7 @@ def test_written_then_kept_while_good(capsys, monkeypatch, talosconfig, tmp_path
         content = handle.read()
 
     again, out = run_module(talos_kubeconfig, capsys, _ansible_diff=True, **args(talosconfig, dest))
-    assert again['changed'] is False and again['action'] == 'kept'
+    assert again['changed'] is False and again['outcome'] == 'kept'
     with open(dest) as handle:
         assert handle.read() == content
     assert_no_secret(out, issuer.keys)
@@ -116,7 +116,7 @@ def test_loose_mode_is_fixed_without_refetching_content(capsys, monkeypatch, tal
         content = handle.read()
     os.chmod(dest, 0o644)
     result, _out = run_module(talos_kubeconfig, capsys, **args(talosconfig, dest))
-    assert result['changed'] is True and result['action'] == 'kept'
+    assert result['changed'] is True and result['outcome'] == 'kept'
     assert stat.S_IMODE(os.stat(dest).st_mode) == 0o600
     with open(dest) as handle:
         assert handle.read() == content

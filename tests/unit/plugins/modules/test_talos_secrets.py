@@ -30,7 +30,7 @@ def read(path):
 
 def test_generates_once_0600_and_never_again(capsys, path):
     result, out = run_module(talos_secrets, capsys, path=path)
-    assert result['changed'] is True and result['action'] == 'generated'
+    assert result['changed'] is True and result['outcome'] == 'generated'
     assert mode(path) == 0o600 and mode(os.path.dirname(path)) == 0o700
     content = read(path)
     bundle = secrets.parse_bundle(content.decode())
@@ -39,7 +39,7 @@ def test_generates_once_0600_and_never_again(capsys, path):
     assert_no_secret(out, bundle.secret_values())
 
     again, out = run_module(talos_secrets, capsys, path=path)
-    assert again['changed'] is False and again['action'] == 'kept'
+    assert again['changed'] is False and again['outcome'] == 'kept'
     assert again['ca_sha256'] == result['ca_sha256']
     assert read(path) == content
     assert_no_secret(out, bundle.secret_values())
@@ -47,7 +47,7 @@ def test_generates_once_0600_and_never_again(capsys, path):
 
 def test_check_mode_writes_nothing(capsys, path):
     result, _out = run_module(talos_secrets, capsys, path=path, _ansible_check_mode=True, _ansible_diff=True)
-    assert result['changed'] is True and result['action'] == 'generated'
+    assert result['changed'] is True and result['outcome'] == 'generated'
     assert result['ca_sha256'] == {}
     assert result['diff']['before'] == {} and result['diff']['after']['path'] == 'present'
     assert not os.path.exists(os.path.dirname(path))
@@ -73,14 +73,14 @@ def test_corrupt_bundle_fails_naming_the_field_and_is_kept(capsys, path, tmp_pat
 
 def test_import_talosctl_bundle_then_keep(capsys, path):
     result, out = run_module(talos_secrets, capsys, path=path, import_src=TALOSCTL_BUNDLE)
-    assert result['changed'] is True and result['action'] == 'imported'
+    assert result['changed'] is True and result['outcome'] == 'imported'
     with open(TALOSCTL_BUNDLE) as handle:
         original = secrets.parse_bundle(handle.read())
     assert secrets.parse_bundle(read(path).decode()).to_yaml() == original.to_yaml()
     assert_no_secret(out, original.secret_values())
     # The same import again is fine; another bundle is refused and the file is untouched.
     again, _out = run_module(talos_secrets, capsys, path=path, import_src=TALOSCTL_BUNDLE)
-    assert again['changed'] is False and again['action'] == 'kept'
+    assert again['changed'] is False and again['outcome'] == 'kept'
     other = secrets.generate_bundle(os_key_type='ecdsa').to_yaml()
     refused, out = run_module(talos_secrets, capsys, path=path, import_content=other)
     assert refused['failed'] is True and refused['field'] == 'import_content'
@@ -108,7 +108,7 @@ def test_vault_encrypted_at_rest_and_plain_file_encrypted_in_place(capsys, path,
     bundle = secrets.parse_bundle(_vault.decrypt(envelope, 'correct horse battery staple').decode())
     assert 'correct horse battery staple' not in out
     again, _out = run_module(talos_secrets, capsys, path=path, vault_password_file=str(password_file))
-    assert again['changed'] is False and again['action'] == 'kept' and again['encrypted'] is True
+    assert again['changed'] is False and again['outcome'] == 'kept' and again['encrypted'] is True
     no_password, _out = run_module(talos_secrets, capsys, path=path)
     assert no_password['failed'] is True and no_password['field'] == 'path' and 'vault' in no_password['msg']
     wrong, _out = run_module(talos_secrets, capsys, path=path, vault_password='wrong')
@@ -118,7 +118,7 @@ def test_vault_encrypted_at_rest_and_plain_file_encrypted_in_place(capsys, path,
     run_module(talos_secrets, capsys, path=plain, os_key_type='ecdsa')
     before = secrets.parse_bundle(read(plain).decode())
     encrypted, out = run_module(talos_secrets, capsys, path=plain, vault_password='s3cret-pass', _ansible_diff=True)
-    assert encrypted['changed'] is True and encrypted['action'] == 'encrypted'
+    assert encrypted['changed'] is True and encrypted['outcome'] == 'encrypted'
     assert encrypted['diff']['before']['encrypted'] is False and encrypted['diff']['after']['encrypted'] is True
     after = secrets.parse_bundle(_vault.decrypt(read(plain), 's3cret-pass').decode())
     assert after.to_yaml() == before.to_yaml()
