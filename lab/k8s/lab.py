@@ -136,6 +136,10 @@ class LabKubernetes:
     async def on_node_shutdown(self, node):
         await self._kubelet_gone(node.key)
 
+    async def on_kubelet_stopped(self, node):
+        """A Talos reboot, reset or shutdown took kubelet down: the Node goes NotReady until kubelet runs again."""
+        await self._kubelet_gone(node.key)
+
     # --- World VM listener ----------------------------------------------------------------------
 
     async def _kubelet_gone(self, key):
