@@ -1,0 +1,106 @@
+"""The cni stage's remediation of a worker whose kubelet waits on its volume, against a lab cluster (3+3, time scale 0).
+
+The field scenario: the cluster runs, a worker reboots, and its kubelet then waits forever for /var/lib/kubelet
+(lab fault talos-kubelet-volume; a Talos reboot clears it with probability p, a PVE hard reset always). The stage
+is re-run (`--tags cni`): it must find the worker from Talos' own service events, try a Talos reboot, then a PVE hard
+reset, log every step, and converge - or fail naming the node, the evidence and the steps tried. Every test leaves
+the cluster converged for the next.
+"""
+import os
+
+import pytest
+
+from k8s_stages_lab import PLAYBOOK_BIN, THROUGH_CNI, StageCluster
+
+pytestmark = [
+    pytest.mark.lab, pytest.mark.slow,
+    pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)'),
+]
+
+# Short deadlines: at time scale 0 a kubelet that can run, runs at once; these only bound the stuck cases.
+FAST = ['-e', 'cni_remediate_detect_timeout=3', '-e', 'cni_remediate_wait_timeout=10', '-e', 'cni_remediate_wait_sleep=1']
+
+
+@pytest.fixture(scope='module')
+def cluster(tmp_path_factory):
+    handle = StageCluster.start(str(tmp_path_factory.mktemp('remediation')), control_planes=3, workers=3)
+    try:
+        first = handle.site('--tags', THROUGH_CNI)
+        assert first.rc == 0, first.explain()
+        yield handle
+    finally:
+        handle.stop()
+
+
+def steps(run, host):
+    """The remediation log entries (the `remediation` key of each step's log task) of one host."""
+    return [result['remediation'] for name, result in run.results('Remediation step - log of the')
+            if name == host and 'remediation' in result]
+
+
+def assert_converged(run):
+    assert run.rc == 0, run.explain()
+    for gate in ('Gate - ALL nodes registered', 'Gate - a Ready Cilium agent on every node', 'Gate - ALL nodes Ready'):
+        (host, result), = run.results(gate)
+        assert result['passed'] is True, (gate, result.get('summary'))
+
+
+def test_a_talos_reboot_clears_a_kubelet_stuck_on_its_volume_and_the_run_converges(cluster):
+    seen = cluster.stick_kubelet('lab-w-2', p=1.0)
+    assert seen['msg'] == 'Waiting for volume "/var/lib/kubelet" to be mounted'
+    run = cluster.site('--tags', 'cni', *FAST)
+    assert_converged(run)
+    (host, found), = [(name, result) for name, result in run.results('Kubelet on the worker - running, or why not')
+                      if name == 'lab-w-2']
+    assert found['classification'] == 'waiting_on_volume' and found['volume'] == '/var/lib/kubelet'
+    logged = steps(run, 'lab-w-2')
+    assert [(step['action'], step['attempt'], step['outcome']) for step in logged] == [('talos reboot', 1, 'kubelet running')]
+    assert 'Waiting for volume "/var/lib/kubelet" to be mounted' in logged[0]['reason']
+    reset_tasks = [name for name, result in run.results("PVE hard reset of the worker's VM") if not result.get('skipped')]
+    assert reset_tasks == [], 'no hard reset once the reboot cleared it'
+    # the other workers were diagnosed, found running, and left alone
+    assert steps(run, 'lab-w-1') == [] and steps(run, 'lab-w-3') == []
+    # the reboot cleared the fault (p=1), so the lab lists it no more
+    assert [fault for fault in cluster.lab.status()['lab']['faults'] if fault['name'] == 'talos-kubelet-volume'] == []
+
+
+def test_with_p_zero_the_reboot_does_not_help_and_the_pve_hard_reset_does(cluster):
+    cluster.stick_kubelet('lab-w-1', p=0.0)
+    run = cluster.site('--tags', 'cni', *FAST)
+    assert_converged(run)
+    logged = steps(run, 'lab-w-1')
+    assert [(step['action'], step['outcome']) for step in logged] == [('talos reboot', 'waiting_on_volume'),
+                                                                      ('pve hard reset', 'kubelet running')]
+    assert 'Waiting for volume "/var/lib/kubelet"' in logged[0]['evidence']
+    resets = [event for event in cluster.lab.events() if event['event'] == 'reset' and event['name'] == 'lab-w-1']
+    assert len(resets) == 1, 'the lab saw no VM reset of lab-w-1: %s' % cluster.lab.events()[-5:]
+
+
+def test_out_of_attempts_it_fails_naming_the_node_the_evidence_and_the_steps_tried(cluster):
+    cluster.stick_kubelet('lab-w-3', p=0.0)
+    failed = cluster.site('--tags', 'cni', *FAST, '-e', 'cni_remediate_reset_attempts=0')
+    assert failed.rc != 0
+    (task, host, message), = failed.failures()
+    assert host == 'lab-w-3' and task.endswith('fail naming the node, the evidence and the steps tried')
+    address = cluster.node_address('lab-w-3')
+    assert message.startswith('worker lab-w-3 (%s): kubelet still does not run after the remediation.' % address)
+    assert 'Found: talos node %s:50000: kubelet is Waiting: Waiting for volume "/var/lib/kubelet" to be mounted' % address in message
+    assert 'Tried: talos reboot #1 (done) -> ' in message and 'pve hard reset' not in message
+    # the default attempts converge it again
+    healed = cluster.site('--tags', 'cni', *FAST)
+    assert_converged(healed)
+    assert [step['action'] for step in steps(healed, 'lab-w-3')] == ['talos reboot', 'pve hard reset']
+
+
+def test_with_remediation_off_the_gates_name_the_notready_worker_and_nothing_is_rebooted(cluster):
+    cluster.stick_kubelet('lab-w-2', p=1.0)
+    failed = cluster.site('--tags', 'cni', *FAST, '-e', 'cni_remediate=false', '-e', 'cni_agents_timeout=2',
+                          '-e', 'cni_nodes_registered_timeout=2', '-e', 'cni_wait_sleep=1')
+    assert failed.rc != 0
+    assert failed.results('Talos reboot of the worker') == []
+    (task, host, message), = failed.failures()
+    assert 'lab-w-2' in message, message
+    assert 'NodeStatusUnknown' in message or 'not registered' in message or 'no pod' in message, message
+    healed = cluster.site('--tags', 'cni', *FAST)
+    assert_converged(healed)
+    assert [step['action'] for step in steps(healed, 'lab-w-2')] == ['talos reboot']
