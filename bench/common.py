@@ -1,4 +1,4 @@
-"""What every benchmark shares: the Benchmark and Metric records, discovery, labs, results."""
+"""What every benchmark shares: the Benchmark and Metric records, discovery, labs, playbook runs, results."""
 
 import datetime
 import importlib
@@ -6,7 +6,9 @@ import json
 import os
 import pkgutil
 import platform
+import subprocess
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,8 +106,322 @@ def markdown(entries):
     for name, entry in entries.items():
         for metric in entry['metrics']:
             value = metric['value']
-            shown = ('%.2f' % value if isinstance(value, float) else str(value)) + (
-                ' %s' % metric['unit'] if metric['unit'] else '')
+            if value is None:
+                shown = 'failed' if metric['detail'].get('error') else '-'
+            else:
+                shown = ('%.2f' % value if isinstance(value, float) else str(value)) + (
+                    ' %s' % metric['unit'] if metric['unit'] else '')
             met = '' if metric['met'] is None else ('yes' if metric['met'] else 'no')
             lines.append('| %s | %s | %s | %s | %s |' % (name, metric['name'], shown, metric['goal'] or '', met))
     return '\n'.join(lines)
+
+
+# ------------------------------------------------------------------------------------- playbook runs
+
+PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+MEMORY_SAMPLE_SECONDS = 0.5
+PLAYBOOK_TIMEOUT = 3 * 3600
+
+
+def load_average():
+    """The 1, 5 and 15 minute load averages now (the machine is shared: every result notes them)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _proc_status(pid):
+    """{'VmRSS': kB, 'VmHWM': kB, 'PPid': int} of a process, or None when it is gone."""
+    try:
+        with open('/proc/%d/status' % pid, encoding='ascii', errors='replace') as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    values = {}
+    for line in text.splitlines():
+        key, _sep, rest = line.partition(':')
+        if key in ('VmRSS', 'VmHWM'):
+            values[key] = int(rest.split()[0])
+        elif key == 'PPid':
+            values[key] = int(rest.strip())
+    return values
+
+
+def _pss_kb(pid):
+    try:
+        with open('/proc/%d/smaps_rollup' % pid, encoding='ascii', errors='replace') as handle:
+            for line in handle:
+                if line.startswith('Pss:'):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _descendants(root):
+    """root and every process below it (from /proc/*/stat parent ids)."""
+    children = {}
+    for name in os.listdir('/proc'):
+        if not name.isdigit():
+            continue
+        try:
+            with open('/proc/%s/stat' % name, encoding='ascii', errors='replace') as handle:
+                fields = handle.read().rsplit(')', 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+class MemorySampler(object):
+    """Samples a process tree while it runs: peak RSS of its main process (VmHWM) and the peak of the tree's
+    summed PSS (shared pages counted once, so forked workers are not counted twice)."""
+
+    def __init__(self, pid, interval=MEMORY_SAMPLE_SECONDS):
+        self.pid = pid
+        self.interval = interval
+        self.main_peak_kb = 0
+        self.tree_peak_pss_kb = 0
+        self.tree_peak_processes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name='memory-sampler', daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self):
+        status = _proc_status(self.pid)
+        if status is None:
+            return
+        self.main_peak_kb = max(self.main_peak_kb, status.get('VmHWM', 0))
+        tree = _descendants(self.pid)
+        self.tree_peak_pss_kb = max(self.tree_peak_pss_kb, sum(_pss_kb(pid) for pid in tree))
+        self.tree_peak_processes = max(self.tree_peak_processes, len(tree))
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+
+def lab_peak_rss_kb(lab):
+    """The lab process's peak RSS since it started (VmHWM), in kB; None when it is not running."""
+    status = _proc_status(int(lab.pid))
+    return status.get('VmHWM') if status else None
+
+
+class PlaybookRun(object):
+    """One ansible-playbook run: wall seconds, exit code, the run report (report.json), changed count,
+    memory of the ansible-playbook process tree, load before and after."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    @property
+    def changed(self):
+        return sum(h.get('changed', 0) for h in (self.report or {}).get('hosts', {}).values())
+
+    def summary(self):
+        return {'wall': round(self.wall, 2), 'returncode': self.returncode, 'changed': self.changed,
+                'forks': self.forks, 'hosts': len((self.report or {}).get('hosts', {})),
+                'ansible_main_peak_rss_kb': self.main_peak_kb, 'ansible_tree_peak_pss_kb': self.tree_peak_pss_kb,
+                'ansible_tree_peak_processes': self.tree_peak_processes,
+                'load_before': self.load_before, 'load_after': self.load_after,
+                'stages': [{'name': s['name'], 'duration': s['duration']} for s in (self.report or {}).get('stages', [])]}
+
+
+def run_site(lab, artifacts_dir, forks=None, extra_args=(), tags=None, check=True, timeout=PLAYBOOK_TIMEOUT):
+    """ansible-playbook site.yml against a lab; returns a PlaybookRun. Raises RuntimeError when it fails and
+    check is set (the output tail says why), or when it runs longer than timeout seconds (it is stopped)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'),
+               PATH=os.pathsep.join([os.path.join(ROOT, '.venv', 'bin'), os.path.join(ROOT, '.tools', 'bin'),
+                                     os.environ.get('PATH', '')]))
+    command = [PLAYBOOK, 'site.yml', '-i', lab.inventory_dir, '-e', 'proxtalos_artifacts_dir=%s' % artifacts_dir]
+    if forks:
+        command += ['--forks', str(forks)]
+    if tags:
+        command += ['--tags', tags]
+    command += list(extra_args)
+    os.makedirs(artifacts_dir, exist_ok=True)
+    log_path = os.path.join(artifacts_dir, 'ansible-playbook.log')
+    load_before = load_average()
+    with open(log_path, 'w', encoding='utf-8') as log:
+        with Stopwatch() as watch:
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)  # pylint: disable=consider-using-with
+            sampler = MemorySampler(process.pid).start()
+            try:
+                returncode = process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                raise RuntimeError('ansible-playbook ran longer than %d s and was stopped; log %s' % (timeout, log_path))
+            finally:
+                sampler.stop()
+    report_path = os.path.join(artifacts_dir, 'report.json')
+    report = None
+    if os.path.exists(report_path):
+        with open(report_path, encoding='utf-8') as handle:
+            report = json.load(handle)
+    run = PlaybookRun(command=command, wall=watch.seconds, returncode=returncode, report=report, log=log_path,
+                      forks=forks, main_peak_kb=sampler.main_peak_kb, tree_peak_pss_kb=sampler.tree_peak_pss_kb,
+                      tree_peak_processes=sampler.tree_peak_processes, load_before=load_before,
+                      load_after=load_average())
+    if check and returncode != 0:
+        with open(log_path, encoding='utf-8') as handle:
+            tail = handle.read()[-4000:]
+        raise RuntimeError('ansible-playbook failed (%d), log %s:\n%s' % (returncode, log_path, tail))
+    return run
+
+
+def lab_clock_offset(lab):
+    """Wall-clock time (epoch seconds) of the lab's time 0: the median of (wall - lab_time) over its request log,
+    so delay records (lab seconds) can be put beside the run report (wall clock)."""
+    differences = []
+    with open(os.path.join(lab.run_dir, 'requests.log'), encoding='utf-8') as handle:
+        for number, line in enumerate(handle):
+            if number >= 500:
+                break
+            entry = json.loads(line)
+            if 'lab_time' in entry and 'time' in entry:
+                wall = datetime.datetime.fromisoformat(entry['time']).timestamp()
+                differences.append(wall - entry['lab_time'])
+    if not differences:
+        raise RuntimeError('the lab in %s logged no request: cannot align its clock' % lab.run_dir)
+    differences.sort()
+    return differences[len(differences) // 2]
+
+
+def inventory_hosts(lab):
+    """{'controlplane': [...], 'worker': [...]} from the lab's hosts.yml."""
+    import yaml  # pylint: disable=import-outside-toplevel
+    with open(lab.inventory, encoding='utf-8') as handle:
+        document = yaml.safe_load(handle)
+    groups = {}
+
+    def walk(name, group):
+        group = group or {}
+        if name in ('controlplane', 'worker'):
+            groups[name] = list((group.get('hosts') or {}).keys())
+        for child, sub in (group.get('children') or {}).items():
+            walk(child, sub)
+    for name, group in (document or {}).items():
+        walk(name, group)
+    return groups
+
+
+def inventory_var(lab, host, name, default=None):
+    """One variable of a host as the inventory defines it (untemplated), through ansible-inventory."""
+    command = [os.path.join(ROOT, '.venv', 'bin', 'ansible-inventory'), '-i', lab.inventory_dir, '--host', host]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'))
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError('ansible-inventory failed: %s' % done.stderr[-2000:])
+    return json.loads(done.stdout).get(name, default)
+
+
+# ------------------------------------------------------------------------- a whole bootstrap, measured
+
+class Bootstrap(object):
+    """site.yml from nothing on a fresh lab: the PlaybookRun, the critical path of the lab's delays, the delay
+    records, the lab's clock beside the run report's (report seconds = lab seconds + shift), and the lab's
+    peak RSS."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    @property
+    def ratio(self):
+        return self.run.wall / self.critical.length if self.critical.length else None
+
+    def summary(self):
+        out = self.run.summary()
+        out.update(time_scale=self.time_scale, control_planes=self.control_planes, workers=self.workers,
+                   critical_path_seconds=round(self.critical.length, 3),
+                   critical_path=[(s.kind, s.target, round(s.weight, 3)) for s in self.critical.chain],
+                   unmodelled_delays=self.critical.unmodelled, unmatched_pods=self.critical.unmatched,
+                   lab_peak_rss_kb=self.lab_peak_kb, artifacts=self.artifacts,
+                   stage_breakdown=stage_breakdown(self.run.report, self.critical.chain, self.shift))
+        return out
+
+
+def _overlap(start, end, intervals):
+    """Seconds of [start, end] covered by the union of intervals [(a, b)]."""
+    covered, cursor = 0.0, start
+    for a, b in sorted(intervals):
+        a, b = max(a, cursor), min(b, end)
+        if b > a:
+            covered += b - a
+            cursor = b
+    return covered
+
+
+def stage_breakdown(report, chain, shift):
+    """Per stage of the run report: its duration, task count, the seconds in it during which a delay of the
+    critical path was running (the world's waiting) and the rest (what the collection spent); then the time
+    between stages and before the first one. Report seconds; shift = report seconds - lab seconds."""
+    waits = [(s.record['start'] + shift, s.record['start'] + (s.record.get('duration') or 0.0) + shift) for s in chain]
+    rows, previous_end = [], 0.0
+    for stage in (report or {}).get('stages', []):
+        start, end = stage['start'], stage['end']
+        gap = max(0.0, start - previous_end)
+        waiting = _overlap(start, end, waits)
+        rows.append({'stage': stage['name'], 'tasks': stage.get('tasks'), 'seconds': round(end - start, 2),
+                     'critical_waiting': round(waiting, 2), 'collection': round(end - start - waiting, 2),
+                     'gap_before': round(gap, 2)})
+        previous_end = max(previous_end, end)
+    return rows
+
+
+_BOOTSTRAPS = {}
+
+
+def bootstrap(control_planes, workers, time_scale, forks=None, seed=1):
+    """Run (once per `python -m bench`: later calls with the same arguments get the same result) a whole
+    site.yml against a fresh lab of that size and measure it. See Bootstrap."""
+    from bench import critical_path  # pylint: disable=import-outside-toplevel
+    key = (control_planes, workers, float(time_scale), forks, seed)
+    if key in _BOOTSTRAPS:
+        return _BOOTSTRAPS[key]
+    print('   bootstrap %d control planes + %d workers, time scale %s, forks %s: starting the lab'
+          % (control_planes, workers, time_scale, forks or 'from ansible.cfg'), flush=True)
+    lab = start_lab(control_planes, workers, time_scale, seed=seed)
+    try:
+        artifacts = tempfile.mkdtemp(prefix='bench-artifacts-')
+        run = run_site(lab, artifacts, forks=forks)
+        lab_peak = lab_peak_rss_kb(lab)
+        delays = lab.delays()
+        hosts = inventory_hosts(lab)
+        releases = inventory_var(lab, hosts['controlplane'][0], 'bootstrap_apps_releases', []) or []
+        objects = critical_path.read_objects(os.path.join(artifacts, 'kubeconfig'))
+        facts = critical_path.facts_from_objects(hosts, lab.vms(), objects['pods'], objects['replicasets'],
+                                                 objects['workloads'], objects['kustomizations'], releases)
+        path = critical_path.compute(delays, facts)
+        started = datetime.datetime.fromisoformat(run.report['started'].replace('Z', '+00:00')).timestamp()
+        shift = lab_clock_offset(lab) - started
+    finally:
+        lab.stop()
+    measured = Bootstrap(run=run, critical=path, delays=delays, shift=shift, lab_peak_kb=lab_peak, facts=facts,
+                         time_scale=float(time_scale), control_planes=control_planes, workers=workers, forks=forks,
+                         artifacts=artifacts)
+    # Everything needed to look at the run again (python -m bench.timeline ARTIFACTS) without running it again.
+    with open(os.path.join(artifacts, 'bench-bootstrap.json'), 'w', encoding='utf-8') as handle:
+        json.dump({'summary': measured.summary(), 'shift': shift, 'delays': delays, 'facts': facts.as_dict(),
+                   'critical_path': path.as_dict()}, handle, indent=1, default=str)
+    print('   bootstrap %d+%d: %.1f s wall, critical path %.1f s, ratio %.2f (load %s -> %s)' % (
+        control_planes, workers, run.wall, path.length, measured.ratio or 0, run.load_before, run.load_after), flush=True)
+    _BOOTSTRAPS[key] = measured
+    return measured
+
+
+def option(options, name, default):
+    """An option of `python -m bench` if it was given, else the benchmark's default."""
+    value = getattr(options, name, None)
+    return default if value is None else value

@@ -1,0 +1,40 @@
+"""P1: the whole site.yml at 6 nodes (3 control planes, 3 workers), wall time against the critical path.
+
+A fresh lab (profile realistic, seeded, every delay times the time scale) and one `ansible-playbook site.yml`
+from nothing to the end of the gitops stage. The lab records every delay it imposed; bench.critical_path
+computes the longest chain of them that gate one another (VM boot -> Talos install and reboot -> etcd ->
+kubelet -> the CNI agent -> pods -> Flux reconciles in dependsOn order ...), the time an orchestrator without
+any overhead would have needed. Reported: the wall time, the critical path, their ratio (goal <= 1.10) and the
+difference (what the collection added, in seconds; at another time scale the ratio changes, this much less).
+"""
+
+from bench.common import Benchmark, Metric, bootstrap, option
+
+DEFAULT_TIME_SCALE = 0.5
+CONTROL_PLANES, WORKERS = 3, 3
+GOAL = 1.10
+
+
+def metrics_of(measured, label, goal):
+    """Wall, critical path, ratio and added seconds of one measured bootstrap."""
+    run, path = measured.run, measured.critical
+    detail = measured.summary()
+    ratio = measured.ratio
+    return [
+        Metric('%s: site.yml wall time' % label, round(run.wall, 2), 's'),
+        Metric('%s: critical path of the lab\'s delays' % label, round(path.length, 2), 's',
+               detail={'chain': path.summary()}),
+        Metric('%s: ratio wall / critical path' % label, round(ratio, 3) if ratio else None, '',
+               goal='<= %.2f' % goal, met=ratio is not None and ratio <= goal, detail=detail),
+        Metric('%s: added by the collection (wall - critical path)' % label, round(run.wall - path.length, 2), 's'),
+    ]
+
+
+def run(options):
+    time_scale = option(options, 'time_scale', DEFAULT_TIME_SCALE)
+    measured = bootstrap(CONTROL_PLANES, WORKERS, time_scale)
+    return metrics_of(measured, '6 nodes', GOAL)
+
+
+BENCHMARK = Benchmark('p1_bootstrap_ratio', 'P1 - full site.yml at 6 nodes: wall time / critical path',
+                      __doc__.strip(), run)
