@@ -9,6 +9,14 @@ package's TLS-configured connection pool and returns dicts. The gates want plain
 predicates are pure functions over dicts), not generated model objects, and this way one pool
 serves every probe of a module run.
 
+Loading is cheap for the common kubeconfigs: when the selected user has static credentials (client
+certificate and key, a token or token file, basic auth) and the cluster no proxy, the kubeconfig is read
+here and urllib3 is set up directly, without importing the `kubernetes` package (importing it costs about
+0.3 s of CPU, more than the rest of a gate's run; every gate task is a new process). Any other kubeconfig
+(exec or auth-provider credentials, impersonation, proxy-url, several files in KUBECONFIG) is loaded by the
+package, as before. Either way KubeClient.configuration gives a `kubernetes` Configuration for callers that
+need the full client (it is built on first use).
+
 Errors: connection refused/reset, timeouts, HTTP 429 and 5xx raise TransientApiError (a wait
 treats them as "not yet"); TLS verification failures, 401/403 and other 4xx raise ApiError
 (waiting does not fix them). 404 on a GET is "absent" (None), not an error.
@@ -28,6 +36,9 @@ import binascii
 import json
 import math
 import os
+import shutil
+import ssl
+import tempfile
 import threading
 import time
 import warnings
@@ -44,17 +55,40 @@ except ImportError:
 
 try:
     import urllib3
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
-    from kubernetes.config.config_exception import ConfigException
-    HAS_KUBERNETES = True
-    KUBERNETES_IMPORT_ERROR = None
+    HAS_URLLIB3 = True
+    URLLIB3_IMPORT_ERROR = None
 except ImportError as exc:
-    HAS_KUBERNETES = False
-    KUBERNETES_IMPORT_ERROR = exc
+    HAS_URLLIB3 = False
+    URLLIB3_IMPORT_ERROR = exc
 
-    class ConfigException(Exception):
-        """Stand-in so the except clauses below stay valid without the library."""
+try:
+    # Only to know whether it is there: the package itself is imported when a kubeconfig needs it.
+    import importlib.util
+    HAS_KUBERNETES = importlib.util.find_spec('kubernetes') is not None
+except (ImportError, ValueError):
+    HAS_KUBERNETES = False
+KUBERNETES_IMPORT_ERROR = None if HAS_KUBERNETES else 'No module named kubernetes'
+
+k8s_client = None  # pylint: disable=invalid-name
+k8s_config = None  # pylint: disable=invalid-name
+
+
+class ConfigException(Exception):
+    """Stand-in until the package is imported; _load_kubernetes() replaces it with the package's own."""
+
+
+def _load_kubernetes():
+    """Import the `kubernetes` package on first need (its import is slow)."""
+    global k8s_client, k8s_config, ConfigException  # pylint: disable=global-statement,invalid-name
+    if k8s_client is None:
+        try:
+            from kubernetes import client as package_client  # pylint: disable=import-outside-toplevel
+            from kubernetes import config as package_config  # pylint: disable=import-outside-toplevel
+            from kubernetes.config.config_exception import ConfigException as package_error  # pylint: disable=import-outside-toplevel
+        except ImportError as exc:
+            raise _errors.ValidationError('kubernetes', 'the kubernetes Python package is required (%s)' % exc)
+        k8s_client, k8s_config, ConfigException = package_client, package_config, package_error
+    return k8s_client, k8s_config
 
 SERVICE = 'Kubernetes API'
 
@@ -130,6 +164,176 @@ def parse_kubeconfig_content(content):
     return data
 
 
+# What a kubeconfig may hold for the loader here; anything else goes to the kubernetes package.
+STATIC_USER_KEYS = frozenset(('client-certificate', 'client-certificate-data', 'client-key', 'client-key-data', 'token',
+                              'tokenFile', 'username', 'password'))
+STATIC_CLUSTER_KEYS = frozenset(('server', 'certificate-authority', 'certificate-authority-data', 'insecure-skip-tls-verify',
+                                 'tls-server-name', 'extensions'))
+
+
+def _named(entries, name, what):
+    for entry in entries or ():
+        if isinstance(entry, dict) and entry.get('name') == name:
+            return entry.get(what) if isinstance(entry.get(what), dict) else {}
+    return None
+
+
+class StaticConfiguration(object):
+    """A kubeconfig with static credentials, read without the kubernetes package.
+
+    host, verify_ssl, ssl_ca_cert (a path) or ca_data (PEM text), cert/key (a path or PEM bytes each),
+    tls_server_name, and the Authorization header. kubernetes() gives the package's Configuration for the
+    same kubeconfig (for callers that need the full client).
+    """
+
+    def __init__(self, host, package_loader):
+        self.host = host
+        self.verify_ssl = True
+        self.ssl_ca_cert = None
+        self.ca_data = None
+        self.cert = None
+        self.key = None
+        self.tls_server_name = None
+        self.authorization = None
+        self._package_loader = package_loader
+        self._package = None
+
+    def auth_settings(self):
+        """As the package's Configuration.auth_settings(): what goes in the request headers."""
+        if not self.authorization:
+            return {}
+        return {'Authorization': {'in': 'header', 'key': 'authorization', 'value': self.authorization}}
+
+    def kubernetes(self):
+        """The kubernetes package's Configuration for the same kubeconfig and options."""
+        if self._package is None:
+            self._package = self._package_loader()
+        return self._package
+
+    def ssl_context(self):
+        """An SSLContext with the CA, verification and client certificate of this configuration."""
+        context = ssl.create_default_context()
+        if not self.verify_ssl:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        elif self.ssl_ca_cert:
+            context = ssl.create_default_context(cafile=self.ssl_ca_cert)
+        elif self.ca_data:
+            context = ssl.create_default_context(cadata=self.ca_data)
+        if self.cert and self.key:
+            _load_cert_chain(context, self.cert, self.key)
+        return context
+
+    def pool_manager(self):
+        if not self.host.startswith('https://'):
+            return urllib3.PoolManager()
+        options = {'ssl_context': self.ssl_context()}
+        if self.tls_server_name:
+            options.update(server_hostname=self.tls_server_name, assert_hostname=self.tls_server_name)
+        return urllib3.PoolManager(**options)
+
+
+def _load_cert_chain(context, cert, key):
+    """Load a client certificate and key given as paths or PEM bytes (bytes go through a private temp file that is
+    removed at once: ssl loads keys from files only)."""
+    folder = None
+    try:
+        if isinstance(cert, bytes) or isinstance(key, bytes):
+            folder = tempfile.mkdtemp(prefix='proxtalos-k8s-')
+            os.chmod(folder, 0o700)
+        paths = []
+        for name, value in (('client.crt', cert), ('client.key', key)):
+            if isinstance(value, bytes):
+                path = os.path.join(folder, name)
+                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(descriptor, 'wb') as handle:
+                    handle.write(value)
+                value = path
+            paths.append(value)
+        context.load_cert_chain(paths[0], paths[1])
+    except (ssl.SSLError, OSError) as exc:
+        raise _errors.ValidationError('kubeconfig', 'cannot load the client certificate and key of the kubeconfig user: %s'
+                                      % (exc.__class__.__name__,))
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _decode_data(value, field):
+    try:
+        return base64.b64decode(value, validate=False)
+    except (binascii.Error, ValueError, TypeError):
+        raise _errors.ValidationError(field, 'not valid base64')
+
+
+def static_configuration(data, base_dir, context, package_loader, field):
+    """A StaticConfiguration for the kubeconfig dict, or None when the kubernetes package must load it."""
+    contexts = data.get('contexts') or []
+    name = context or data.get('current-context')
+    selected = _named(contexts, name, 'context') if name else None
+    if not selected:
+        return None   # the package explains a missing context in its own words
+    cluster = _named(data.get('clusters'), selected.get('cluster'), 'cluster')
+    user = _named(data.get('users'), selected.get('user'), 'user') if selected.get('user') else {}
+    if not cluster or user is None or not cluster.get('server'):
+        return None
+    if set(cluster) - STATIC_CLUSTER_KEYS or set(user) - STATIC_USER_KEYS:
+        return None   # exec, auth-provider, impersonation, proxy-url ...
+
+    def path_of(value):
+        value = os.path.expanduser(str(value))
+        return value if os.path.isabs(value) or not base_dir else os.path.join(base_dir, value)
+    config = StaticConfiguration(str(cluster['server']).rstrip('/'), package_loader)
+    config.tls_server_name = cluster.get('tls-server-name')
+    if cluster.get('certificate-authority-data'):
+        config.ca_data = _decode_data(cluster['certificate-authority-data'], field).decode('ascii', 'replace')
+    elif cluster.get('certificate-authority'):
+        config.ssl_ca_cert = path_of(cluster['certificate-authority'])
+    if user.get('client-certificate-data'):
+        config.cert = _decode_data(user['client-certificate-data'], field)
+    elif user.get('client-certificate'):
+        config.cert = path_of(user['client-certificate'])
+    if user.get('client-key-data'):
+        config.key = _decode_data(user['client-key-data'], field)
+    elif user.get('client-key'):
+        config.key = path_of(user['client-key'])
+    token = user.get('token')
+    if not token and user.get('tokenFile'):
+        try:
+            with open(path_of(user['tokenFile']), encoding='utf-8') as handle:
+                token = handle.read().strip()
+        except OSError as exc:
+            raise _errors.ValidationError(field, 'cannot read the tokenFile of the kubeconfig user: %s' % exc.strerror)
+    if token:
+        config.authorization = 'Bearer %s' % token
+    elif user.get('username') and user.get('password'):
+        pair = ('%s:%s' % (user['username'], user['password'])).encode('utf-8')
+        config.authorization = 'Basic %s' % base64.b64encode(pair).decode('ascii')
+    return config
+
+
+def _package_configuration(data, path, context):
+    """The kubernetes package's Configuration for a kubeconfig dict (data) or file (path)."""
+    client_module, config_module = _load_kubernetes()
+    configuration = client_module.Configuration()
+    if data is not None:
+        config_module.load_kube_config_from_dict(data, context=context, client_configuration=configuration, persist_config=False)
+    else:
+        config_module.load_kube_config(config_file=path, context=context, client_configuration=configuration, persist_config=False)
+    return configuration
+
+
+def _kubeconfig_file(path):
+    """The one kubeconfig file to read (path, or $KUBECONFIG, or ~/.kube/config), or None when KUBECONFIG names
+    several files (the package merges them)."""
+    if path:
+        return path
+    listed = [p for p in os.environ.get('KUBECONFIG', '').split(os.pathsep) if p]
+    if len(listed) > 1:
+        return None
+    return os.path.expanduser(listed[0] if listed else '~/.kube/config')
+
+
 def build_client(params, module=None, warn=None):
     """A KubeClient from K8S_AUTH_SPEC parameters.
 
@@ -137,48 +341,72 @@ def build_client(params, module=None, warn=None):
     ca_path, api_timeout. module: used to register secrets found in kubeconfig content.
     warn: callable(text) for the TLS-verification-off warning (module.warn).
     """
-    if not HAS_KUBERNETES:
-        raise _errors.ValidationError('kubernetes', 'the kubernetes Python package is required (%s)' % KUBERNETES_IMPORT_ERROR)
+    if not HAS_URLLIB3:
+        raise _errors.ValidationError('kubernetes', 'the urllib3 Python package is required (%s)' % URLLIB3_IMPORT_ERROR)
     path = params.get('kubeconfig')
     content = params.get('kubeconfig_content')
     context = params.get('context')
     if path and content:
         raise _errors.ValidationError('kubeconfig', 'give either kubeconfig (a path) or kubeconfig_content, not both')
-    configuration = k8s_client.Configuration()
-    try:
-        if content:
-            data = parse_kubeconfig_content(content)
-            if module is not None:
-                _secrets.register(module, *kubeconfig_secrets(data))
-            k8s_config.load_kube_config_from_dict(data, context=context, client_configuration=configuration,
-                                                  persist_config=False)
-        else:
-            if path:
-                path = os.path.expanduser(path)
-                if not os.path.isfile(path):
-                    raise _errors.ValidationError('kubeconfig', 'no such file: %s' % path)
-            k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration,
-                                        persist_config=False)
-    except ConfigException as exc:
-        text = str(exc)
-        field = 'context' if context and 'context' in text.lower() else ('kubeconfig_content' if content else 'kubeconfig')
-        raise _errors.ValidationError(field, text)
-    except (OSError, ValueError, TypeError) as exc:
-        raise _errors.ValidationError('kubeconfig_content' if content else 'kubeconfig',
-                                      'cannot load: %s' % (exc.__class__.__name__ if content else exc))
+    field = 'kubeconfig_content' if content else 'kubeconfig'
     ca_path = params.get('ca_path')
     if ca_path:
         ca_path = os.path.expanduser(ca_path)
         if not os.path.isfile(ca_path):
             raise _errors.ValidationError('ca_path', 'no such file: %s' % ca_path)
-        configuration.ssl_ca_cert = ca_path
-    validate = params.get('validate_certs', True)
-    configuration.verify_ssl = bool(validate)
+    validate = bool(params.get('validate_certs', True))
+
+    data, file_path, base_dir = None, None, None
+    if content:
+        data = parse_kubeconfig_content(content)
+        if module is not None:
+            _secrets.register(module, *kubeconfig_secrets(data))
+    else:
+        if path:
+            path = os.path.expanduser(path)
+            if not os.path.isfile(path):
+                raise _errors.ValidationError('kubeconfig', 'no such file: %s' % path)
+        file_path = _kubeconfig_file(path)
+
+    def package_loader():
+        try:
+            configuration = _package_configuration(data, path if data is None else None, context)
+        except ConfigException as exc:
+            text = str(exc)
+            raise _errors.ValidationError('context' if context and 'context' in text.lower() else field, text)
+        except (OSError, ValueError, TypeError) as exc:
+            raise _errors.ValidationError(field, 'cannot load: %s' % (exc.__class__.__name__ if content else exc))
+        if ca_path:
+            configuration.ssl_ca_cert = ca_path
+        configuration.verify_ssl = validate
+        configuration.retries = False
+        return configuration
+
+    configuration = None
+    if file_path is not None and HAS_YAML and os.path.isfile(file_path):
+        base_dir = os.path.dirname(os.path.abspath(file_path))
+        try:
+            with open(file_path, encoding='utf-8') as handle:
+                data_from_file = yaml.safe_load(handle) if HAS_YAML else None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise _errors.ValidationError('kubeconfig', 'cannot load: %s' % exc.__class__.__name__)
+        if isinstance(data_from_file, dict):
+            configuration = static_configuration(data_from_file, base_dir, context, package_loader, field)
+    elif data is not None:
+        configuration = static_configuration(data, None, context, package_loader, field)
+    if configuration is not None:
+        if ca_path:
+            configuration.ssl_ca_cert, configuration.ca_data = ca_path, None
+        configuration.verify_ssl = validate
+    else:
+        if not HAS_KUBERNETES:
+            raise _errors.ValidationError('kubernetes', 'the kubernetes Python package is required to load this kubeconfig (%s)'
+                                          % KUBERNETES_IMPORT_ERROR)
+        configuration = package_loader()
     if not validate:
         if warn is not None:
             warn('validate_certs=false: the certificate of the Kubernetes API at %s is not verified' % configuration.host)
         warnings.filterwarnings('ignore', category=urllib3.exceptions.InsecureRequestWarning)
-    configuration.retries = False
     return KubeClient(configuration, timeout=params.get('api_timeout') or 10.0)
 
 
@@ -186,13 +414,17 @@ class KubeClient(object):
     """Read-only GETs returning JSON dicts, over one connection pool."""
 
     def __init__(self, configuration, timeout=10.0, clock=time.monotonic):
-        self.configuration = configuration
+        self._configuration = configuration
         self.host = configuration.host.rstrip('/')
         self.timeout = float(timeout)
         self.deadline = None  # an _wait.Deadline; requests never outlive it by more than 1 s
         self.clock = clock
         self.requests = 0
-        self._pool = k8s_client.ApiClient(configuration).rest_client.pool_manager
+        if isinstance(configuration, StaticConfiguration):
+            self._pool = configuration.pool_manager()
+        else:
+            client_module = _load_kubernetes()[0]
+            self._pool = client_module.ApiClient(configuration).rest_client.pool_manager
         self._resources = dict(KNOWN_RESOURCES)
         self._reads = {}  # (collection path, label selector, field selector) -> resourceVersion
         # A wake-up never comes sooner than max(min_pause, seconds / 10) after the sleep starts,
@@ -200,11 +432,18 @@ class KubeClient(object):
         self.min_pause = 0.02
         self.wakeups = 0
 
+    @property
+    def configuration(self):
+        """The kubernetes package's Configuration (imports the package when the kubeconfig was read here)."""
+        if isinstance(self._configuration, StaticConfiguration):
+            return self._configuration.kubernetes()
+        return self._configuration
+
     # --- transport ------------------------------------------------------------------------
 
     def _headers(self):
         headers = {'Accept': 'application/json', 'User-Agent': 'proxtalos.cluster/k8s_gate'}
-        for setting in self.configuration.auth_settings().values():
+        for setting in self._configuration.auth_settings().values():
             if setting.get('in') == 'header' and setting.get('value'):
                 headers[setting['key']] = setting['value']
         return headers

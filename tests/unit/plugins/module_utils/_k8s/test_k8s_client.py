@@ -398,3 +398,83 @@ def test_insecure_skip_in_kubeconfig_does_not_turn_verification_off(tls_api):
 def test_api_path():
     assert k8s_client.api_path('v1', 'pods', 'kube-system', 'a') == '/api/v1/namespaces/kube-system/pods/a'
     assert k8s_client.api_path('apps/v1', 'daemonsets') == '/apis/apps/v1/daemonsets'
+
+
+# --- static kubeconfigs are read without the kubernetes package ------------------------------------
+
+def test_a_static_kubeconfig_does_not_import_the_kubernetes_package(tmp_path, api):
+    """Importing kubernetes costs more CPU than a gate's whole probe; a token/cert kubeconfig does not need it."""
+    api.routes['/readyz'] = (200, 'ok')
+    path = tmp_path / 'kubeconfig'
+    path.write_text(yaml.safe_dump(_kubeconfig(api.url)))
+    script = ('import sys; from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import client as c; '
+              'k = c.build_client({"kubeconfig": sys.argv[1]}); print(k.readyz()[0], "kubernetes" in sys.modules)')
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(root, '.collections'), root]))
+    done = subprocess.run([sys.executable, '-c', script, str(path)], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ['200', 'False']
+
+
+def test_token_file_is_read_relative_to_the_kubeconfig(tmp_path, api):
+    api.routes['/api/v1/nodes'] = (200, {'kind': 'NodeList', 'items': []})
+    (tmp_path / 'token').write_text(TOKEN + '\n')
+    path = tmp_path / 'kubeconfig'
+    path.write_text(yaml.safe_dump(_kubeconfig(api.url, user={'tokenFile': 'token'})))
+    k8s_client.build_client({'kubeconfig': str(path)}).list('v1', 'Node')
+    assert api.seen[-1]['authorization'] == 'Bearer %s' % TOKEN
+
+
+def test_basic_auth_header(api):
+    api.routes['/api/v1/nodes'] = (200, {'kind': 'NodeList', 'items': []})
+    _client(api, kubeconfig_content=_kubeconfig(api.url, user={'username': 'admin', 'password': 's3cret'})).list('v1', 'Node')
+    assert api.seen[-1]['authorization'] == 'Basic %s' % base64.b64encode(b'admin:s3cret').decode()
+
+
+def test_exec_credentials_go_to_the_kubernetes_package(api):
+    user = {'exec': {'apiVersion': 'client.authentication.k8s.io/v1', 'command': 'true'}}
+    client = _client(api, kubeconfig_content=_kubeconfig(api.url, user=user))
+    assert not isinstance(client._configuration, k8s_client.StaticConfiguration)  # pylint: disable=protected-access
+    assert client.host == api.url
+
+
+def test_configuration_of_a_static_client_is_the_packages(api):
+    client = _client(api)
+    assert isinstance(client._configuration, k8s_client.StaticConfiguration)  # pylint: disable=protected-access
+    configuration = client.configuration
+    assert configuration.host == api.url
+    assert [v['value'] for v in configuration.auth_settings().values()] == ['Bearer %s' % TOKEN]
+
+
+def test_client_certificate_data_is_presented(tmp_path):
+    """mTLS as in a Talos admin kubeconfig: the server requires a client certificate signed by its CA."""
+    server_context, server_pem, _server_path = _self_signed(tmp_path)
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, 'admin')])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    client_cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(client_key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+                   .not_valid_after(now + datetime.timedelta(days=1)).sign(client_key, hashes.SHA256()))
+    client_pem = client_cert.public_bytes(serialization.Encoding.PEM)
+    server_context.verify_mode = ssl.CERT_REQUIRED
+    server_context.load_verify_locations(cadata=client_pem.decode())
+    canned = CannedApi()
+    canned.routes['/readyz'] = (200, 'ok')
+    server = _serve(canned, server_context)
+    try:
+        url = 'https://127.0.0.1:%d' % server.server_address[1]
+        key_pem = client_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption())
+        user = {'client-certificate-data': base64.b64encode(client_pem).decode(),
+                'client-key-data': base64.b64encode(key_pem).decode()}
+        client = k8s_client.build_client({'kubeconfig_content': _kubeconfig(url, server_pem, user=user)})
+        assert client.readyz() == (200, 'ok')
+        without = k8s_client.build_client({'kubeconfig_content': _kubeconfig(url, server_pem, user={'token': TOKEN})})
+        with pytest.raises(_errors.ProxtalosError):
+            without.readyz()
+    finally:
+        server.shutdown()
+        server.server_close()
