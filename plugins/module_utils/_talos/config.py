@@ -37,12 +37,8 @@ try:
 except ImportError:  # pragma: no cover - Python 2 is not supported by the collection
     from urlparse import urlsplit  # type: ignore
 
-try:
-    import jsonschema
-    HAS_JSONSCHEMA = True
-except ImportError:  # pragma: no cover - jsonschema is a test dependency only
-    jsonschema = None
-    HAS_JSONSCHEMA = False
+# jsonschema (a test dependency) is imported by schema_problems() only: every module that renders or applies a
+# config imports this file, and importing jsonschema costs more CPU than the rendering.
 
 
 SUPPORTED_CONTRACTS = ('1.12', '1.13')
@@ -801,8 +797,8 @@ def schema_problems(documents, schema, contract):
     schema: the parsed Talos config.schema.json of the contract's release. The v1alpha1
     document is checked without its nodoc keys (see NODOC_PATHS). Needs jsonschema.
     """
-    if not HAS_JSONSCHEMA:
-        raise ImportError('jsonschema is required for schema checks')
+    # Without jsonschema this raises ImportError, which says what is missing.
+    import jsonschema  # pylint: disable=import-outside-toplevel
     if isinstance(documents, (str, bytes)):
         documents = parse_machine_config(documents)
     problems = []
