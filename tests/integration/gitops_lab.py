@@ -102,19 +102,19 @@ class GitopsCluster(object):
     def secrets(self):
         return os.path.join(self.inventory, 'secrets')
 
-    def playbook(self, playbook, *args, timeout=900):
+    def playbook(self, playbook, *args, timeout=900, env=None):
         tools = [os.path.join(ROOT, '.venv', 'bin'), os.path.join(ROOT, '.tools', 'bin')]  # as the Makefile runs them (helm, kubectl)
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_STDOUT_CALLBACK='ansible.posix.json',
                    ANSIBLE_LOCALHOST_WARNING='false', ANSIBLE_INVENTORY_UNPARSED_WARNING='false',
                    PATH=os.pathsep.join(tools + [os.environ.get('PATH', '')]),
                    # temp folders of our own: other ansible runs on the machine must not clean ours away
                    ANSIBLE_REMOTE_TMP=os.path.join(self.folder, 'ansible-remote-tmp'),
-                   ANSIBLE_LOCAL_TEMP=os.path.join(self.folder, 'ansible-local-tmp'))
+                   ANSIBLE_LOCAL_TEMP=os.path.join(self.folder, 'ansible-local-tmp'), **(env or {}))
         command = [PLAYBOOK_BIN, playbook, '-i', self.inventory, '-e', 'proxtalos_artifacts_dir=%s' % self.artifacts] + list(args)
         return Run(subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout, check=False))
 
-    def site(self, *args, timeout=900):
-        return self.playbook(SITE, *args, timeout=timeout)
+    def site(self, *args, timeout=900, env=None):
+        return self.playbook(SITE, *args, timeout=timeout, env=env)
 
     def tasks(self, name, tasks, *args):
         """Run a one-play playbook of tasks on localhost with this inventory's variables."""

@@ -83,3 +83,31 @@ def test_a_controller_on_another_key_is_caught_and_the_stage_repairs_it(gitops_c
     assert run.rc == 0, run.explain()
     labels = core.read_namespaced_secret(generated, 'kube-system').metadata.labels
     assert labels[KEY_LABEL] == 'compromised'
+
+
+def test_with_a_vault_password_the_key_is_kept_encrypted_and_still_reaches_the_cluster(gitops_cluster, tmp_path):
+    """ansible-playbook --vault-password-file (here its environment form): the kept key is an Ansible Vault envelope."""
+    assert gitops_cluster.first.rc == 0, gitops_cluster.first.explain()
+    password_file = tmp_path / 'vault-pass'
+    password_file.write_text('correct horse battery staple\n')
+    kept = tmp_path / 'secrets'
+    args = ('--tags', 'sealed_secrets', '-e', 'sealed_secrets_dir=%s' % kept, '-e', 'sealed_secrets_secret_name=vault-test-key')
+    core = client.CoreV1Api(gitops_cluster.api())
+    try:
+        run = gitops_cluster.site(*args, env={'ANSIBLE_VAULT_PASSWORD_FILE': str(password_file)})
+        assert run.rc == 0, run.explain()
+        key_file = (kept / 'sealed-secrets.key').read_bytes()
+        assert key_file.startswith(b'$ANSIBLE_VAULT;1.1;AES256') and oct((kept / 'sealed-secrets.key').stat().st_mode & 0o777) == '0o600'
+        secret = core.read_namespaced_secret('vault-test-key', 'kube-system')
+        assert base64.b64decode(secret.data['tls.key']).startswith(b'-----BEGIN RSA PRIVATE KEY-----')
+        assert base64.b64decode(secret.data['tls.crt']) == (kept / 'sealed-secrets.crt').read_bytes()
+        again = gitops_cluster.site(*args, env={'ANSIBLE_VAULT_PASSWORD_FILE': str(password_file)})
+        assert again.rc == 0 and set(again.changed().values()) == {0}, again.explain()
+        refused = gitops_cluster.site(*args)
+        assert refused.rc != 0
+        assert 'is vault-encrypted; give vault_password or vault_password_file' in refused.failures()[0][1]
+    finally:
+        try:
+            core.delete_namespaced_secret('vault-test-key', 'kube-system')
+        except ApiException:
+            pass
