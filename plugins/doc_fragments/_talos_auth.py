@@ -13,7 +13,8 @@ options:
     description:
       - Path to a talosconfig file (the one P(proxtalos.cluster.talos_config#module) writes, or talosctl's).
       - Its client certificate, key and OS CA are used for mutual TLS with the node's apid.
-      - Not needed to talk to a node in maintenance mode, which serves TLS without client certificates.
+      - Not needed to talk to a node in maintenance mode, which serves TLS without client certificates. A path
+        where no file exists yet counts as not set (the task fails naming it when mutual TLS is needed).
       - Uses the E(TALOSCONFIG) environment variable if not set.
       - Mutually exclusive with O(talosconfig_content).
     type: path

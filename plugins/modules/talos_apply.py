@@ -271,8 +271,7 @@ def main():
         if params['try_timeout'] is not None and params['mode'] != 'try':
             raise ValidationError('try_timeout', 'is only used with mode=try')
         credentials = session.load_credentials(params, module)
-        node_session = session.NodeSession(params['node'], port=params['port'], api_timeout=params['api_timeout'],
-                                           credentials=credentials)
+        node_session = session.NodeSession.from_params(params, credentials)
         result['node'] = node_session.name
         deadline, interval = session.deadline_for(params)
         applier = Applier(module, node_session, data, deadline, interval)

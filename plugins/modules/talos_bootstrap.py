@@ -225,10 +225,8 @@ def main():
         if len(set(nodes)) != len(nodes):
             raise ValidationError('nodes', 'lists an address twice')
         credentials = session.load_credentials(params, module)
-        if credentials is None:
-            raise ValidationError('talosconfig', 'is required: Bootstrap and the etcd checks need mutual TLS (os:admin)')
-        sessions = [(node, session.NodeSession(node, port=params['port'], api_timeout=params['api_timeout'],
-                                               credentials=credentials, field='nodes')) for node in nodes]
+        sessions = [(node, session.NodeSession.from_params(params, credentials, host=node, field='nodes')) for node in nodes]
+        sessions[0][1].require_credentials('is asked about etcd and bootstrapped with os:admin rights')
         deadline, interval = session.deadline_for(params)
 
         observations = ask_cluster(sessions, deadline, interval)

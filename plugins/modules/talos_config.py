@@ -35,6 +35,8 @@ attributes:
     details:
       - Renders and compares, writes nothing. In check mode a talosconfig that does not exist yet would get a new
         certificate, which is not made.
+      - When the secrets bundle does not exist yet (a first run in check mode), every file is predicted as written,
+        with a warning, and there is no diff.
   diff_mode:
     support: full
     details:
@@ -328,9 +330,17 @@ def main():
     try:
         password = files.vault_password(params, module.run_command)
         _secrets.register(module, password)
-        bundle = read_bundle(params, password)
-        _secrets.register(module, *bundle.secret_values())
-        decision = plan(params, bundle)
+        if module.check_mode and not os.path.exists(params['secrets_path']):
+            # First run in check mode: the secrets task only predicted the bundle. Everything would be written.
+            module.warn('%s does not exist yet (check mode): the files would be rendered from the bundle the secrets task '
+                        'writes' % params['secrets_path'])
+            decision = dict(writes=[(path, None) for path in (params['dest'], params['talosconfig_dest']) if path],
+                            config_changed=bool(params['dest']), talosconfig_changed=bool(params['talosconfig_dest']),
+                            reused=False, diffs=[], secrets=[], config_sha256='')
+        else:
+            bundle = read_bundle(params, password)
+            _secrets.register(module, *bundle.secret_values())
+            decision = plan(params, bundle)
         _secrets.register(module, *decision['secrets'])
         changed = bool(decision['writes'])
         if changed and not module.check_mode:

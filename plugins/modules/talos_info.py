@@ -209,8 +209,7 @@ def main():
                   etcd={'members': [], 'error': None}, elapsed=0.0)
     try:
         credentials = session.load_credentials(params, module)
-        node_session = session.NodeSession(params['node'], port=params['port'], api_timeout=params['api_timeout'],
-                                           credentials=credentials)
+        node_session = session.NodeSession.from_params(params, credentials)
         result['node'] = node_session.name
         deadline, interval = session.deadline_for(params)
         mode = node_session.wait_reachable(deadline, interval)

@@ -240,8 +240,7 @@ def main():
         if params['renew_before_days'] < 0:
             raise ValidationError('renew_before_days', 'must be zero or more days')
         credentials = session.load_credentials(params, module)
-        node_session = session.NodeSession(params['node'], port=params['port'], api_timeout=params['api_timeout'],
-                                           credentials=credentials)
+        node_session = session.NodeSession.from_params(params, credentials)
         node_session.require_credentials('serves the kubeconfig to os:admin only')
         deadline, interval = session.deadline_for(params)
 

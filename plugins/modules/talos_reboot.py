@@ -149,8 +149,7 @@ def main():
     result = dict(changed=True, node='', boot_before='', boot_after='', actor_id='', elapsed=0.0)
     try:
         credentials = session.load_credentials(params, module)
-        node_session = session.NodeSession(params['node'], port=params['port'], api_timeout=params['api_timeout'],
-                                           credentials=credentials)
+        node_session = session.NodeSession.from_params(params, credentials)
         node_session.require_credentials('is rebooted through its API with os:admin rights')
         result['node'] = node_session.name
         deadline, interval = session.deadline_for(params)

@@ -18,6 +18,8 @@ what tells a maintenance node from a configured one.
 
 from __future__ import annotations
 
+import os
+
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _secrets, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError, WaitTimeout
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client as talos_client
@@ -51,7 +53,9 @@ def talosconfig_text(params):
             raise ValidationError('talosconfig_content', 'must be YAML text or a mapping, got %s' % type(content).__name__)
         return content
     path = params.get('talosconfig')
-    if not path:
+    if not path or not os.path.exists(path):
+        # Not written yet (a first run, check mode): fine for nodes in maintenance mode;
+        # NodeSession.require_credentials names the path when mTLS is needed.
         return None
     try:
         with open(path, 'r', encoding='utf-8') as handle:
@@ -77,7 +81,7 @@ class NodeSession(object):
     """One Talos node as a module talks to it."""
 
     def __init__(self, host, port=talos_client.DEFAULT_PORT, api_timeout=talos_client.DEFAULT_TIMEOUT, credentials=None,
-                 field='node'):
+                 field='node', talosconfig_path=None):
         if not host or not isinstance(host, str):
             raise ValidationError(field, 'the node address is required')
         if api_timeout is None or api_timeout <= 0:
@@ -87,12 +91,20 @@ class NodeSession(object):
         self.api_timeout = api_timeout
         self.credentials = credentials
         self.field = field
+        self.talosconfig_path = talosconfig_path
         self.name = '%s:%d' % (host, port)
+
+    @classmethod
+    def from_params(cls, params, credentials, host=None, field='node'):
+        """A session for params[field] (or host) with the TALOS_AUTH_SPEC options."""
+        return cls(host if host is not None else params[field], port=params['port'], api_timeout=params['api_timeout'],
+                   credentials=credentials, field=field, talosconfig_path=params.get('talosconfig'))
 
     def require_credentials(self, why):
         if self.credentials is None:
-            raise ValidationError('talosconfig', 'is required: talos node %s %s, and only mutual TLS with a talosconfig '
-                                                 'client certificate reaches it' % (self.name, why))
+            missing = ' (there is no file at %s yet)' % self.talosconfig_path if self.talosconfig_path else ''
+            raise ValidationError('talosconfig', 'is required%s: talos node %s %s, and only mutual TLS with a talosconfig '
+                                                 'client certificate reaches it' % (missing, self.name, why))
 
     def client(self, insecure=False):
         """A new TalosClient (use it as a context manager)."""

@@ -137,3 +137,16 @@ def test_bad_options_name_the_field(capsys, monkeypatch, talosconfig):
     del from_file['config']
     result, _out = run_module(talos_apply, capsys, **from_file)
     assert result['failed'] is True and result['field'] == 'config_path'
+
+
+def test_maintenance_check_mode_needs_no_talosconfig_file_yet(capsys, monkeypatch, talosconfig, tmp_path):
+    node = FakeNode('10.5.0.21', mode='maintenance', control_plane=False)
+    FakeCluster(node).install(monkeypatch)
+    values = args(talosconfig)
+    del values['talosconfig_content']
+    values['talosconfig'] = str(tmp_path / 'talosconfig')
+    result, _out = run_module(talos_apply, capsys, _ansible_check_mode=True, **values)
+    assert result['changed'] is True and result['node_mode'] == 'maintenance' and real_applies(node) == []
+    # For real, the wait after the apply needs mTLS: the missing file is named.
+    result, _out = run_module(talos_apply, capsys, **values)
+    assert result['failed'] is True and result['field'] == 'talosconfig' and str(tmp_path / 'talosconfig') in result['msg']

@@ -120,3 +120,13 @@ def test_talosconfig_usable_and_stable(capsys, secrets_path, tmp_path, bundle):
     assert moved['changed'] is True and moved['client_certificate_reused'] is True
     assert '10.5.0.12' in moved['diff']['before'] and '10.5.0.12' not in moved['diff']['after']
     assert parsed.key_pem_talos.decode() not in moved['diff']['after']
+
+
+def test_check_mode_before_the_bundle_exists_predicts_the_writes(capsys, tmp_path):
+    dest = str(tmp_path / 'cp.yaml')
+    result, _out = run_module(talos_config, capsys, _ansible_check_mode=True,
+                              **node_args(str(tmp_path / 'secrets' / 'not-yet.yaml'), dest))
+    assert result['changed'] is True and result['config_changed'] is True and not os.path.exists(dest)
+    assert 'does not exist yet' in str(result['warnings'])
+    result, _out = run_module(talos_config, capsys, **node_args(str(tmp_path / 'secrets' / 'not-yet.yaml'), dest))
+    assert result['failed'] is True and result['field'] == 'secrets_path'

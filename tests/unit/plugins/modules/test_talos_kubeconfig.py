@@ -29,7 +29,8 @@ class KubeconfigIssuer(object):
     def __call__(self):
         crt, key = pki.new_client_certificate(self.ca_crt, self.ca_key, validity=self.validity)
         self.keys.append(key)
-        b64 = lambda pem: base64.b64encode(pem).decode('ascii')  # noqa: E731
+        def b64(pem):
+            return base64.b64encode(pem).decode('ascii')
         document = {
             'apiVersion': 'v1', 'kind': 'Config',
             'clusters': [{'name': 'demo', 'cluster': {'server': 'https://10.5.0.10:6443', 'certificate-authority-data': b64(self.ca_crt)}}],
