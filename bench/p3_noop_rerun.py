@@ -39,8 +39,8 @@ def run(options):
     finally:
         lab.stop()
     changed = second.changed
-    print('   no-op re-run: %.1f s, changed %d (load %s -> %s)' % (second.wall, changed, second.load_before,
-                                                                 second.load_after), flush=True)
+    print('   no-op re-run: %.1f s, changed %d (load %s -> %s)'
+          % (second.wall, changed, second.load_before, second.load_after), flush=True)
     detail = second.summary()
     detail['changed_tasks'] = changed_tasks(second.log)
     detail['first_run'] = first.summary()

@@ -90,6 +90,7 @@ def _load_kubernetes():
         k8s_client, k8s_config, ConfigException = package_client, package_config, package_error
     return k8s_client, k8s_config
 
+
 SERVICE = 'Kubernetes API'
 
 # Kinds the gates read, so they need no discovery: (apiVersion, kind) -> (plural, namespaced).

@@ -177,8 +177,8 @@ def test_facts_from_objects_maps_pods_to_workloads_through_replicasets():
                                replicasets, workloads, kustomizations, [{'name': 'web', 'namespace': 'app', 'needs': ['ops/op']}])
     assert found.pods['app/web-abc-1'] == {'node': 'w-1', 'host_network': False, 'labels': {'a': 'b'}, 'workload': 'Deployment/app/web'}
     assert found.pods['kube-system/cilium-x']['workload'] == 'DaemonSet/kube-system/cilium'
-    assert found.kustomizations['flux-system/apps'] == {'depends_on': ['flux-system/infra'], 'source': 'flux-system/flux-system',
-                                                       'labels': {}}
+    assert found.kustomizations['flux-system/apps'] == {
+        'depends_on': ['flux-system/infra'], 'source': 'flux-system/flux-system', 'labels': {}}
     assert found.releases == {'app/web': {'needs': ['ops/op']}}
     assert found.vmids == {'cp-1': 11}
     assert found.control_planes == ['cp-1'] and found.workers == ['w-1']
