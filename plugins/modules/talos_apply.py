@@ -303,6 +303,9 @@ def main():
                 result['diff'] = {'before': '', 'after': ''}
 
         if changed and not module.check_mode:
+            if params['wait']:
+                # Checked before applying: verifying the node afterwards needs mTLS.
+                node_session.require_credentials('is checked over mutual TLS after the apply')
             if not maintenance and params['wait']:
                 previous_boot = applier.boot_marker()
             else:
@@ -314,8 +317,6 @@ def main():
             result['warnings_from_talos'] = list(reply['warnings'])
             rebooting = maintenance or applied == 'reboot'
             if params['wait'] and applied != 'staged':
-                if node_session.credentials is None:
-                    node_session.require_credentials('is checked over mutual TLS after the apply')
                 applier.wait_applied(previous_boot if rebooting else None)
                 result['verified'] = True
                 result['rebooted'] = rebooting

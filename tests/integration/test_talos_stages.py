@@ -168,6 +168,8 @@ def test_maintenance_to_kubeconfig_then_rerun_unchanged(converged):
 
     again = workspace.run('--tags', STAGES)
     assert again.rc == 0 and again.changed == 0, again.describe()
+    checked = workspace.run('--tags', STAGES, '--check', '--diff')
+    assert checked.rc == 0 and checked.changed == 0, checked.describe()
     with open(workspace.secrets_path, 'rb') as handle:
         assert handle.read() == envelope
 

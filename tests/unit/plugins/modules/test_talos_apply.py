@@ -150,3 +150,4 @@ def test_maintenance_check_mode_needs_no_talosconfig_file_yet(capsys, monkeypatc
     # For real, the wait after the apply needs mTLS: the missing file is named.
     result, _out = run_module(talos_apply, capsys, **values)
     assert result['failed'] is True and result['field'] == 'talosconfig' and str(tmp_path / 'talosconfig') in result['msg']
+    assert real_applies(node) == []
