@@ -9,7 +9,7 @@ depends on: the kinds its stage waits for (below), and
 - a gate without a target (the per-node gates: VM address, Talos API, Talos services) only its own node's
   delays (vm_boot, talos_install_reboot, etcd_join, kubelet_start ... whose target is the gate's host);
 - a gate whose target names a namespace (`pods ... in namespace X`, `Deployment X/name`) only the readiness of
-  pods in X.
+  pods in X; one that names a Flux object (`GitRepository ns/name`) only that object's fetch or reconcile.
 Its condition became true when the last of those delays ended; the latency is the gate task's end minus that
 moment: the poll interval, the module's own time and Ansible's result handling. Gates during which no such
 delay ended found their condition already true (they are counted and their task time is reported apart).
@@ -38,6 +38,7 @@ STAGE_KINDS = {
 }
 NAMESPACE_PATTERNS = (re.compile(r'\bin namespace ([a-z0-9-]+)'),
                       re.compile(r'\b(?:Deployment|DaemonSet|StatefulSet) ([a-z0-9-]+)/[a-z0-9.-]+'))
+FLUX_OBJECT = re.compile(r'\b(GitRepository|Kustomization|FluxInstance) ([a-z0-9-]+/[a-z0-9.-]+)')
 
 
 def percentile(values, fraction):
@@ -65,9 +66,12 @@ def condition_moment(gate, ends):
     """
     kinds = STAGE_KINDS.get(gate.get('stage'))
     namespace = gate_namespace(gate)
+    flux_object = FLUX_OBJECT.search(gate.get('target') or '')
     found = None
     for end, kind, target in ends:
         if not gate['start'] <= end <= gate['end']:
+            continue
+        if flux_object and target != '%s/%s' % flux_object.groups():
             continue
         if kinds is not None and kind not in kinds:
             continue

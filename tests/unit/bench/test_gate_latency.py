@@ -35,6 +35,13 @@ def test_a_gate_naming_a_namespace_waits_only_for_pods_there():
     assert p4.condition_moment(deployment_gate, ENDS)[2] == 'pod/podinfo/web-1'
 
 
+def test_a_gate_naming_a_flux_object_waits_only_for_it():
+    source_gate = gate('flux', 'cp-1', 1.0, 40.0, target='GitRepository flux-system/flux-system')
+    assert p4.condition_moment(source_gate, ENDS)[1:] == ('flux_git_fetch', 'GitRepository/flux-system/flux-system')
+    other = gate('flux', 'cp-1', 1.0, 40.0, target='GitRepository flux-system/other')
+    assert p4.condition_moment(other, ENDS) is None
+
+
 def test_percentile_by_nearest_rank():
     values = [float(v) for v in range(1, 21)]
     assert p4.percentile(values, 0.95) == 19.0
