@@ -17,6 +17,7 @@ TOOLS := $(ROOT)/.tools
 COLLECTION_LINK := $(ROOT)/.collections/ansible_collections/proxtalos/cluster
 SANITY_ROOT ?= $(ROOT)/.collections/sanity/ansible_collections/proxtalos/cluster
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 INVENTORY ?= inventories/lab
 LAB_ARGS ?= --control-planes 3 --workers 3
 
@@ -100,8 +101,9 @@ lab-up: setup
 lab-down: setup
 	$(PY) -m lab down
 
+# make bench BENCH_ARGS="--only P1,P3 --scale 0.5" (python -m bench --help lists the options)
 bench: setup
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_ARGS)
 
 ## --- code generation ---------------------------------------------------------------------------
 
