@@ -151,12 +151,12 @@ def test_flux_gate_passes_on_a_ready_tree_and_names_the_blocker(lab, capsys):
     lab.reconcile('proxmox-csi')
     lab.wait_condition('proxmox-csi', 'DependencyNotReady')
     code, result, out = run(flux_gate, dict(args, wait_timeout=1), capsys)
-    assert code == 1 and result['blockers'][0]['name'] == 'flux-system/proxmox-ccm'
-    assert result['blockers'][0]['blocks'] == ['flux-system/proxmox-csi']
+    assert code == 1 and result['blockers'][0]['name'] == 'flux-system/proxmox-ccm', result['msg']
+    assert result['blockers'][0]['blocks'] == ['flux-system/proxmox-csi'], result['msg']
     assert "- flux-system/proxmox-csi waits on flux-system/proxmox-ccm (Ready=False DependencyNotReady: dependency " \
            "'flux-system/proxmox-ccm' is not ready)" in result['msg']
     code, result, out = run(flux_gate, args, capsys, check_mode=True)
-    assert code == 1 and result['attempts'] == 1 and result['changed'] is False
+    assert code == 1 and result['attempts'] == 1 and result['changed'] is False, result.get('msg')
     code, result, out = run(flux_gate, dict(args, names=['apps']), capsys, check_mode=True)
     assert result['kustomizations'][0]['name'] == 'flux-system/cert-manager'
 
