@@ -100,7 +100,8 @@ class PlaybookRun(object):
         for stage_tag, name, host, result, event in self.results():
             if event not in ('v2_runner_on_failed', 'v2_runner_on_unreachable') or result.get('ignore_errors'):
                 continue
-            items = [str(item.get('msg')) for item in result.get('results') or [] if item.get('failed') and item.get('msg')]
+            # failed loop items carry their own msg (the callback drops their `failed` flag; ok items have no msg)
+            items = [str(item.get('msg')) for item in result.get('results') or [] if item.get('msg')]
             out.append((stage_tag, name, host, '\n'.join(items) if items else str(result.get('msg', ''))))
         return out
 
@@ -169,6 +170,44 @@ def task_results(events):
     return out
 
 
+def _children():
+    """{parent pid: [child pids]} of every process, from /proc."""
+    tree = {}
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open('/proc/%s/stat' % entry, encoding='ascii', errors='replace') as handle:
+                fields = handle.read().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        tree.setdefault(int(fields[1]), []).append(int(entry))
+    return tree
+
+
+def _signal(pid, signum):
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def freeze_tree(root):
+    """SIGSTOP root and all its descendants, until a pass finds no new one; returns every pid stopped."""
+    stopped = []
+    pending = [root]
+    while pending:
+        for pid in pending:
+            _signal(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        tree = _children()
+        found = []
+        for pid in stopped:
+            found += [child for child in tree.get(pid, []) if child not in stopped and child not in found]
+        pending = found
+    return stopped
+
+
 class RunningPlaybook(object):
     """ansible-playbook started in a session of its own, so a kill takes its worker processes with it."""
 
@@ -190,9 +229,16 @@ class RunningPlaybook(object):
         return self.process.poll() is None
 
     def kill(self):
-        """SIGKILL to ansible-playbook and every process of its session (forks and the modules they run)."""
+        """SIGKILL to ansible-playbook and every process under it, all at once, as when the controller goes away.
+
+        ansible-core puts each worker in a process group (or session) of its own, so a signal to ansible-playbook's
+        group would leave the workers finishing their modules. Instead the whole tree is frozen first (SIGSTOP,
+        repeated until no new process shows up), then killed: no module gets to finish what it was doing.
+        """
         if self.running():
-            os.killpg(self.process.pid, signal.SIGKILL)
+            frozen = freeze_tree(self.process.pid)
+            for pid in frozen:
+                _signal(pid, signal.SIGKILL)
             self.killed = True
         self.process.wait(30)
 
@@ -268,8 +314,9 @@ class Workspace(object):
             command.append('-' + 'v' * verbosity)
         return command + list(args)
 
-    def environment(self, callback='ansible.posix.jsonl'):
-        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0',
+    def environment(self, callback='ansible.posix.jsonl', extra=None):
+        env = dict(os.environ, **(extra or {}))
+        env.update(ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0',
                    ANSIBLE_LOCALHOST_WARNING='false', ANSIBLE_INVENTORY_UNPARSED_WARNING='false',
                    PATH=os.pathsep.join([VENV_BIN, TOOLS_BIN, os.environ.get('PATH', '')]))
         if callback:
@@ -281,9 +328,9 @@ class Workspace(object):
         stem = os.path.join(self.logs, '%03d-%s' % (self.count, label.replace('/', '_').replace(' ', '_')))
         return stem + '.out', stem + '.err'
 
-    def start(self, *args, label='run', extra_vars=None, verbosity=0, callback='ansible.posix.jsonl', playbook=SITE):
+    def start(self, *args, label='run', extra_vars=None, verbosity=0, callback='ansible.posix.jsonl', playbook=SITE, env=None):
         stdout_path, stderr_path = self._log_paths(label)
-        return RunningPlaybook(self.command(args, playbook, extra_vars, verbosity), self.environment(callback),
+        return RunningPlaybook(self.command(args, playbook, extra_vars, verbosity), self.environment(callback, env),
                                stdout_path, stderr_path)
 
     def run(self, *args, timeout=RUN_TIMEOUT, **kwargs):

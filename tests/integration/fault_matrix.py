@@ -1,0 +1,232 @@
+"""The fault matrix: every fault the lab offers, injected at the stage where it bites, with the expected outcome.
+
+test_fault_matrix.py runs each row against the lab and records what it saw in docs/reliability-results.json;
+docs/reliability.md shows the table and those results between two markers, rendered by this module:
+
+    .venv/bin/python tests/integration/fault_matrix.py      # re-render docs/reliability.md from ROWS + results
+
+and test_fault_matrix.py::test_the_document_shows_this_table_and_the_latest_results fails when the document and
+the table differ, so neither can drift from the other.
+
+A row:
+  id         short name (the pytest id)
+  layer      PVE, Talos, Kubernetes or Flux
+  fault      lab fault name; target and params as `python -m lab fault NAME TARGET key=value`
+  stage      the stage where it bites (a failure must come from a task of that stage's play)
+  start      the lab state the row needs: `empty` (no VMs), `vms` (VMs running, Talos in maintenance mode),
+             `converged` (site.yml done), `scaled` (a 1-node lab of its own at time scale 0.05: the fault needs time)
+  before     steps before the fault: ('stop_vm', host)
+  after      steps after the fault, before the run: ('power_cycle', host) (PVE stop + start: the node boots again),
+             ('delete_pods', namespace, label selector) (the controller makes new ones)
+  run        the tags of the run that meets the fault (plus short deadlines in extra_vars for failing rows, and
+             environment variables in env: the PVE modules read PROXMOX_API_TIMEOUT)
+  expect     `recovered` (the run converges, and the evidence shows the fault did bite) or `failed`
+  names      what the failure message must name (node or object, and the cause); for `recovered`, the evidence
+  note       what the collection does about it, in a few words
+"""
+
+import collections
+import json
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOC = os.path.join(ROOT, 'docs', 'reliability.md')
+RESULTS = os.path.join(ROOT, 'docs', 'reliability-results.json')
+BEGIN = '<!-- fault-matrix:begin (rendered by tests/integration/fault_matrix.py; do not edit by hand) -->'
+END = '<!-- fault-matrix:end -->'
+
+Row = collections.namedtuple('Row', 'id layer fault target params stage start before after run extra_vars env expect names note')
+
+# Short deadlines, so that a failing row fails in seconds (each stage's defaults are minutes).
+VMS_SHORT = {'proxmox_vms_timeout': 4, 'proxmox_vms_address_timeout': 4, 'proxmox_vms_image_timeout': 4,
+             'proxmox_vms_wait_sleep': 1, 'preflight_pve_timeout': 4}
+TALOS_SHORT = {'talos_machines_api_timeout': 3, 'talos_machines_apply_timeout': 6, 'talos_machines_call_timeout': 2,
+               'talos_machines_wait_sleep': 1, 'talos_cluster_services_timeout': 3, 'talos_cluster_bootstrap_timeout': 3,
+               'talos_cluster_call_timeout': 2, 'talos_cluster_wait_sleep': 1}
+CNI_SHORT = {'cni_api_timeout': 20, 'cni_nodes_registered_timeout': 4, 'cni_agents_timeout': 4, 'cni_nodes_ready_timeout': 4,
+             'cni_operator_timeout': 4, 'cni_wait_sleep': 1, 'cni_remediate_detect_timeout': 3,
+             'cni_remediate_wait_timeout': 10, 'cni_remediate_reboot_timeout': 5, 'cni_remediate_wait_sleep': 0.5}
+GITOPS_SHORT = {'gitops_timeout': 4, 'gitops_csi_timeout': 4, 'gitops_wait_sleep': 1}
+FLUX_SHORT = {'flux_controllers_timeout': 20, 'flux_source_timeout': 4, 'flux_wait_sleep': 1}
+# The remediation rows: the cni stage finds the stuck kubelet fast, and reboots/resets wait long enough.
+REMEDIATE = {'cni_remediate_detect_timeout': 3, 'cni_remediate_wait_timeout': 30, 'cni_remediate_reboot_timeout': 5,
+             'cni_remediate_wait_sleep': 0.5, 'cni_wait_sleep': 0.5}
+
+
+def row(id, layer, fault, stage, start, run, expect, names, note, target=None, params=None, before=(), after=(),  # pylint: disable=redefined-builtin
+        extra_vars=None, env=None):
+    return Row(id, layer, fault, target, params or {}, stage, start, tuple(before), tuple(after), run, extra_vars or {},
+               env or {}, expect, tuple(names), note)
+
+
+ROWS = [
+    # ---------------------------------------------------------------- PVE
+    row('pve-5xx-transient', 'PVE', 'pve-5xx', 'vms', 'empty', 'vms', 'recovered',
+        ['retries', '503'], 'retried with backoff on the stage deadline', params={'times': 4, 'status': 503}),
+    row('pve-5xx-persistent', 'PVE', 'pve-5xx', 'vms', 'empty', 'vms', 'failed',
+        ['pve1', '502', 'Bad Gateway'], 'retried until the deadline, then fails naming the node, the call and the answer',
+        params={'times': 0, 'status': 502, 'message': 'Bad Gateway'}, extra_vars=VMS_SHORT),
+    row('pve-flaky-drop', 'PVE', 'pve-flaky-network', 'vms', 'empty', 'vms', 'recovered',
+        ['retries', 'Connection'], 'dropped connections are retried', params={'drop_rate': 0.2, 'seed': 7}),
+    row('pve-flaky-hang', 'PVE', 'pve-flaky-network', 'vms', 'empty', 'vms', 'recovered',
+        ['retries', 'timed out'], 'a hung request ends at the API timeout and is retried',
+        params={'drop_rate': 0.0, 'hang_rate': 0.05, 'hang_secs': 30, 'seed': 11}, env={'PROXMOX_API_TIMEOUT': '2'}),
+    row('pve-slow-network', 'PVE', 'pve-slow-network', 'vms', 'scaled', 'vms', 'recovered',
+        ['fault active'], 'slow answers (0.2 s each) stay within the deadlines', params={'latency': 4}),
+    row('pve-config-lock-released', 'PVE', 'pve-config-lock', 'vms', 'vms', 'vms', 'recovered',
+        ['retries', "can't lock file"], 'a held lock is waited out', target='1013', params={'secs': 6},
+        before=[('stop_vm', 'lab-cp-3')]),
+    row('pve-config-lock-held', 'PVE', 'pve-config-lock', 'vms', 'vms', 'vms', 'failed',
+        ['VM 1013 (lab-cp-3)', "can't lock file"], 'fails at the deadline naming the VM and the lock', target='1013',
+        before=[('stop_vm', 'lab-cp-3')], extra_vars=VMS_SHORT),
+    row('pve-task-error-create', 'PVE', 'pve-task-error', 'vms', 'empty', 'vms', 'failed',
+        ['VM 1022 (lab-w-2)', 'create failed', 'unable to create VM 1022'], 'a failed task is not retried blindly: fails naming VM, '
+        'operation and the task log', target='create', params={'vmid': '1022'}, extra_vars=VMS_SHORT),
+    row('pve-task-error-start', 'PVE', 'pve-task-error', 'vms', 'empty', 'vms', 'failed',
+        ['VM 1011 (lab-cp-1)', 'start failed', 'QEMU exited'], 'fails naming VM, operation and the task log',
+        target='start', params={'vmid': '1011'}, extra_vars=VMS_SHORT),
+    row('pve-task-error-download', 'PVE', 'pve-task-error', 'vms', 'empty', 'vms', 'failed',
+        ['local:iso/talos-', 'download-url', 'TASK ERROR'], 'fails naming the image, the storage and the task log',
+        target='download-url', extra_vars=VMS_SHORT),
+    row('pve-node-offline', 'PVE', 'pve-node-offline', 'preflight', 'empty', 'preflight,vms', 'failed',
+        ['lab-cp-1', "PVE node 'pve1' is offline"], 'preflight stops before anything is created', target='pve1',
+        extra_vars=VMS_SHORT),
+    # ---------------------------------------------------------------- Talos
+    row('talos-unreachable-vms', 'Talos', 'talos-unreachable', 'vms', 'vms', 'vms', 'failed',
+        ['lab-w-1'], 'the API gate of the vms stage names the node that does not answer', target='lab-w-1',
+        extra_vars=TALOS_SHORT),
+    row('talos-apply-reject', 'Talos', 'talos-apply-reject', 'apply', 'vms', 'secrets,apply', 'failed',
+        ['lab-cp-2', 'InvalidArgument'], 'fails naming the node and the validation error; the other nodes are applied',
+        target='lab-cp-2', extra_vars=TALOS_SHORT),
+    row('talos-unreachable-bootstrap', 'Talos', 'talos-unreachable', 'bootstrap', 'converged', 'bootstrap', 'failed',
+        ['lab-cp-2'], 'the Talos services gate names the node that does not answer', target='lab-cp-2',
+        extra_vars=TALOS_SHORT),
+    row('talos-kubelet-volume-reboot', 'Talos', 'talos-kubelet-volume', 'cni', 'converged', 'cni', 'recovered',
+        ['talos reboot #1 (done) -> kubelet running'], 'remediated: a Talos reboot clears it',
+        target='lab-w-1', params={'p': 1.0}, after=[('power_cycle', 'lab-w-1')], extra_vars=REMEDIATE),
+    row('talos-kubelet-volume-reset', 'Talos', 'talos-kubelet-volume', 'cni', 'converged', 'cni', 'recovered',
+        ['pve hard reset #1 (done) -> kubelet running'], 'remediated: the reboot does not clear it, the PVE hard reset does',
+        target='lab-w-2', params={'p': 0.0}, after=[('power_cycle', 'lab-w-2')], extra_vars=REMEDIATE),
+    row('talos-kubelet-volume-exhausted', 'Talos', 'talos-kubelet-volume', 'cni', 'converged', 'cni', 'failed',
+        ['worker lab-w-3', 'kubelet still does not run', '/var/lib/kubelet'], 'remediation bounded: fails naming the node, '
+        'the evidence and the steps tried', target='lab-w-3', params={'p': 0.0}, after=[('power_cycle', 'lab-w-3')],
+        extra_vars=dict(REMEDIATE, cni_remediate_reset_attempts=0, **CNI_SHORT)),
+    row('talos-reboot-hang', 'Talos', 'talos-reboot-hang', 'cni', 'converged', 'cni', 'recovered',
+        ['talos reboot #1 (failed', 'pve hard reset #1 (done) -> kubelet running'], 'the reboot of the remediation hangs; '
+        'the hard reset brings the node back (with talos-kubelet-volume p=1 on the node, so that it needs remediation)',
+        target='lab-w-1', after=[('fault', 'talos-kubelet-volume', 'lab-w-1', {'p': 1.0}), ('power_cycle', 'lab-w-1')],
+        extra_vars=REMEDIATE),
+    # ---------------------------------------------------------------- Kubernetes
+    row('k8s-crashloop-cilium', 'Kubernetes', 'k8s-crashloop', 'cni', 'converged', 'cni', 'failed',
+        ['lab-w-2', 'CrashLoopBackOff'], 'the agents gate names the node and the container state', target='lab-w-2',
+        extra_vars=CNI_SHORT),
+    row('k8s-pending-operator', 'Kubernetes', 'k8s-pending', 'cni', 'converged', 'cni', 'failed',
+        ['cilium-operator', 'Insufficient cpu'], 'the operator gate names the Deployment and the scheduler message',
+        target='kube-system/cilium-operator', after=[('delete_pods', 'kube-system', 'io.cilium/app=operator')],
+        extra_vars=CNI_SHORT),
+    row('k8s-api-flap-503', 'Kubernetes', 'k8s-api-flap', 'cni', 'converged', 'kubeconfig,cni', 'recovered',
+        ['k8s 503'], 'gates treat 503 as not yet and poll on', params={'period': 1.0, 'mode': '503'}),
+    row('k8s-api-flap-refuse', 'Kubernetes', 'k8s-api-flap', 'cni', 'converged', 'kubeconfig,cni', 'recovered',
+        ['fault active'], 'refused connections are not yet, too', params={'period': 1.0, 'mode': 'refuse'}),
+    row('k8s-crashloop-csi', 'Kubernetes', 'k8s-crashloop', 'gitops', 'converged', 'gitops', 'failed',
+        ['lab-w-3', 'CrashLoopBackOff'], 'the CSI gate names the node', target='lab-w-3',
+        params={'workload': 'csi-proxmox/proxmox-csi-plugin-node'}, extra_vars=GITOPS_SHORT),
+    row('k8s-pending-ccm', 'Kubernetes', 'k8s-pending', 'gitops', 'converged', 'gitops', 'failed',
+        ['proxmox-ccm'], 'the gitops gate names the Kustomization that waits on it',
+        target='kube-system/proxmox-cloud-controller-manager',
+        after=[('delete_pods', 'kube-system', 'app.kubernetes.io/name=proxmox-cloud-controller-manager'),
+               ('reconcile', 'proxmox-ccm')], extra_vars=GITOPS_SHORT),
+    # ---------------------------------------------------------------- Flux
+    row('flux-healthcheck-fail', 'Flux', 'flux-healthcheck-fail', 'gitops', 'converged', 'gitops', 'failed',
+        ['flux-system/proxmox-csi', 'HealthCheckFailed', 'flux-system/apps'], 'names the blocker, its reason and what '
+        'waits behind it', target='flux-system/proxmox-csi', after=[('reconcile', 'proxmox-csi')], extra_vars=GITOPS_SHORT),
+    row('flux-source-not-ready', 'Flux', 'flux-source-not-ready', 'flux', 'converged', 'flux', 'failed',
+        ['flux-system', '503'], 'the source gate names the GitRepository and the Git error', target='flux-system/flux-system',
+        extra_vars=FLUX_SHORT),
+]
+
+
+# ------------------------------------------------------------------------------ results and the document
+
+_VARIABLE = [
+    (re.compile(r'127\.\d+\.\d+\.(\d+)'), r'<net>.\1'),
+    (re.compile(r'/tmp/[^\s\'",)]+'), '<tmp>'),
+    (re.compile(r'UPID:[^\s\'",)]+'), 'UPID:...'),
+    (re.compile(r'\d+(\.\d+)? ?(s|ms|seconds)\b'), 'N s'),
+    (re.compile(r'\s+'), ' '),
+]
+
+
+def normalize(message, limit=240):
+    """A message without what changes from run to run (lab net, temp paths, UPIDs, durations), on one line."""
+    text = str(message or '')
+    for pattern, replacement in _VARIABLE:
+        text = pattern.sub(replacement, text)
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+def load_results(path=RESULTS):
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding='utf-8') as handle:
+        return json.load(handle)
+
+
+def save_results(results, path=RESULTS):
+    with open(path, 'w', encoding='utf-8') as handle:
+        json.dump(dict(sorted(results.items())), handle, indent=2, sort_keys=True)
+        handle.write('\n')
+
+
+def _cell(text):
+    return str(text).replace('|', '\\|').replace('\n', ' ')
+
+
+def _fault_call(r):
+    parts = [r.fault] + ([r.target] if r.target else []) + ['%s=%s' % item for item in sorted(r.params.items())]
+    return '`%s`' % ' '.join(str(p) for p in parts)
+
+
+def render_table(rows=None, results=None):
+    rows = ROWS if rows is None else rows
+    results = load_results() if results is None else results
+    lines = ['| # | layer | fault | stage | expected | result | what the run said |', '|---|---|---|---|---|---|---|']
+    for number, r in enumerate(rows, 1):
+        seen = results.get(r.id)
+        if seen is None:
+            status, said = 'not run yet', ''
+        else:
+            status = ('%s, as expected' % seen['outcome']) if seen['passed'] else ('**%s, expected %s**' % (seen['outcome'], r.expect))
+            said = seen.get('message', '')
+        expected = '%s: %s' % (r.expect, r.note)
+        lines.append('| %d | %s | %s | %s | %s | %s | %s |' % (number, r.layer, _fault_call(r), r.stage, _cell(expected),
+                                                               _cell(status), _cell(said)))
+    faults = sorted(set(r.fault for r in rows))
+    passed = sum(1 for r in rows if (results.get(r.id) or {}).get('passed'))
+    lines.append('')
+    lines.append('%d rows, %d distinct lab faults; latest results: %d of %d as expected.' % (len(rows), len(faults), passed, len(rows)))
+    return '\n'.join(lines)
+
+
+def render_document(text, table):
+    if BEGIN not in text or END not in text:
+        raise ValueError('docs/reliability.md lacks the fault matrix markers')
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    return head + BEGIN + '\n' + table + '\n' + END + tail
+
+
+def write_document(results=None):
+    with open(DOC, encoding='utf-8') as handle:
+        text = handle.read()
+    updated = render_document(text, render_table(results=results))
+    if updated != text:
+        with open(DOC, 'w', encoding='utf-8') as handle:
+            handle.write(updated)
+    return updated != text
+
+
+if __name__ == '__main__':
+    print('docs/reliability.md %s' % ('updated' if write_document() else 'unchanged'))

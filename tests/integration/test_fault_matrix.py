@@ -1,0 +1,234 @@
+"""The fault matrix (tests/integration/fault_matrix.py: ROWS) against the lab, one test per row.
+
+Each row starts from the lab state it needs (`empty`: the session lab reset; `vms`: the session lab with every VM
+running and every Talos node in maintenance mode, made once and reused while it lasts; `converged`: the session's
+converged_cluster; `scaled`: a 1-node lab of its own at time scale 0.05), injects its fault, runs the stages it
+names, and checks the outcome:
+
+- recovered: the run ends without a failure, and the evidence shows the fault did bite (retries that met it in the
+  task results, the lab's own record of the answers it gave, the remediation steps the run logged);
+- failed: a task of the row's stage failed, and what the output shows for it (host, task, message) names the node
+  or object and the cause.
+
+Afterwards the fault is cleared and the lab brought back (a converged cluster: until the lab reports every node,
+workload and Flux object ready again). Every result goes to docs/reliability-results.json and docs/reliability.md is
+re-rendered from the table and those results at the end of the module.
+"""
+
+import datetime
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fault_matrix as matrix  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from reliability_lab import PLAYBOOK_BIN, Workspace, wait_until  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow,
+              pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')]
+
+HOST_VMID = {'lab-cp-1': 1011, 'lab-cp-2': 1012, 'lab-cp-3': 1013, 'lab-w-1': 1021, 'lab-w-2': 1022, 'lab-w-3': 1023}
+RESTORE_TIMEOUT = 60
+
+
+# ------------------------------------------------------------------------------ lab states
+
+@pytest.fixture(scope='module')
+def session_workspace(lab, tmp_path_factory):
+    """The session lab with an inventory/artifacts folder of this module's own."""
+    return Workspace(lab, str(tmp_path_factory.mktemp('fault-matrix')))
+
+
+def vms_ready(status):
+    """Every planned VM running with its agent, and every Talos node in maintenance mode (nothing applied yet)."""
+    vms = status['pve']['vms']
+    nodes = status.get('talos', {}).get('nodes', [])
+    running = sorted(vm['name'] for vm in vms if vm['status'] == 'running' and vm['agent'] == 'running')
+    maintenance = sorted(n['name'] for n in nodes if n['mode'] == 'maintenance' and n['phase'] == 'maintenance')
+    return running == sorted(HOST_VMID) and maintenance == sorted(HOST_VMID), {'running': running, 'maintenance': maintenance}
+
+
+def cluster_healthy(status):
+    """(healthy, what is not) from the lab's status: nodes Ready, workloads ready, Flux objects Ready, no fault left."""
+    problems = []
+    for cluster in (status.get('k8s') or {}).values():
+        problems += ['node %s %s' % (n['name'], n['reason']) for n in cluster.get('nodes', []) if n['ready'] != 'True']
+        for workload in cluster.get('workloads', []):
+            ready, _sep, desired = workload['ready'].partition('/')
+            if ready != desired:
+                problems.append('%s %s/%s %s' % (workload['kind'], workload['namespace'], workload['name'], workload['ready']))
+    for cluster in ((status.get('flux') or {}).get('clusters') or {}).values():
+        problems += ['%s %s/%s %s' % (o['kind'], o['namespace'], o['name'], o['reason'])
+                     for o in cluster.get('objects', []) if o.get('ready') != 'True']
+    problems += ['fault %s' % (f,) for f in status['lab'].get('faults') or []]
+    return not problems, problems
+
+
+def workspace_for(row, request, session_workspace, lab_factory, tmp_path):  # pylint: disable=redefined-outer-name
+    if row.start == 'converged':
+        workspace = request.getfixturevalue('converged_cluster')
+        assert workspace.first.rc == 0, 'the converged cluster did not converge: %s' % workspace.first.stdout_path
+        wait_until(lambda: cluster_healthy(workspace.lab.status()), RESTORE_TIMEOUT, 'the converged cluster being healthy')
+        return workspace
+    if row.start == 'scaled':
+        lab = lab_factory(control_planes=1, workers=0, time_scale=0.05)
+        return Workspace(lab, str(tmp_path))
+    workspace = session_workspace
+    if row.start == 'empty':
+        workspace.lab.reset()
+    elif row.start == 'vms' and not vms_ready(workspace.lab.status())[0]:
+        workspace.lab.reset()
+        setup = workspace.run('--tags', 'vms', label='setup-vms')
+        assert setup.ok, setup.explain()
+        wait_until(lambda: vms_ready(workspace.lab.status()), 30, 'every VM running with Talos in maintenance mode')
+    return workspace
+
+
+# ------------------------------------------------------------------------------ steps
+
+def pve_vm(workspace, host):
+    return workspace.lab.proxmox().nodes('pve1').qemu(HOST_VMID[host])
+
+
+def step(workspace, action):
+    lab = workspace.lab
+    name, args = action[0], action[1:]
+    if name == 'stop_vm':
+        pve_vm(workspace, args[0]).status.stop.post()
+        wait_until(lambda: (pve_vm(workspace, args[0]).status.current.get()['status'] == 'stopped', None), 30,
+                   'VM of %s stopped' % args[0])
+    elif name == 'power_cycle':
+        # Someone stops and starts the VM: the node boots again (a PVE reset would clear a kubelet volume fault).
+        since = lab.last_seq('events')
+        pve_vm(workspace, args[0]).status.stop.post()
+        pve_vm(workspace, args[0]).status.start.post()
+        wait_until(lambda: ([e['event'] for e in lab.events(since=since) if e['name'] == args[0]][-1:] == ['started'],
+                            lab.events(since=since)), 30, 'VM of %s stopped and started' % args[0])
+    elif name == 'fault':
+        lab.fault(args[0], args[1], **args[2])
+    elif name == 'delete_pods':
+        from kubernetes import client  # pylint: disable=import-outside-toplevel
+        core = client.CoreV1Api(workspace.k8s())
+        core.delete_collection_namespaced_pod(args[0], label_selector=args[1])
+    elif name == 'reconcile':
+        from kubernetes import client  # pylint: disable=import-outside-toplevel
+        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        client.CustomObjectsApi(workspace.k8s()).patch_namespaced_custom_object(
+            'kustomize.toolkit.fluxcd.io', 'v1', 'flux-system', 'kustomizations', args[0],
+            {'metadata': {'annotations': {'reconcile.fluxcd.io/requestedAt': stamp}}})
+    else:
+        raise AssertionError('unknown step %r' % (action,))
+
+
+def restore(row, workspace):
+    lab = workspace.lab
+    lab.clear()
+    if row.start == 'converged':
+        for name in ('proxmox-ccm', 'proxmox-csi', 'apps'):
+            step(workspace, ('reconcile', name))
+        wait_until(lambda: cluster_healthy(lab.status()), RESTORE_TIMEOUT, 'the cluster healthy again after %s' % row.id)
+
+
+# ------------------------------------------------------------------------------ evidence
+
+def retries_seen(run):
+    """Every retried error the modules reported (their `retries` results)."""
+    errors = []
+    for _stage, _task, _host, result, _event in run.results():
+        for item in [result] + list(result.get('results') or []):
+            errors += [str(r.get('error', r)) for r in item.get('retries') or [] if isinstance(r, dict)]
+    return errors
+
+
+def remediation_steps(run):
+    return [result['remediation']['summary'] for _s, _t, _h, result, _e in run.results(task='Remediation step - log')
+            if isinstance(result.get('remediation'), dict)]
+
+
+def evidence(row, run, workspace, since, faults_at_end):
+    """(bit, summary): did the fault meet the run, and what shows it."""
+    kind = row.names[0]
+    if kind == 'retries':
+        errors = [e for e in retries_seen(run) if row.names[1].lower() in e.lower()]
+        return bool(errors), 'retried %d time(s): %s' % (len(errors), errors[0] if errors else '-')
+    if kind == 'k8s 503':
+        answers = [r for r in workspace.lab.requests(since=since, source='k8s') if r['status'] == 503]
+        return bool(answers), 'the API answered 503 to %d request(s) of the run, which went on' % len(answers)
+    if kind == 'fault active':
+        active = [f for f in faults_at_end if row.fault in str(f)]
+        return bool(active), 'fault active for the whole run: %s' % (active[0] if active else '-')
+    steps = remediation_steps(run)
+    missing = [name for name in row.names if not any(name in s for s in steps)]
+    return not missing, 'remediation: %s' % ('; '.join(steps) or 'none')
+
+
+def failure_text(failure):
+    stage, task, host, message = failure
+    return '[%s] %s / %s: %s' % (host, stage, task, message)
+
+
+# ------------------------------------------------------------------------------ the matrix
+
+@pytest.fixture(scope='module')
+def matrix_results():
+    """Row id -> what the row saw; merged into docs/reliability-results.json and rendered at the end of the module."""
+    seen = {}
+    yield seen
+    if seen:
+        results = matrix.load_results()
+        results.update(seen)
+        matrix.save_results(results)
+        matrix.write_document(results)
+
+
+@pytest.mark.parametrize('row', matrix.ROWS, ids=[r.id for r in matrix.ROWS])
+def test_fault(row, request, session_workspace, lab_factory, tmp_path, matrix_results):  # pylint: disable=redefined-outer-name
+    record = {'outcome': 'error', 'passed': False, 'message': ''}
+    workspace = workspace_for(row, request, session_workspace, lab_factory, tmp_path)
+    lab = workspace.lab
+    try:
+        for action in row.before:
+            step(workspace, action)
+        lab.fault(row.fault, row.target, **row.params)
+        for action in row.after:
+            step(workspace, action)
+        since = lab.last_seq('requests')
+        run = workspace.run('--tags', row.run, extra_vars=row.extra_vars, env=row.env, label=row.id)
+        faults_at_end = lab.status()['lab'].get('faults') or []
+        record['outcome'] = 'recovered' if run.ok else 'failed'
+        if run.ok:
+            bit, summary = evidence(row, run, workspace, since, faults_at_end)
+            record['message'] = matrix.normalize(summary)
+            assert row.expect == 'recovered', 'expected a failure, the run converged: %s' % summary
+            assert bit, 'the run converged but shows no sign of the fault (%s): %s' % (summary, run.explain())
+        else:
+            failures = run.failures()
+            assert failures, run.explain()
+            in_stage = [f for f in failures if f[0] == row.stage]
+            record['message'] = matrix.normalize(failure_text((in_stage or failures)[0]))
+            assert row.expect == 'failed', 'expected recovery: %s' % run.explain()
+            assert in_stage, 'the failure came from another stage than %s: %s' % (row.stage, run.explain())
+            text = failure_text(in_stage[0])
+            missing = [name for name in row.names if name not in text]
+            assert not missing, 'the failure does not name %s:\n%s' % (missing, text)
+        record['passed'] = True
+    finally:
+        matrix_results[row.id] = record
+        restore(row, workspace)
+
+
+def test_the_matrix_covers_every_fault_the_lab_offers(lab):
+    offered = set(f['name'] for f in lab.control('faults'))
+    covered = set(r.fault for r in matrix.ROWS)
+    assert offered - covered == set(), 'faults without a row: %s' % sorted(offered - covered)
+    assert len(matrix.ROWS) >= 20 and len(set(r.id for r in matrix.ROWS)) == len(matrix.ROWS)
+    assert set(r.layer for r in matrix.ROWS) == {'PVE', 'Talos', 'Kubernetes', 'Flux'}
+
+
+def test_the_document_shows_this_table_and_the_latest_results():
+    with open(matrix.DOC, encoding='utf-8') as handle:
+        text = handle.read()
+    expected = matrix.render_document(text, matrix.render_table())
+    assert text == expected, ('docs/reliability.md differs from the table and docs/reliability-results.json; '
+                              'run .venv/bin/python tests/integration/fault_matrix.py')
