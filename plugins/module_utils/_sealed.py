@@ -102,20 +102,31 @@ def to_bytes(data):
 # --- keypair ----------------------------------------------------------------------------------
 
 def generate_keypair(key_size=DEFAULT_KEY_SIZE, common_name=DEFAULT_COMMON_NAME, validity_days=DEFAULT_VALIDITY_DAYS, now=None):
-    """A new RSA key and a self-signed certificate for it, both as PEM bytes.
-
-    Like the controller's own keys: PKCS#1 key, random serial, CA basic constraint, NotBefore
-    now. The controller uses KeyUsage EncipherOnly, which X.509 tooling only allows together
-    with KeyAgreement; this certificate says keyEncipherment (what the key is used for) and
-    keyCertSign (it is its own issuer). Neither the controller nor kubeseal checks key usage.
-    """
+    """A new RSA key and a self-signed certificate for it (certificate_for), both as PEM bytes."""
     require_cryptography()
     if key_size < MIN_KEY_SIZE:
         raise ValidationError('key_size', 'must be at least %d bits, got %d' % (MIN_KEY_SIZE, key_size))
     if validity_days < 1:
         raise ValidationError('validity_days', 'must be at least 1 day, got %d' % validity_days)
-    now = now or _utcnow()
     key = rsa.generate_private_key(public_exponent=65537, key_size=key_size)
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                serialization.NoEncryption())
+    return key_pem, certificate_for(key_pem, common_name, validity_days, now)
+
+
+def certificate_for(key_pem, common_name=DEFAULT_COMMON_NAME, validity_days=DEFAULT_VALIDITY_DAYS, now=None):
+    """A self-signed certificate (PEM bytes) for an RSA key given as PEM.
+
+    Like the controller's own keys: random serial, CA basic constraint, NotBefore now. The controller uses KeyUsage
+    EncipherOnly, which X.509 tooling only allows together with KeyAgreement; this certificate says keyEncipherment
+    (what the key is used for) and keyCertSign (it is its own issuer). Neither the controller nor kubeseal checks
+    key usage.
+    """
+    require_cryptography()
+    if validity_days < 1:
+        raise ValidationError('validity_days', 'must be at least 1 day, got %d' % validity_days)
+    now = now or _utcnow()
+    key = load_private_key(key_pem)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]) if common_name else x509.Name([])
     certificate = (
         x509.CertificateBuilder()
@@ -131,9 +142,7 @@ def generate_keypair(key_size=DEFAULT_KEY_SIZE, common_name=DEFAULT_COMMON_NAME,
                                      crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
         .sign(key, hashes.SHA256())
     )
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                serialization.NoEncryption())
-    return key_pem, certificate.public_bytes(serialization.Encoding.PEM)
+    return certificate.public_bytes(serialization.Encoding.PEM)
 
 
 def _pem_blocks(data):

@@ -15,6 +15,9 @@ description:
   - When neither file exists, generates an RSA key (4096 bits by default) and a long-lived self-signed certificate,
     or imports the key and certificate given with O(import_private_key)/O(import_private_key_src) and
     O(import_certificate)/O(import_certificate_src).
+  - When only the private key exists (what a run stopped between writing the key and the certificate leaves, as
+    the key is written first), the key is kept and its certificate is made again from it (RV(action=completed)).
+    A certificate without its key is refused.
   - When both files exist, they are never regenerated or replaced. They are validated instead, as the controller and
     kubeseal need them (an RSA key in a V(RSA PRIVATE KEY) or V(PRIVATE KEY) PEM block, a certificate for that key,
     not expired); a bad pair fails the task with the field and the reason, because the controller crashes on a
@@ -132,11 +135,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 action:
-  description: What was done (or would be done in check mode).
+  description:
+    - What was done (or would be done in check mode).
+    - V(completed) means the private key was kept and its missing certificate made again from it.
   returned: always
   type: str
   sample: kept
-  choices: [generated, imported, kept, encrypted]
+  choices: [generated, imported, kept, encrypted, completed]
 certificate:
   description: The certificate PEM (public). Empty when a key would be generated in check mode.
   returned: always
@@ -266,11 +271,24 @@ def plan(params, password):
     encrypt = password is not None
     result = {'writes': [], 'modes': [], 'warnings': []}
 
-    if key_exists != cert_exists:
-        present, missing = (key_path, cert_path) if key_exists else (cert_path, key_path)
-        raise ValidationError('certificate_path' if key_exists else 'private_key_path',
+    if cert_exists and not key_exists:
+        raise ValidationError('private_key_path',
                               '%s exists but %s does not; refusing to generate a new keypair over half of an existing one '
-                              '(restore the missing file, or remove both to start over)' % (present, missing))
+                              '(restore the missing file, or remove both to start over)' % (cert_path, key_path))
+
+    if key_exists and not cert_exists:
+        # The key is written first: a run that stopped between the two writes leaves the key alone. The key is what
+        # matters and is kept; its certificate (public, derived from it) is made again.
+        stored_key, was_encrypted = _open_key(_read(key_path), password, 'private_key_path')
+        cert_pem = _sealed.certificate_for(stored_key, params['common_name'], params['validity_days'])
+        facts, warnings = _sealed.describe_keypair(stored_key, cert_pem, key_field='private_key_path',
+                                                   cert_field='certificate_path')
+        result.update(action='completed', key_pem=stored_key, cert_pem=cert_pem, facts=facts, encrypted=was_encrypted or encrypt,
+                      was_encrypted=was_encrypted)
+        result['warnings'].extend(warnings)
+        result['writes'] = ([(key_path, 'key')] if encrypt and not was_encrypted else []) + [(cert_path, 'cert')]
+        result['modes'] = [key_path] if _mode_of(key_path) != FILE_MODE else []
+        return result
 
     if key_exists:
         stored_key, was_encrypted = _open_key(_read(key_path), password, 'private_key_path')
@@ -357,6 +375,8 @@ def _diff_states(decision):
     before = {'private_key': '<kept, hidden>', 'certificate_sha256': fingerprint,
               'private_key_encrypted': bool(decision.get('was_encrypted')),
               'mode': '0600' if not decision['modes'] else 'not 0600: %s' % ', '.join(decision['modes'])}
+    if decision['action'] == 'completed':
+        before['certificate_sha256'] = '(certificate missing)'
     return before, after
 
 

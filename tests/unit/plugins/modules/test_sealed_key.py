@@ -66,12 +66,30 @@ def test_check_mode_predicts_and_writes_nothing(capsys, paths):
     assert not os.path.exists(paths['private_key_path']) and not os.path.exists(os.path.dirname(paths['private_key_path']))
 
 
-def test_half_a_pair_is_refused(capsys, paths):
-    run(capsys, key_size=2048, **paths)
+def test_a_key_without_its_certificate_is_kept_and_the_certificate_made_again(capsys, paths):
+    """A run stopped between the two writes (the key is written first) leaves only the key: the next run keeps it."""
+    first, _out = run(capsys, key_size=2048, **paths)
+    with open(paths['private_key_path'], 'rb') as handle:
+        key_pem = handle.read()
     os.unlink(paths['certificate_path'])
+    check, _out = run(capsys, _ansible_check_mode=True, key_size=2048, **paths)
+    assert check['changed'] is True and check['action'] == 'completed' and not os.path.exists(paths['certificate_path'])
+    result, out = run(capsys, key_size=2048, **paths)
+    assert result['changed'] is True and result['action'] == 'completed'
+    assert result['public_key_sha256'] == first['public_key_sha256'] and key_body(key_pem) not in out
+    with open(paths['private_key_path'], 'rb') as handle:
+        assert handle.read() == key_pem      # never regenerated
+    assert mode(paths['certificate_path']) == 0o600
+    again, _out = run(capsys, key_size=2048, **paths)
+    assert again['changed'] is False and again['action'] == 'kept'
+
+
+def test_a_certificate_without_its_key_is_refused(capsys, paths):
+    run(capsys, key_size=2048, **paths)
+    os.unlink(paths['private_key_path'])
     result, _out = run(capsys, key_size=2048, **paths)
     assert result['failed'] is True
-    assert result['field'] == 'certificate_path' and 'refusing to generate' in result['msg']
+    assert result['field'] == 'private_key_path' and 'refusing to generate' in result['msg']
 
 
 def test_import_then_keep(capsys, paths, foreign_pair, tmp_path):
