@@ -29,6 +29,7 @@ class KubeconfigIssuer(object):
     def __call__(self):
         crt, key = pki.new_client_certificate(self.ca_crt, self.ca_key, validity=self.validity)
         self.keys.append(key)
+
         def b64(pem):
             return base64.b64encode(pem).decode('ascii')
         document = {
