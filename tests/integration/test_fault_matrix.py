@@ -121,6 +121,19 @@ def step(workspace, action):
         raise AssertionError('unknown step %r' % (action,))
 
 
+def clear_after(row, lab, since, running):
+    """Clear the row's fault once the lab has answered `count` requests whose path ends with the given one."""
+    _kind, source, path_end, count = row.during
+
+    def met():
+        seen = [r for r in lab.requests(since=since, source=source) if r['path'].endswith(path_end)]
+        return len(seen) >= count or not running.running(), seen[-1:] or 'the run ended first'
+    try:
+        wait_until(met, 120, '%d %s requests to ...%s' % (count, source, path_end), interval=0.1)
+    finally:
+        lab.clear(row.fault, row.target)
+
+
 def restore(row, workspace):
     lab = workspace.lab
     lab.clear()
@@ -151,13 +164,13 @@ def evidence(row, run, workspace, since, faults_at_end):
     kind = row.names[0]
     if kind == 'retries':
         errors = [e for e in retries_seen(run) if row.names[1].lower() in e.lower()]
-        return bool(errors), 'retried %d time(s): %s' % (len(errors), errors[0] if errors else '-')
+        return bool(errors), 'retried, e.g. %s' % (min(errors) if errors else '-')
     if kind == 'k8s 503':
         answers = [r for r in workspace.lab.requests(since=since, source='k8s') if r['status'] == 503]
-        return bool(answers), 'the API answered 503 to %d request(s) of the run, which went on' % len(answers)
+        return bool(answers), 'the API answered 503 to requests of the run (%s), which went on' % (answers[0]['path'] if answers else '-')
     if kind == 'fault active':
-        active = [f for f in faults_at_end if row.fault in str(f)]
-        return bool(active), 'fault active for the whole run: %s' % (active[0] if active else '-')
+        active = [f for f in faults_at_end if f.get('name') == row.fault]
+        return bool(active), 'fault active for the whole run: %s %s' % (row.fault, active[0].get('params') if active else '-')
     steps = remediation_steps(run)
     missing = [name for name in row.names if not any(name in s for s in steps)]
     return not missing, 'remediation: %s' % ('; '.join(steps) or 'none')
@@ -194,7 +207,10 @@ def test_fault(row, request, session_workspace, lab_factory, tmp_path, matrix_re
         for action in row.after:
             step(workspace, action)
         since = lab.last_seq('requests')
-        run = workspace.run('--tags', row.run, extra_vars=row.extra_vars, env=row.env, label=row.id)
+        running = workspace.start('--tags', row.run, extra_vars=row.extra_vars, env=row.env, label=row.id)
+        if row.during:
+            clear_after(row, lab, since, running)
+        run = running.wait()
         faults_at_end = lab.status()['lab'].get('faults') or []
         record['outcome'] = 'recovered' if run.ok else 'failed'
         if run.ok:
