@@ -105,6 +105,10 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
         self._watches = set()
         self._tmp = None
         self._context = None
+        # start/stop/add_host/remove_host run one at a time: VM events and a lab reset can ask at once.
+        # A stopped server stays stopped (the cluster makes a new one when the API comes back).
+        self._lifecycle = asyncio.Lock()
+        self._closed = False
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -136,6 +140,11 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
         return application
 
     async def start(self):
+        async with self._lifecycle:
+            if not self._closed and self._runner is None:
+                await self._start()
+
+    async def _start(self):
         self._context = self._ssl_context()
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -150,24 +159,32 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
 
     async def add_host(self, host):
         """Listen on one more address (a control plane that joined); its IP must be in the cert."""
-        if host in self.hosts:
-            return
-        self.hosts.append(host)
-        if self._runner is not None:
-            await self.stop()
-            await self.start()
+        async with self._lifecycle:
+            if host in self.hosts:
+                return
+            self.hosts.append(host)
+            if self._runner is not None:
+                await self._stop()
+                await self._start()
 
     async def remove_host(self, host):
         """Stop listening on one address (its control plane went down); the others keep serving."""
-        if host not in self.hosts:
-            return
-        self.hosts.remove(host)
-        if self._runner is not None:
-            await self.stop()
-            if self.hosts:
-                await self.start()
+        async with self._lifecycle:
+            if host not in self.hosts:
+                return
+            self.hosts.remove(host)
+            if self._runner is not None:
+                await self._stop()
+                if self.hosts:
+                    await self._start()
 
     async def stop(self):
+        """Stop for good: a later start, add_host or remove_host does not listen again."""
+        async with self._lifecycle:
+            self._closed = True
+            await self._stop()
+
+    async def _stop(self):
         for task in list(self._watches):
             task.cancel()
         if self._runner is not None:

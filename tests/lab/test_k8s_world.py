@@ -60,14 +60,14 @@ def _maintenance(address):
     return check
 
 
-def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
+def _cluster_up(running, api, tmp_path, cp_vmid=401, worker_vmid=402):
+    """One control plane and one worker from maintenance mode to registered Nodes; returns (core API, CP VM, addresses)."""
     world = running.world
-    api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
     secrets = testing.ClusterSecrets()
     endpoint_host = world.net.endpoint_host
     endpoint = 'https://%s:6443' % endpoint_host
-    cp_vm, cp_address = _vm(running, api, 401, 3)
-    worker_address = _vm(running, api, 402, 4)[1]
+    cp_vm, cp_address = _vm(running, api, cp_vmid, 3)
+    worker_address = _vm(running, api, worker_vmid, 4)[1]
     for address, kind in ((cp_address, 'controlplane'), (worker_address, 'worker')):
         wait_until(_maintenance(address), 'maintenance mode on %s' % address)
         with talos_client.TalosClient(address, insecure=True, timeout=5) as talos:
@@ -87,18 +87,30 @@ def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     wait_until(lambda: (_port_open(endpoint_host, 6443), 'closed'), 'the API on the endpoint after bootstrap')
     with talos_client.TalosClient(cp_address, credentials=credentials, timeout=5) as talos:
         kubeconfig_text = talos.kubeconfig()
-    path = tmp_path / 'kubeconfig'
+    path = tmp_path / ('kubeconfig-%d' % cp_vmid)
     path.write_bytes(kubeconfig_text if isinstance(kubeconfig_text, bytes) else kubeconfig_text.encode())
     os.chmod(path, 0o600)
     core = kube_client.CoreV1Api(kube_config.new_client_from_config(config_file=str(path)))
+    wait_until(_nodes_are(core, {'cp-1', 'worker-1'}), 'both Nodes registered')
+    return core, cp_vm, cp_address, worker_address
 
+
+def _nodes_are(core, names):
     def nodes():
         try:
             found = {n.metadata.name: n for n in core.list_node().items}
         except Exception as exc:  # pylint: disable=broad-except
             return False, repr(exc)
-        return set(found) == {'cp-1', 'worker-1'}, sorted(found)
-    wait_until(nodes, 'both Nodes registered')
+        return set(found) == names, sorted(found)
+    return nodes
+
+
+def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
+    world = running.world
+    api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
+    endpoint_host = world.net.endpoint_host
+    core, cp_vm, cp_address, worker_address = _cluster_up(running, api, tmp_path)
+    nodes = _nodes_are(core, {'cp-1', 'worker-1'})
     worker = core.read_node('worker-1')
     ready = next(c for c in worker.status.conditions if c.type == 'Ready')
     assert ready.status == 'False' and ready.reason == 'KubeletNotReady' and 'NetworkPluginNotReady' in ready.message
@@ -125,6 +137,18 @@ def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     _ok(api, cp_vm.status.start.post())
     wait_until(lambda: (_port_open(endpoint_host, 6443), 'closed'), 'the API back after the CP boots')
     wait_until(nodes, 'both Nodes still there after the restart')
+
+
+def test_a_cluster_rebuilt_after_a_lab_reset_gets_a_working_api(running, tmp_path):
+    """A lab reset deletes the VMs (their hooks remove API hosts) while it closes the clusters: the old API
+    server must not come back on 6443, so the cluster built next serves with its own CA."""
+    world = running.world
+    api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
+    _cluster_up(running, api, tmp_path, 401, 402)
+    running.call(world.control({'op': 'reset'}))
+    wait_until(lambda: (not _port_open(world.net.endpoint_host, 6443), 'open'), 'no API after the reset')
+    core = _cluster_up(running, api, tmp_path, 403, 404)[0]
+    assert {n.metadata.name for n in core.list_node().items} == {'cp-1', 'worker-1'}
 
 
 def test_talos_manifests_coredns_kube_proxy_and_inline(tmp_path):
