@@ -346,6 +346,7 @@ class Bootstrap(object):
         out.update(time_scale=self.time_scale, control_planes=self.control_planes, workers=self.workers,
                    critical_path_seconds=round(self.critical.length, 3),
                    critical_path=[(s.kind, s.target, round(s.weight, 3)) for s in self.critical.chain],
+                   critical_path_with_stage_contract_seconds=round(self.contract.length, 3),
                    unmodelled_delays=self.critical.unmodelled, unmatched_pods=self.critical.unmatched,
                    lab_peak_rss_kb=self.lab_peak_kb, artifacts=self.artifacts,
                    stage_breakdown=stage_breakdown(self.run.report, self.critical.chain, self.shift))
@@ -404,17 +405,19 @@ def bootstrap(control_planes, workers, time_scale, forks=None, seed=1):
         facts = critical_path.facts_from_objects(hosts, lab.vms(), objects['pods'], objects['replicasets'],
                                                  objects['workloads'], objects['kustomizations'], releases)
         path = critical_path.compute(delays, facts)
+        contract_path = critical_path.compute(delays, facts, stage_contract=True)
         started = datetime.datetime.fromisoformat(run.report['started'].replace('Z', '+00:00')).timestamp()
         shift = lab_clock_offset(lab) - started
     finally:
         lab.stop()
-    measured = Bootstrap(run=run, critical=path, delays=delays, shift=shift, lab_peak_kb=lab_peak, facts=facts,
+    measured = Bootstrap(run=run, critical=path, contract=contract_path, delays=delays, shift=shift, lab_peak_kb=lab_peak, facts=facts,
                          time_scale=float(time_scale), control_planes=control_planes, workers=workers, forks=forks,
                          artifacts=artifacts)
     # Everything needed to look at the run again (python -m bench.timeline ARTIFACTS) without running it again.
     with open(os.path.join(artifacts, 'bench-bootstrap.json'), 'w', encoding='utf-8') as handle:
         json.dump({'summary': measured.summary(), 'shift': shift, 'delays': delays, 'facts': facts.as_dict(),
-                   'critical_path': path.as_dict()}, handle, indent=1, default=str)
+                   'critical_path': path.as_dict(), 'critical_path_with_stage_contract': contract_path.as_dict()},
+                  handle, indent=1, default=str)
     print('   bootstrap %d+%d: %.1f s wall, critical path %.1f s, ratio %.2f (load %s -> %s)' % (
         control_planes, workers, run.wall, path.length, measured.ratio or 0, run.load_before, run.load_after), flush=True)
     _BOOTSTRAPS[key] = measured

@@ -40,6 +40,11 @@ overhead):
                              the Kustomization that applied K (if any), and for each D in K.dependsOn: D
                              Ready = flux_reconcile D and the pods of D's workloads (health checks)
 
+With stage_contract=True one more rule holds, the collection's documented stage order rather than a physical
+need: the bootstrap releases (stage apps) are installed before Flux ("the releases a cluster needs before GitOps
+takes over"), so the Flux controllers' pods also wait for the pods of every bootstrap release. The difference
+between the two critical paths is what that ordering costs when the Flux tree does not actually need them.
+
 Earliest finish: EF(s) = max(EF(p) for p in prerequisites(s)) + weight(s) (an ANY group contributes its
 smallest EF). The cluster's critical path is max EF over all steps; the chain is found by walking back from
 that step through the prerequisite that set each start. Kinds without a rule (talos_reboot, etcd_start,
@@ -145,9 +150,10 @@ def _split_ref(target):
 class _Rules(object):
     """The prerequisites of each step, from the facts and the steps present."""
 
-    def __init__(self, facts, steps):
+    def __init__(self, facts, steps, stage_contract=False):
         self.facts = facts
         self.steps = steps
+        self.stage_contract = stage_contract
         self.control_planes = set(facts.control_planes)
         self.pods_by_workload = {}
         self.cni_pod_on_node = {}
@@ -167,6 +173,9 @@ class _Rules(object):
         for workload in workload_keys:
             found += [('pod_ready', 'pod/' + p) for p in self.pods_by_workload.get(workload, ())]
         return self._have(*found)
+
+    def _flux_namespaces(self):
+        return set(w.split('/')[1] for w in self._workloads_named(SOURCE_CONTROLLER) + self._workloads_named(KUSTOMIZE_CONTROLLER))
 
     def _workloads_named(self, name):
         return [w for w in self.facts.workloads if w.split('/')[-1] == name]
@@ -250,6 +259,9 @@ class _Rules(object):
             if agent and agent != pod_key:
                 needs += self._have(('pod_ready', 'pod/' + agent))
         workload = pod.get('workload')
+        if self.stage_contract and workload and workload.split('/')[1] in self._flux_namespaces():
+            for release in self.facts.releases:
+                needs += self._pods_of(self._workloads_of_release(release))
         labels = ((self.facts.workloads.get(workload) or {}).get('labels')) or {}
         if labels.get(KUSTOMIZATION_LABEL):
             ks = '%s/%s' % (labels.get(KUSTOMIZATION_NS_LABEL, pod_key.split('/')[0]), labels[KUSTOMIZATION_LABEL])
@@ -298,14 +310,15 @@ def select_steps(records):
     return steps, unmodelled
 
 
-def compute(records, facts):
-    """The critical path of `records` (the lab's delay records) under the rules above."""
+def compute(records, facts, stage_contract=False):
+    """The critical path of `records` (the lab's delay records) under the rules above (stage_contract: also the
+    bootstrap releases before Flux)."""
     steps, unmodelled = select_steps(records)
     unmatched = sorted(k[1] for k in steps if k[0] == 'pod_ready' and _split_pod(k[1]) not in facts.pods)
     for key in list(steps):
         if key[0] == 'pod_ready' and _split_pod(key[1]) not in facts.pods:
             del steps[key]   # a pod that no longer exists (replaced): not part of the end state
-    rules = _Rules(facts, steps)
+    rules = _Rules(facts, steps, stage_contract)
     visiting = set()
 
     def finish(key):

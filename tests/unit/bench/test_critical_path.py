@@ -157,6 +157,22 @@ def test_bootstrap_releases_follow_their_needs():
     assert path.length == pytest.approx(130.0)
 
 
+def test_stage_contract_puts_the_bootstrap_releases_before_flux():
+    workloads = {'Deployment/ops/operator': {'labels': {}, 'annotations': {}},
+                 'Deployment/flux-system/source-controller': {'labels': {}}}
+    host = {'node': 'cp-1', 'host_network': True, 'labels': {}}
+    pods = {'ops/operator-1': dict(host, workload='Deployment/ops/operator'),
+            'flux-system/source-1': dict(host, workload='Deployment/flux-system/source-controller')}
+    records = (node_records('cp-1') + [rec('etcd_bootstrap', 'cp-1', 20.0), rec('kubelet_start', 'cp-1', 5.0),
+                                       rec('pod_ready', 'pod/ops/operator-1', 30.0), rec('pod_ready', 'pod/flux-system/source-1', 10.0),
+                                       rec('flux_git_fetch', 'GitRepository/flux-system/flux-system', 2.0)])
+    known = facts(workloads=workloads, pods=pods, releases={'ops/operator': {'needs': []}})
+    assert compute(records, known).steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].finish == pytest.approx(117.0)
+    contract = compute(records, known, stage_contract=True)
+    assert contract.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(135.0)
+    assert contract.length == pytest.approx(147.0)
+
+
 def test_no_delays_no_critical_path():
     path = compute([], facts())
     assert path.length == 0.0
