@@ -158,8 +158,10 @@ mermaid:
   description: The graph as a Mermaid flowchart, in apply order (dependency --> dependant).
   returned: always
   type: str
-skipped:
-  description: Flux-looking documents that were not taken as objects, with the reason (patch files, partial objects).
+skipped_documents:
+  description:
+    - Flux-looking documents that were not taken as objects, with the reason (patch files, partial objects).
+    - Named so because Ansible reads a result key C(skipped) as the task's own status.
   returned: always
   type: list
   elements: dict
@@ -188,7 +190,7 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils import _flux_gra
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError
 
 REPORT_KEYS = ('nodes', 'tiers', 'untiered', 'cycles', 'dangling', 'missing_critical', 'components_not_found',
-               'bootstrap_findings', 'bootstrap_contradictions', 'counts', 'summary_table', 'mermaid', 'skipped',
+               'bootstrap_findings', 'bootstrap_contradictions', 'counts', 'summary_table', 'mermaid',
                'parse_errors', 'duplicates', 'errors')
 
 
@@ -229,6 +231,7 @@ def main():
         module.fail_json(msg='cannot read the repository: %s' % exc, exception=traceback.format_exc())
 
     result = dict((key, report[key]) for key in REPORT_KEYS)
+    result['skipped_documents'] = report['skipped']
     for warning in report['warnings']:
         module.warn(warning)
     if report['failed']:

@@ -92,3 +92,11 @@ def test_bad_input_names_the_field(capsys):
     assert result['failed'] is True and result['field'] == 'path'
     result = run(capsys, path=os.path.join(REPOS, 'clean'), rules=[{'subject': ['x']}])
     assert result['failed'] is True and result['field'] == 'rules[0].requires'
+
+
+def test_skipped_documents_are_returned_under_a_name_ansible_does_not_read_as_status(capsys):
+    """A result key `skipped` would be taken by Ansible as the task's own skipped flag (it warns and converts it)."""
+    result = run(capsys, path=os.path.join(REPOS, 'counts'))
+    assert 'skipped' not in result
+    reasons = dict((item['file'], item['reason']) for item in result['skipped_documents'])
+    assert reasons['apps/podinfo/patches/interval.yaml'] == 'a kustomize patch file'
