@@ -241,7 +241,10 @@ class PlaybookRun(object):
 def run_site(lab, artifacts_dir, forks=None, extra_args=(), tags=None, check=True, timeout=PLAYBOOK_TIMEOUT):
     """ansible-playbook site.yml against a lab; returns a PlaybookRun. Raises RuntimeError when it fails and
     check is set (the output tail says why), or when it runs longer than timeout seconds (it is stopped)."""
+    # profile_tasks adds every task's time to the end of the log (for profiling; it costs next to nothing).
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'),
+               ANSIBLE_CALLBACKS_ENABLED='proxtalos.cluster.timeline,ansible.posix.profile_tasks',
+               PROFILE_TASKS_TASK_OUTPUT_LIMIT='all',
                PATH=os.pathsep.join([os.path.join(ROOT, '.venv', 'bin'), os.path.join(ROOT, '.tools', 'bin'),
                                      os.environ.get('PATH', '')]))
     command = [PLAYBOOK, 'site.yml', '-i', lab.inventory_dir, '-e', 'proxtalos_artifacts_dir=%s' % artifacts_dir]
