@@ -258,8 +258,8 @@ class Diagnoser(object):
 
     def probe(self, elapsed):
         diagnosis = self.read()
-        changed = self.last is None or (self.last['classification'], self.last['evidence']) != (diagnosis['classification'],
-                                                                                                 diagnosis['evidence'])
+        seen = (diagnosis['classification'], diagnosis['evidence'])
+        changed = self.last is None or (self.last['classification'], self.last['evidence']) != seen
         if changed and len(self.timeline) < MAX_TIMELINE:
             self.timeline.append({'elapsed': round(elapsed, 3), 'classification': diagnosis['classification'],
                                   'evidence': diagnosis['evidence']})
