@@ -33,7 +33,7 @@ help:
 
 ## --- setup ---------------------------------------------------------------------------------
 
-setup: $(STAMP) $(COLLECTION_LINK)
+setup: $(STAMP) $(COLLECTION_LINK) $(BIN)/helm $(BIN)/kubectl
 
 system-packages:
 	@scripts/system-packages
@@ -46,6 +46,10 @@ $(STAMP): requirements.txt requirements-dev.txt scripts/system-packages scripts/
 	$(PY) scripts/ansible_test_pip_stub.py >/dev/null
 	$(PY) scripts/fetch_k8s_tools.py
 	@touch $@
+
+# helm and kubectl from .tools/bin, linked into the venv so that `. .venv/bin/activate` finds them too.
+$(BIN)/helm $(BIN)/kubectl: $(STAMP)
+	@ln -sfn $(TOOLS)/bin/$(notdir $@) $@
 
 # The collection is found by ansible.cfg through .collections/ (a link back to this checkout).
 $(COLLECTION_LINK):
