@@ -16,7 +16,7 @@ description:
     or imports the key and certificate given with O(import_private_key)/O(import_private_key_src) and
     O(import_certificate)/O(import_certificate_src).
   - When only the private key exists (what a run stopped between writing the key and the certificate leaves, as
-    the key is written first), the key is kept and its certificate is made again from it (RV(action=completed)).
+    the key is written first), the key is kept and its certificate is made again from it (RV(outcome=completed)).
     A certificate without its key is refused.
   - When both files exist, they are never regenerated or replaced. They are validated instead, as the controller and
     kubeseal need them (an RSA key in a V(RSA PRIVATE KEY) or V(PRIVATE KEY) PEM block, a certificate for that key,
@@ -134,9 +134,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-action:
+outcome:
   description:
     - What was done (or would be done in check mode).
+    - Not named C(action): callbacks such as the JSON one overwrite a result key of that name.
     - V(completed) means the private key was kept and its missing certificate made again from it.
   returned: always
   type: str
@@ -407,7 +408,7 @@ def main():
     facts = decision.get('facts') or {}
     result = dict(
         changed=changed,
-        action=decision['action'],
+        outcome=decision['action'],
         certificate=(decision.get('cert_pem') or b'').decode('ascii'),
         certificate_sha256=facts.get('certificate_sha256', ''),
         public_key_sha256=facts.get('public_key_sha256', ''),

@@ -42,7 +42,7 @@ def key_body(key_pem):
 
 def test_generates_once_with_0600_files_and_no_key_in_output(capsys, paths):
     result, out = run(capsys, **paths)
-    assert result['changed'] is True and result['action'] == 'generated'
+    assert result['changed'] is True and result['outcome'] == 'generated'
     assert result['key_size'] == 4096
     assert mode(paths['private_key_path']) == 0o600 and mode(paths['certificate_path']) == 0o600
     assert mode(os.path.dirname(paths['private_key_path'])) == 0o700
@@ -54,7 +54,7 @@ def test_generates_once_with_0600_files_and_no_key_in_output(capsys, paths):
     assert info['certificate_sha256'] == result['certificate_sha256']
 
     again, out = run(capsys, **paths)
-    assert again['changed'] is False and again['action'] == 'kept'
+    assert again['changed'] is False and again['outcome'] == 'kept'
     assert again['certificate_sha256'] == result['certificate_sha256']
     with open(paths['private_key_path'], 'rb') as handle:
         assert handle.read() == key_pem      # never regenerated
@@ -62,7 +62,7 @@ def test_generates_once_with_0600_files_and_no_key_in_output(capsys, paths):
 
 def test_check_mode_predicts_and_writes_nothing(capsys, paths):
     result, _out = run(capsys, _ansible_check_mode=True, key_size=2048, **paths)
-    assert result['changed'] is True and result['action'] == 'generated'
+    assert result['changed'] is True and result['outcome'] == 'generated'
     assert not os.path.exists(paths['private_key_path']) and not os.path.exists(os.path.dirname(paths['private_key_path']))
 
 
@@ -73,15 +73,15 @@ def test_a_key_without_its_certificate_is_kept_and_the_certificate_made_again(ca
         key_pem = handle.read()
     os.unlink(paths['certificate_path'])
     check, _out = run(capsys, _ansible_check_mode=True, key_size=2048, **paths)
-    assert check['changed'] is True and check['action'] == 'completed' and not os.path.exists(paths['certificate_path'])
+    assert check['changed'] is True and check['outcome'] == 'completed' and not os.path.exists(paths['certificate_path'])
     result, out = run(capsys, key_size=2048, **paths)
-    assert result['changed'] is True and result['action'] == 'completed'
+    assert result['changed'] is True and result['outcome'] == 'completed'
     assert result['public_key_sha256'] == first['public_key_sha256'] and key_body(key_pem) not in out
     with open(paths['private_key_path'], 'rb') as handle:
         assert handle.read() == key_pem      # never regenerated
     assert mode(paths['certificate_path']) == 0o600
     again, _out = run(capsys, key_size=2048, **paths)
-    assert again['changed'] is False and again['action'] == 'kept'
+    assert again['changed'] is False and again['outcome'] == 'kept'
 
 
 def test_a_certificate_without_its_key_is_refused(capsys, paths):
@@ -96,13 +96,13 @@ def test_import_then_keep(capsys, paths, foreign_pair, tmp_path):
     key_src = tmp_path / 'old.key'
     key_src.write_bytes(foreign_pair[0])
     result, out = run(capsys, import_private_key_src=str(key_src), import_certificate=foreign_pair[1].decode(), **paths)
-    assert result['changed'] is True and result['action'] == 'imported'
+    assert result['changed'] is True and result['outcome'] == 'imported'
     assert key_body(foreign_pair[0]) not in out
     with open(paths['private_key_path'], 'rb') as handle:
         assert handle.read() == foreign_pair[0]
     assert mode(paths['private_key_path']) == 0o600
     again, _out = run(capsys, import_private_key=foreign_pair[0].decode(), import_certificate=foreign_pair[1].decode(), **paths)
-    assert again['changed'] is False and again['action'] == 'kept'
+    assert again['changed'] is False and again['outcome'] == 'kept'
 
 
 def test_a_different_import_never_replaces_the_kept_key(capsys, paths, foreign_pair):
@@ -169,11 +169,11 @@ def test_plain_key_is_encrypted_in_place_when_a_vault_password_appears(capsys, p
     password_file = tmp_path / 'vault-pass'
     password_file.write_text('from-a-file\n')
     check, _out = run(capsys, _ansible_check_mode=True, vault_password_file=str(password_file), **paths)
-    assert check['changed'] is True and check['action'] == 'encrypted'
+    assert check['changed'] is True and check['outcome'] == 'encrypted'
     with open(paths['private_key_path'], 'rb') as handle:
         assert handle.read() == plain
     result, _out = run(capsys, vault_password_file=str(password_file), **paths)
-    assert result['changed'] is True and result['action'] == 'encrypted'
+    assert result['changed'] is True and result['outcome'] == 'encrypted'
     assert result['certificate_sha256'] == first['certificate_sha256']
     with open(paths['private_key_path'], 'rb') as handle:
         assert _vault.decrypt(handle.read(), 'from-a-file') == plain
