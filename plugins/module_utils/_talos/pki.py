@@ -155,11 +155,18 @@ def pem_for_python(key_pem):
                .replace(b'-----END ' + label + b'-----', b'-----END PRIVATE KEY-----')
 
 
+# Keys parsed in this process, by their PEM: parsing is pure, key objects are immutable, and parsing an RSA key
+# checks it at length (about 0.25 s of CPU for the 4096-bit service account key, which one module run used to
+# parse several times: bundle check, cert/key pairs, rendering).
+_PARSED_KEYS = {}
+
+
 def load_private_key(key_pem, field='key'):
     """Private key object from PEM (any of the labels Talos accepts).
 
     Accepts `ED25519 PRIVATE KEY`, `PRIVATE KEY`, `EC PRIVATE KEY` and `RSA PRIVATE KEY`.
     Raises ValidationError naming `field` (never quoting the key) when it is not one.
+    A PEM parsed before in this process gives the same key object again.
     """
     require_cryptography()
     try:
@@ -169,8 +176,12 @@ def load_private_key(key_pem, field='key'):
     label = pem_label(data)
     if label not in (TALOS_ED25519_LABEL, 'PRIVATE KEY', 'EC PRIVATE KEY', 'RSA PRIVATE KEY'):
         raise ValidationError(field, 'not a PEM private key')
+    pem = pem_for_python(data)
+    if pem in _PARSED_KEYS:
+        return _PARSED_KEYS[pem]
     try:
-        return serialization.load_pem_private_key(pem_for_python(data), password=None)
+        key = _PARSED_KEYS[pem] = serialization.load_pem_private_key(pem, password=None)
+        return key
     except TypeError:
         raise ValidationError(field, 'is an encrypted private key; Talos needs it unencrypted')
     except (ValueError, UnsupportedAlgorithm):

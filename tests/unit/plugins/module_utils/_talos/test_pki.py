@@ -236,3 +236,24 @@ def test_signature_check_across_key_types_is_false_not_an_error():
     # Both CAs are O=talos; only the Ed25519 one signed the leaf.
     assert not pki.is_signed_by(x509.load_pem_x509_certificate(leaf), x509.load_pem_x509_certificate(ec_crt))
     assert pki.is_signed_by(x509.load_pem_x509_certificate(leaf), x509.load_pem_x509_certificate(ed_crt))
+
+
+def test_a_key_is_parsed_once_per_process(monkeypatch):
+    """Parsing the 4096-bit RSA service account key costs about 0.25 s of CPU; a module run needs it several times."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                            serialization.NoEncryption())
+    calls = []
+    real = serialization.load_pem_private_key
+
+    def counting(data, password=None):
+        calls.append(data)
+        return real(data, password=password)
+    monkeypatch.setattr(pki.serialization, 'load_pem_private_key', counting)
+    first = pki.load_private_key(pem)
+    assert pki.load_private_key(pem.decode()) is first
+    assert len(calls) == 1
+    assert first.private_numbers() == key.private_numbers()
+    with pytest.raises(ValidationError):
+        pki.load_private_key(pem.replace(b'MII', b'XXX'), 'certs.k8sserviceaccount.key')
