@@ -57,6 +57,12 @@ def test_inline_cilium_passes_the_gates_in_order_and_a_rerun_changes_nothing(clu
     assert again.rc == 0, again.explain()
     assert set(again.changed().values()) == {0}, again.changed()
 
+    # check mode over the healthy cluster: every gate probes once and passes, nothing would change
+    checked = cluster.site('--tags', 'cni,apps', '--check')
+    assert checked.rc == 0, checked.explain()
+    assert set(checked.changed().values()) == {0}, checked.changed()
+    assert all(result['attempts'] == 1 for name, result in checked.results('Gate - ALL nodes Ready'))
+
 
 def test_kubectl_and_helm_from_the_npm_package_read_the_lab_cluster(cluster):
     daemonset = cluster.kubectl_json('-n', 'kube-system', 'get', 'daemonset', 'cilium', '--show-managed-fields')

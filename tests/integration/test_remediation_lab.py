@@ -104,3 +104,14 @@ def test_with_remediation_off_the_gates_name_the_notready_worker_and_nothing_is_
     healed = cluster.site('--tags', 'cni', *FAST)
     assert_converged(healed)
     assert [step['action'] for step in steps(healed, 'lab-w-2')] == ['talos reboot']
+
+
+def test_the_remediation_runs_alone_with_tag_remediate(cluster):
+    cluster.stick_kubelet('lab-w-1', p=1.0)
+    run = cluster.site('--tags', 'remediate', *FAST)
+    assert run.rc == 0, run.explain()
+    assert run.results('Gate - ALL nodes Ready') == [], 'only the remediation ran'
+    assert [(step['action'], step['outcome']) for step in steps(run, 'lab-w-1')] == [('talos reboot', 'kubelet running')]
+    kubelet = cluster.kubelet('lab-w-1')
+    assert kubelet is not None and kubelet['healthy'] is True
+    assert_converged(cluster.site('--tags', 'cni', *FAST))
