@@ -53,7 +53,7 @@ CNI_SHORT = {'cni_api_timeout': 20, 'cni_nodes_registered_timeout': 4, 'cni_agen
 GITOPS_SHORT = {'gitops_timeout': 4, 'gitops_csi_timeout': 4, 'gitops_wait_sleep': 1}
 FLUX_SHORT = {'flux_controllers_timeout': 20, 'flux_source_timeout': 4, 'flux_wait_sleep': 1}
 # The remediation rows: the cni stage finds the stuck kubelet fast, and reboots/resets wait long enough.
-REMEDIATE = {'cni_remediate_detect_timeout': 3, 'cni_remediate_wait_timeout': 30, 'cni_remediate_reboot_timeout': 5,
+REMEDIATE = {'cni_remediate_detect_timeout': 3, 'cni_remediate_wait_timeout': 10, 'cni_remediate_reboot_timeout': 5,
              'cni_remediate_wait_sleep': 1, 'cni_wait_sleep': 1}
 
 
@@ -168,7 +168,7 @@ _VARIABLE = [
 ]
 
 
-def normalize(message, limit=240):
+def normalize(message, limit=300):
     """A message without what changes from run to run (lab net, temp paths, UPIDs, durations), on one line."""
     text = str(message or '')
     for pattern, replacement in _VARIABLE:
@@ -202,7 +202,8 @@ def _fault_call(r):
 def render_table(rows=None, results=None):
     rows = ROWS if rows is None else rows
     results = load_results() if results is None else results
-    lines = ['| # | layer | fault | stage | expected | result | what the run said |', '|---|---|---|---|---|---|---|']
+    lines = ['| # | layer | fault | stage | expected | result | what the run said (the failure message, or the evidence) |',
+             '|---|---|---|---|---|---|---|']
     for number, r in enumerate(rows, 1):
         seen = results.get(r.id)
         if seen is None:

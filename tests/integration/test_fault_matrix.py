@@ -222,7 +222,8 @@ def test_fault(row, request, session_workspace, lab_factory, tmp_path, matrix_re
             failures = run.failures()
             assert failures, run.explain()
             in_stage = [f for f in failures if f[0] == row.stage]
-            record['message'] = matrix.normalize(failure_text((in_stage or failures)[0]))
+            # the document shows the stage in a column of its own; the host of a run_once task varies from run to run
+            record['message'] = matrix.normalize((in_stage or failures)[0][3])
             assert row.expect == 'failed', 'expected recovery: %s' % run.explain()
             assert in_stage, 'the failure came from another stage than %s: %s' % (row.stage, run.explain())
             text = failure_text(in_stage[0])
