@@ -291,6 +291,11 @@ class Workspace(object):
         return os.path.join(self.secrets_dir, 'sealed-secrets.key')
 
     @property
+    def ansible_tmp(self):
+        """Where modules would be written for execution (ANSIBLE_REMOTE_TMP) without pipelining."""
+        return os.path.join(self.folder, 'ansible-tmp')
+
+    @property
     def kubeconfig(self):
         return os.path.join(self.artifacts, 'kubeconfig')
 
@@ -316,6 +321,8 @@ class Workspace(object):
 
     def environment(self, callback='ansible.posix.jsonl', extra=None):
         env = dict(os.environ, **(extra or {}))
+        # a temp folder of this workspace's own: what a killed run leaves there can be looked at
+        env.update(ANSIBLE_REMOTE_TMP=self.ansible_tmp, ANSIBLE_LOCAL_TEMP=os.path.join(self.folder, 'ansible-local-tmp'))
         env.update(ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0',
                    ANSIBLE_LOCALHOST_WARNING='false', ANSIBLE_INVENTORY_UNPARSED_WARNING='false',
                    PATH=os.pathsep.join([VENV_BIN, TOOLS_BIN, os.environ.get('PATH', '')]))
