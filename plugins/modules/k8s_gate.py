@@ -226,6 +226,32 @@ notes:
   type: list
   elements: str
   returned: always
+replicas:
+  description:
+    - For a C(workload) gate on a Deployment or StatefulSet, the replica counts of the last observation;
+      null for other gates.
+    - C(required) is what the gate waited for (C(desired), or with I(accept_unschedulable_replicas) as many as
+      can be scheduled now, at least one); C(schedulable) is that count of the scheduler's, null unless
+      I(accept_unschedulable_replicas) is set.
+  type: dict
+  returned: always
+  sample: {"desired": 2, "available": 1, "updated": 1, "required": 1, "schedulable": 1}
+  contains:
+    desired:
+      description: spec.replicas.
+      type: int
+    available:
+      description: status.availableReplicas (readyReplicas for a StatefulSet that does not report it).
+      type: int
+    updated:
+      description: status.updatedReplicas.
+      type: int
+    required:
+      description: The number of available replicas the gate waited for.
+      type: int
+    schedulable:
+      description: Replicas that can be placed on the nodes now (nodeSelector, taints, required self anti-affinity).
+      type: int
 diagnosis:
   description: On failure, the lines of the diagnosis (also in C(msg)).
   type: list
@@ -298,6 +324,7 @@ def _result(gate_run, client, timeline, gate):
         'details': verdict.items if verdict is not None else [],
         'problems': verdict.problems if verdict is not None else [],
         'notes': verdict.notes if verdict is not None else [],
+        'replicas': verdict.replicas if verdict is not None else None,
         'elapsed': round(gate_run.result.elapsed, 3) if gate_run is not None else 0.0,
         'attempts': gate_run.result.attempts if gate_run is not None else 0,
         'api_requests': client.requests if client is not None else 0,

@@ -22,22 +22,24 @@ TERMINAL_PHASES = ('Succeeded', 'Failed')
 class Verdict(object):
     """What a predicate concluded from what it was shown."""
 
-    __slots__ = ('ok', 'summary', 'items', 'problems', 'notes', 'failed')
+    __slots__ = ('ok', 'summary', 'items', 'problems', 'notes', 'failed', 'replicas')
 
-    def __init__(self, ok, summary, items=None, problems=None, notes=None, failed=False):
+    def __init__(self, ok, summary, items=None, problems=None, notes=None, failed=False, replicas=None):
         self.ok = bool(ok)
         self.summary = summary
         self.items = items or []
         self.problems = problems or []
         self.notes = notes or []
         self.failed = bool(failed)
+        # replica workloads only: desired, available, updated, required and (when counted) schedulable
+        self.replicas = replicas
 
     def failing(self):
         return [item for item in self.items if not item.get('ok')]
 
     def as_dict(self):
         return {'ok': self.ok, 'summary': self.summary, 'items': self.items,
-                'problems': self.problems, 'notes': self.notes, 'failed': self.failed}
+                'problems': self.problems, 'notes': self.notes, 'failed': self.failed, 'replicas': self.replicas}
 
     def __repr__(self):
         return 'Verdict(ok=%r, summary=%r)' % (self.ok, self.summary)
@@ -202,6 +204,7 @@ def _replica_workload(kind, workload, nodes, pods, accept_unschedulable, availab
     replicas = objects.spec(workload).get('replicas')
     replicas = 1 if replicas is None else replicas
     required = replicas
+    capacity = None
     notes = []
     problems = list(extra_problems)
     if accept_unschedulable and replicas > 0:
@@ -227,7 +230,9 @@ def _replica_workload(kind, workload, nodes, pods, accept_unschedulable, availab
         details = problems + failing_pods
         if details:
             summary += ': ' + diagnosis.limit_list(details)
-    return Verdict(ok, summary, items, problems, notes)
+    counts = {'desired': replicas, 'available': available, 'updated': updated, 'required': required,
+              'schedulable': capacity}
+    return Verdict(ok, summary, items, problems, notes, replicas=counts)
 
 
 def deployment_available(deployment, nodes=None, pods=(), accept_unschedulable=False, what=None):

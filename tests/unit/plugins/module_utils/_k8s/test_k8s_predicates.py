@@ -170,6 +170,7 @@ def test_deployment_accepts_what_can_be_scheduled_now(k8s_objects):
     assert verdict.summary.startswith('Deployment kube-system/cilium-operator available 1/2 (1 required: '
                                       '1 of 2 replicas can be scheduled on 1 eligible node(s)')
     assert 'required pod anti-affinity on kubernetes.io/hostname allows 1' in verdict.summary
+    assert verdict.replicas == {'desired': 2, 'available': 1, 'updated': 2, 'required': 1, 'schedulable': 1}
 
 
 def test_deployment_accept_mode_still_wants_both_when_two_nodes_are_eligible(k8s_objects):
@@ -177,6 +178,13 @@ def test_deployment_accept_mode_still_wants_both_when_two_nodes_are_eligible(k8s
     verdict = predicates.deployment_available(deployment, nodes, pods, accept_unschedulable=True)
     assert not verdict.ok
     assert verdict.summary.startswith('Deployment kube-system/cilium-operator available 1/2:')
+    assert verdict.replicas['schedulable'] == 2 and verdict.replicas['required'] == 2
+
+
+def test_replica_counts_without_accept_mode_leave_schedulable_unknown(k8s_objects):
+    deployment, nodes, pods = _operator_world(k8s_objects)
+    verdict = predicates.deployment_available(deployment, nodes, pods)
+    assert verdict.replicas == {'desired': 2, 'available': 1, 'updated': 2, 'required': 2, 'schedulable': None}
 
 
 def test_deployment_accept_mode_with_no_eligible_node_fails_with_reasons(k8s_objects):
