@@ -66,6 +66,16 @@ def node_ready(node):
     return reason is None, reason
 
 
+NODE_INFO_FIELDS = (('kubelet_version', 'kubeletVersion'), ('os_image', 'osImage'),
+                   ('kernel_version', 'kernelVersion'), ('container_runtime', 'containerRuntimeVersion'))
+
+
+def node_versions(node):
+    """What the kubelet reports of its node in status.nodeInfo (kubelet, OS image, kernel, runtime), as set."""
+    info = objects.status(node).get('nodeInfo') or {}
+    return dict((key, info[field]) for key, field in NODE_INFO_FIELDS if info.get(field))
+
+
 def nodes_ready(nodes, expected_count=None, names=None, registered_only=False):
     """All nodes (or the named ones) registered and, unless registered_only, Ready.
 
@@ -79,9 +89,10 @@ def nodes_ready(nodes, expected_count=None, names=None, registered_only=False):
     for node_name in sorted(by_name):
         node = by_name[node_name]
         ready, reason = node_ready(node)
-        items.append({'name': node_name, 'ok': True if registered_only else ready, 'ready': ready,
-                      'reason': reason, 'roles': node_roles(node),
-                      'conditions_true': diagnosis.node_pressures(node)})
+        item = {'name': node_name, 'ok': True if registered_only else ready, 'ready': ready,
+                'reason': reason, 'roles': node_roles(node), 'conditions_true': diagnosis.node_pressures(node)}
+        item.update(node_versions(node))
+        items.append(item)
     for missing in names:
         if missing not in by_name:
             items.append({'name': missing, 'ok': False, 'ready': False, 'reason': 'not registered',

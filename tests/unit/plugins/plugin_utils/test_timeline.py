@@ -16,7 +16,8 @@ K8S_GATE_FAILED = {
     'changed': False, 'failed': True, 'gate': 'nodes', 'target': 'nodes', 'passed': False,
     'summary': 'nodes Ready 2/3: w-2 NetworkPluginNotReady',
     'msg': 'nodes not reached after 10.0s (6 probes): nodes Ready 2/3: w-2 NetworkPluginNotReady\n- w-2: Ready=False',
-    'details': [{'name': 'cp-1', 'ok': True, 'reason': None}, {'name': 'w-2', 'ok': False, 'reason': 'NetworkPluginNotReady'}],
+    'details': [{'name': 'cp-1', 'ok': True, 'reason': None, 'kubelet_version': 'v1.33.4', 'os_image': 'Talos (v1.13.9)'},
+                {'name': 'w-2', 'ok': False, 'reason': 'NetworkPluginNotReady'}],
     'diagnosis': ['- w-2: Ready=False KubeletNotReady'], 'elapsed': 10.02, 'attempts': 6, 'progress': [],
 }
 
@@ -114,7 +115,7 @@ def test_report_document():
     nodes = dict((node['name'], node) for node in report['facts']['nodes'])
     # the nodes gate's details become observations per node
     assert nodes['w-2']['observed'] == {'kubernetes_ready': False, 'kubernetes_reason': 'NetworkPluginNotReady'}
-    assert nodes['cp-1']['observed'] == {'kubernetes_ready': True}
+    assert nodes['cp-1']['observed'] == {'kubernetes_ready': True, 'kubelet_version': 'v1.33.4', 'os_image': 'Talos (v1.13.9)'}
     assert nodes['w-2']['vm_id'] == 912
 
 

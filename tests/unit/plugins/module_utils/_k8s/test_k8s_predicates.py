@@ -29,6 +29,16 @@ def test_nodes_summary_counts_and_names_each_not_ready_node(k8s_objects):
     assert by_name['w-2']['ok'] is False and by_name['w-1']['ok'] is True
 
 
+def test_node_items_carry_what_the_kubelet_reports_of_its_versions(k8s_objects):
+    verdict = predicates.nodes_ready([k8s_objects.node('cp-1')], names=['cp-1', 'w-9'])
+    by_name = dict((item['name'], item) for item in verdict.items)
+    assert by_name['cp-1']['kubelet_version'] == 'v1.33.4'
+    assert by_name['cp-1']['os_image'] == 'Talos (v1.13.9)'
+    assert by_name['cp-1']['container_runtime'] == 'containerd://2.1.4'
+    assert 'kernel_version' not in by_name['cp-1']  # not in this node's nodeInfo: not invented
+    assert 'kubelet_version' not in by_name['w-9']  # not registered
+
+
 def test_all_ready_nodes_pass(k8s_objects):
     verdict = predicates.nodes_ready([k8s_objects.node('cp-1'), k8s_objects.node('w-1')], expected_count=2)
     assert verdict.ok and verdict.summary == 'nodes Ready 2/2'
