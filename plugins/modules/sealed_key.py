@@ -137,7 +137,7 @@ RETURN = r"""
 outcome:
   description:
     - What was done (or would be done in check mode).
-    - Not named C(action): callbacks such as the JSON one overwrite a result key of that name.
+    - Not named C(action), because callbacks such as the JSON one overwrite a result key of that name.
     - V(completed) means the private key was kept and its missing certificate made again from it.
   returned: always
   type: str
