@@ -180,3 +180,17 @@ def test_missing_privileges_are_listed(pve, fakepve_cafile, capsys):
 def test_inventory_only_makes_no_api_call(pve, fakepve_cafile, capsys):
     code, result = run(args(pve, fakepve_cafile, good_cluster(), check_pve=False), capsys)
     assert code == 0 and 'pve' not in result and pve.requests == []
+
+
+def test_an_image_pve_cannot_fetch_is_named_with_the_url_and_pve_message(pve, fakepve_cafile, capsys):
+    # The ISO is not on the storage, and PVE's query-url-metadata (what download-url does first) fails for the URL.
+    pve.fail('GET', '/nodes/pve1/query-url-metadata', 500, "invalid server response: '404 Not Found'")
+    code, result = run(args(pve, fakepve_cafile, good_cluster()), capsys)
+    assert code == 1 and result['pve']['image'] == {'pve1': 'missing'}
+    assert result['problems'] == [{
+        'host': 'all', 'field': 'talos_image_url',
+        'reason': "local:iso/talos.iso is not on PVE node pve1, and PVE cannot fetch %s: invalid server response: "
+                  "'404 Not Found'" % IMAGE['url']}]
+    assert IMAGE['url'] in result['msg']
+    queried = [r for r in pve.requests if r[0] == 'GET' and r[1].endswith('/query-url-metadata')]
+    assert len(queried) == 1 and [r for r in pve.requests if r[0] != 'GET'] == []
