@@ -100,3 +100,19 @@ def test_skipped_documents_are_returned_under_a_name_ansible_does_not_read_as_st
     assert 'skipped' not in result
     reasons = dict((item['file'], item['reason']) for item in result['skipped_documents'])
     assert reasons['apps/podinfo/patches/interval.yaml'] == 'a kustomize patch file'
+
+
+def test_every_default_rule_firing_reaches_the_user_as_a_warning_then_as_the_failure(capsys, warnings):
+    """rules_fire: each default rule has a subject ordered without what it needs (module_utils/test_flux_graph.py has the texts)."""
+    path = os.path.join(REPOS, 'rules_fire')
+    result = run(capsys, path=path)
+    assert result.get('failed') is not True and result['changed'] is False
+    assert sorted(set(item['rule'] for item in result['missing_critical'])) == sorted(
+        ['cert-manager needs coredns', 'monitoring needs coredns', 'networked workloads need the CNI',
+         'proxmox-csi needs coredns', 'proxmox-csi needs proxmox-ccm'])
+    assert warnings == [item['message'] for item in result['missing_critical']]
+    assert ('Kustomization/flux-system/monitoring (clusters/lab/apps.yaml) is not ordered after Kustomization/flux-system/coredns: '
+            'monitoring needs coredns (scrape targets and alert receivers are found by name)') in warnings
+    strict = run(capsys, path=path, fail_on=['missing_critical'])
+    assert strict['failed'] is True
+    assert all(item['message'] in strict['msg'] for item in strict['missing_critical']), strict['msg']
