@@ -59,8 +59,40 @@ options:
     ini:
       - section: callback_timeline
         key: summary
+  live_progress:
+    description:
+      - >-
+        Show what a waiting task sees while it waits, one line each time its summary changes, for example
+        C([lab-cp-1] Gate - ALL nodes Ready: nodes Ready 4/6: lab-w-2 NetworkPluginNotReady (12 s)).
+      - The collection's waiting modules (every wait of C(module_utils/_wait.py), as in k8s_gate, flux_gate, talos_info,
+        talos_bootstrap, proxmox_vm_info, proxmox_vm) append their progress to the JSON-lines file named by
+        E(PROXTALOS_PROGRESS_FILE); the plugin gives each task of the collection a file of its own in a private
+        temporary folder (mode 0700, removed at the end of the run) and follows it from a thread.
+      - Only under a terminal stdout callback; under a JSON one (such as C(ansible.posix.json)) nothing is added,
+        so stdout stays one JSON document. When E(PROXTALOS_PROGRESS_FILE) is already set in the environment the
+        plugin leaves it (and the modules' progress) to whoever set it.
+    type: bool
+    default: true
+    env:
+      - name: PROXTALOS_LIVE_PROGRESS
+    ini:
+      - section: callback_timeline
+        key: live_progress
+  progress_interval:
+    description:
+      - At most one progress line per task in this many seconds; a newer summary that comes sooner is shown when
+        the time has passed (unless the wait ended). A wait that does not change repeats its line about every 30
+        seconds.
+    type: float
+    default: 5.0
+    env:
+      - name: PROXTALOS_PROGRESS_INTERVAL
+    ini:
+      - section: callback_timeline
+        key: progress_interval
 """
 
+import atexit
 import json
 import os
 import re
@@ -70,7 +102,7 @@ import time
 from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _report_html, _timeline
+from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _progress, _report_html, _timeline
 
 try:
     from ansible.module_utils.secrets import mask_secrets  # ansible-core 2.22+
@@ -99,6 +131,11 @@ def _is_vaulted(value):
     return type(value).__name__ == 'AnsibleVaultEncryptedUnicode'
 
 
+def _stdout_is_json():
+    """Whether the stdout callback writes JSON (ansible.posix.json, ansible.posix.jsonl...): stdout is then a document."""
+    return 'json' in str(getattr(C, 'DEFAULT_STDOUT_CALLBACK', '') or '')
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = 'aggregate'
@@ -116,6 +153,44 @@ class CallbackModule(CallbackBase):
         self.artifacts_dirs = {}
         self.scanned_hosts = set()
         self.playbook_dir = None
+        self.follower = None
+
+    # -- live progress of waiting tasks -----------------------------------------------------------
+
+    def _start_progress(self):
+        if self.follower is not None or not self.get_option('live_progress') or _stdout_is_json():
+            return
+        if os.environ.get(_progress.PROGRESS_FILE_ENV):
+            self._display.vv('proxtalos.cluster.timeline: PROXTALOS_PROGRESS_FILE is set already, no live progress')
+            return
+        try:
+            self.follower = _progress.Follower(self._show_progress, min_interval=float(self.get_option('progress_interval')),
+                                               mask=self.masker.text)
+        except (OSError, IOError, ValueError) as exc:
+            self._display.warning('proxtalos.cluster.timeline: no live progress: %s' % exc)
+            return
+        self.follower.start()
+        atexit.register(self._stop_progress)   # a run that ends without stats (interrupted) cleans up too
+
+    def _show_progress(self, text):
+        self._display.display(text, color=C.COLOR_VERBOSE)
+
+    def _stop_progress(self):
+        follower, self.follower = self.follower, None
+        if follower is None:
+            return
+        follower.stop()
+        os.environ.pop(_progress.PROGRESS_FILE_ENV, None)
+
+    def _follow_task(self, host, task):
+        """Before Ansible forks the task's worker: point the collection's modules at a file of this task's own."""
+        action = str(getattr(task, 'resolved_action', None) or task.action or '')
+        if not action.startswith('proxtalos.cluster.'):
+            os.environ.pop(_progress.PROGRESS_FILE_ENV, None)
+            return
+        path = self.follower.new_path()
+        self.follower.watch((host.get_name(), task._uuid), host.get_name(), self.masker.text(task.get_name()), path)
+        os.environ[_progress.PROGRESS_FILE_ENV] = path
 
     # -- run and play ---------------------------------------------------------------------------
 
@@ -124,6 +199,7 @@ class CallbackModule(CallbackBase):
         self.recorder.playbook = os.path.basename(getattr(playbook, '_file_name', '') or '') or None
         if context is not None and context.CLIARGS:
             self.recorder.check_mode = bool(context.CLIARGS.get('check'))
+        self._start_progress()
 
     def v2_playbook_on_play_start(self, play):
         if self.recorder is None:
@@ -204,12 +280,16 @@ class CallbackModule(CallbackBase):
 
     def v2_runner_on_start(self, host, task):
         self.starts[(host.get_name(), task._uuid)] = time.time()
+        if self.follower is not None:
+            self._follow_task(host, task)
 
     def _record(self, result, status):
-        if self.recorder is None:
-            return
         task = result.task
         host = result.host.get_name()
+        if self.follower is not None:
+            self.follower.unwatch((host, task._uuid))
+        if self.recorder is None:
+            return
         end = time.time()
         start = self.starts.pop((host, task._uuid), end)
         raw = result.result if isinstance(result.result, dict) else {}
@@ -245,6 +325,7 @@ class CallbackModule(CallbackBase):
     # -- the end --------------------------------------------------------------------------------
 
     def v2_playbook_on_stats(self, stats):
+        self._stop_progress()
         if self.recorder is None:
             return
         self.recorder.finished = time.time()
@@ -265,7 +346,7 @@ class CallbackModule(CallbackBase):
                 colour = C.COLOR_OK if report['status'] == 'ok' else C.COLOR_ERROR
                 lines = _timeline.terminal_summary(report, paths)
                 # under a JSON stdout callback, stdout is one document: the summary goes to stderr
-                stderr = 'json' in str(getattr(C, 'DEFAULT_STDOUT_CALLBACK', '') or '')
+                stderr = _stdout_is_json()
                 if not stderr:
                     self._display.banner('RUN REPORT [%s]' % cluster)
                 self._display.display(lines[0], color=colour, stderr=stderr)

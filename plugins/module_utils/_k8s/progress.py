@@ -9,29 +9,25 @@ So progress goes two ways:
 - a timeline in the module result (`progress`): one entry each time the one-line summary
   changed ("nodes Ready 4/6: w-2 NetworkPluginNotReady" -> "nodes Ready 5/6: ..."), with the
   elapsed seconds and probe number, so a finished or failed task shows how it got there;
-- optionally, the same lines appended as they happen to a JSON-lines file (`progress_file`,
-  or the PROXTALOS_PROGRESS_FILE environment variable), which a callback plugin or
-  `tail -f` can follow live. Each line is one JSON object:
-  {"time": ISO-8601 UTC, "event": "start"|"progress"|"end", "label": ..., "elapsed": s,
-   "attempt": n, "summary": text, "ok": bool (end only)}.
-  While the summary does not change, a line is still written every `heartbeat` seconds so a
-  follower can tell a slow wait from a hung one.
+- the same lines appended as they happen to a JSON-lines file (`progress_file`, or the
+  PROXTALOS_PROGRESS_FILE environment variable, which the timeline callback sets for each task
+  and follows to print the lines live). The file is written by `_wait.ProgressFile` (the line
+  format is in `_wait`'s docstring): a "start" line, a "progress" line whenever the summary
+  changes (and every `heartbeat` seconds while it does not), an "end" line with `ok`.
 """
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
 import time
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 
 
 def summary_of(observation):
     """The one-line text of an observation: a Verdict's summary, or the text of an API error."""
-    summary = getattr(observation, 'summary', None)
-    return summary if summary is not None else str(observation)
+    return _wait.summary_of(observation)
 
 
 class Progress(object):
@@ -41,32 +37,22 @@ class Progress(object):
                  wall_clock=time.time):
         self.label = label
         self.path = path
-        self.heartbeat = heartbeat
         self.max_entries = max_entries
-        self.clock = clock
-        self.wall_clock = wall_clock
         self.timeline = []
         self.dropped = 0
         self._last_summary = None
-        self._last_write = None
+        self.file = None
         if path:
             directory = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(directory):
                 raise _errors.ValidationError('progress_file', 'directory does not exist: %s' % directory)
-            self._write({'event': 'start', 'elapsed': 0.0, 'attempt': 0, 'summary': 'waiting for %s' % label})
-
-    def _write(self, entry):
-        if not self.path:
-            return
-        line = dict(entry)
-        line['time'] = datetime.datetime.fromtimestamp(self.wall_clock(), datetime.timezone.utc).isoformat()
-        line['label'] = self.label
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, (json.dumps(line, sort_keys=True) + '\n').encode('utf-8'))
-        finally:
-            os.close(fd)
-        self._last_write = self.clock()
+            # the process's one writer for this path: when it is also PROXTALOS_PROGRESS_FILE, the lines
+            # _wait.wait_for writes for the same probes are not repeated
+            self.file = _wait.shared_progress_file(path)
+            self.file.heartbeat = heartbeat
+            self.file.clock = clock
+            self.file.wall_clock = wall_clock
+            self.file.write('start', 'waiting for %s' % label, 0.0, 0, label=label)
 
     def _append(self, entry):
         if len(self.timeline) >= self.max_entries:
@@ -78,13 +64,11 @@ class Progress(object):
     def record(self, observation, elapsed, attempts):
         """on_progress for _wait.wait_for: note the observation if it says something new."""
         summary = summary_of(observation)
-        entry = {'elapsed': round(elapsed, 3), 'attempt': attempts, 'summary': summary}
         if summary != self._last_summary:
             self._last_summary = summary
-            self._append(entry)
-            self._write(dict(entry, event='progress'))
-        elif self.path and self._last_write is not None and self.clock() - self._last_write >= self.heartbeat:
-            self._write(dict(entry, event='progress'))
+            self._append({'elapsed': round(elapsed, 3), 'attempt': attempts, 'summary': summary})
+        if self.file is not None:
+            self.file.update(summary, elapsed, attempts, label=self.label)
 
     def finish(self, observation, elapsed, attempts, ok):
         """The final observation always ends the timeline."""
@@ -93,4 +77,5 @@ class Progress(object):
         if summary != self._last_summary or not self.timeline or self.timeline[-1]['attempt'] != attempts:
             self._append(entry)
         self._last_summary = summary
-        self._write(dict(entry, event='end', ok=bool(ok)))
+        if self.file is not None:
+            self.file.end(summary, elapsed, attempts, ok, label=self.label, always=True)

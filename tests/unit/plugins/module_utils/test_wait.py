@@ -1,4 +1,8 @@
-"""The shared wait/retry helper, on a fake clock."""
+"""The shared wait/retry helper, on a fake clock; its progress sink."""
+import json
+import os
+import stat
+
 import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
@@ -129,3 +133,69 @@ def test_bad_arguments_are_refused():
         _wait.wait_for(lambda: (True, None), timeout=-1)
     with pytest.raises(ValueError):
         _wait.wait_for(lambda: (True, None), timeout=1, interval=0)
+
+
+class RecordingSink(object):
+    def __init__(self):
+        self.calls = []
+
+    def update(self, observation, elapsed, attempts):
+        self.calls.append(('update', observation, attempts))
+
+    def end(self, observation, elapsed, attempts, ok):
+        self.calls.append(('end', observation, attempts, ok))
+
+
+def test_sink_sees_each_probe_that_is_not_done_then_the_end():
+    fake = FakeClock()
+    sink = RecordingSink()
+    result = _wait.wait_for(probe_sequence([(False, 'a'), ValueError('refused'), (True, 'c')]), timeout=10, interval=1,
+                            transient=(ValueError,), clock=fake.clock, sleep=fake.sleep, sink=sink)
+    assert result.ok
+    assert sink.calls == [('update', 'a', 1), ('update', 'ValueError: refused', 2), ('end', 'c', 3, True)]
+
+
+def test_sink_hears_nothing_from_a_wait_done_at_once_and_the_end_of_a_timeout():
+    fake = FakeClock()
+    sink = RecordingSink()
+    _wait.wait_for(probe_sequence([(True, 'ready')]), timeout=10, clock=fake.clock, sleep=fake.sleep, sink=sink)
+    assert sink.calls == []
+    result = _wait.wait_for(lambda: (False, 'still'), timeout=2, interval=1, clock=fake.clock, sleep=fake.sleep, sink=sink)
+    assert not result.ok and sink.calls[-1] == ('end', 'still', 3, False)
+
+
+def test_default_sink_is_the_file_of_the_environment_variable(tmp_path, monkeypatch):
+    monkeypatch.setattr(_wait, '_PROGRESS_FILES', {})
+    monkeypatch.delenv(_wait.PROGRESS_FILE_ENV, raising=False)
+    fake = FakeClock()
+    _wait.wait_for(probe_sequence([(False, 'a'), (True, 'b')]), timeout=10, clock=fake.clock, sleep=fake.sleep)
+    assert list(tmp_path.iterdir()) == []            # no variable, no file, same result as ever
+    path = tmp_path / 'progress.jsonl'
+    monkeypatch.setenv(_wait.PROGRESS_FILE_ENV, str(path))
+    result = _wait.wait_for(probe_sequence([(False, 'a\n  b'), (False, 'a b'), (True, 'done')]), timeout=10,
+                            clock=fake.clock, sleep=fake.sleep)
+    assert result.ok and result.attempts == 3
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    # one line per change (the text is made one line), then the end
+    assert [(line['event'], line['attempt'], line['summary']) for line in lines] == [
+        ('progress', 1, 'a b'), ('end', 3, 'done')]
+    assert lines[-1]['ok'] is True and lines[0]['label'] is None
+    assert stat.S_IMODE(os.stat(str(path)).st_mode) == 0o600
+
+
+def test_progress_file_heartbeat_and_a_file_that_cannot_be_written(tmp_path, monkeypatch):
+    now = [0.0]
+    progress = _wait.ProgressFile(str(tmp_path / 'p.jsonl'), heartbeat=30.0, clock=lambda: now[0])
+    assert progress.update('Ready 2/3', 0.0, 1)
+    now[0] = 29.0
+    assert not progress.update('Ready 2/3', 29.0, 10)
+    now[0] = 31.0
+    assert progress.update('Ready 2/3', 31.0, 11)      # heartbeat: the wait is alive
+    assert progress.update('Ready 3/3', 31.5, 12)
+    gone = _wait.ProgressFile(str(tmp_path / 'no-such-folder' / 'p.jsonl'))
+    assert not gone.update('x', 0.0, 1) and gone.broken
+    monkeypatch.setattr(_wait, '_PROGRESS_FILES', {})
+    monkeypatch.setenv(_wait.PROGRESS_FILE_ENV, str(tmp_path / 'no-such-folder' / 'p.jsonl'))
+    fake = FakeClock()
+    result = _wait.wait_for(probe_sequence([(False, 'a'), (True, 'b')]), timeout=10, clock=fake.clock, sleep=fake.sleep)
+    assert result.ok and result.attempts == 2          # progress is best effort: the wait is unchanged
