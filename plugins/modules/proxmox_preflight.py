@@ -19,7 +19,9 @@ description:
     planes, since etcd needs a majority; cores, memory and disk at least Talos' minimums.
   - PVE checks (O(check_pve=true)) - the API answers and accepts the credentials (a TLS failure names
     pve_ca_path); the cluster is quorate; every vm_pve_node exists and is online; on each of those nodes, vm_storage
-    (and the cloud-init storage) exists, is active and holds VM images, vm_bridge exists as a bridge, and the
+    (and the cloud-init storage) exists, is active and holds VM images, and has room for the disks of the VMs still
+    to be created (vm_disk_gb, or the role's minimum O(minimums) C(disk_gb) when unset: a lower bound, so a full
+    storage is caught before some VMs are created and others fail), vm_bridge exists as a bridge, and the
     image storage holds O(image) content; the Talos image is on the storage of every node, or PVE can fetch its URL
     (C(query-url-metadata)) and the credentials may download it; the credentials hold the privileges the vms stage
     needs; no vm_id is already taken by a different VM (another name, or another node).
@@ -132,6 +134,7 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec,
 
 ROLES = ('controlplane', 'worker')
 DNS_LABEL = re.compile(r'^(?=.{1,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?$', re.I)
+GIB = 1024 ** 3
 DEFAULT_MINIMUMS = {'controlplane': {'cores': 2, 'memory_mb': 2048, 'disk_gb': 10},
                     'worker': {'cores': 1, 'memory_mb': 1024, 'disk_gb': 10}}
 # What the vms stage does, and the privileges PVE asks for it (qemu-server and pve-storage API permissions).
@@ -372,11 +375,13 @@ def check_pve(client, params, vms, image, report):
         vm.get('vm_pve_node') in usable for vm in vms if not _blank(vm.get('vm_pve_node'))))
 
     permissions = client.get('access/permissions', 'read own permissions') or {}
+    existing = dict((str(r.get('vmid')), r) for r in client.get('cluster/resources', 'list VMs', type='vm') or [])
     learnt['image'] = {}
     for node in sorted(usable):
         on_node = [vm for vm in vms if vm.get('vm_pve_node') == node]
+        to_create = [vm for vm in on_node if str(_int(vm.get('vm_id'))) not in existing]
         try:
-            _check_node(client, node, on_node, image, permissions, learnt, report)
+            _check_node(client, node, on_node, image, permissions, learnt, report, to_create, params.get('minimums'))
         except _errors.ApiError as exc:
             for vm in on_node:
                 report.problem(vm['host'], 'vm_pve_node', 'PVE node %s does not answer: %s' % (node, exc))
@@ -387,14 +392,44 @@ def check_pve(client, params, vms, image, report):
                      not any(p['field'].startswith('talos_image') for p in report.problems))
 
     _check_privileges(vms, permissions, params, report)
-    _check_taken_ids(client, vms, report)
+    report.check('storages have room for the disks of the VMs to create',
+                 not any(p['reason'].startswith('no room') for p in report.problems))
+    _check_taken_ids(existing, vms, report)
     return learnt
 
 
-def _check_node(client, node, on_node, image, permissions, learnt, report):
-    """Storages, bridges and the image on one PVE node."""
+def _storages(client, node):
     listed = client.get('nodes/%s/storage' % node, 'list storages', 'node %s' % node) or []
-    storages = dict((s.get('storage'), s) for s in listed)
+    return dict((s.get('storage'), s) for s in listed)
+
+
+def _check_space(node, to_create, storages, minimums, report):
+    """Each storage has room for the disks of the VMs still to be created on it (a lower bound of what they need)."""
+    wanted = {}
+    for vm in to_create:
+        name = vm.get('vm_storage')
+        store = storages.get(name) if not _blank(name) else None
+        if store is None or store.get('avail') is None:
+            continue
+        size = _int(vm.get('vm_disk_gb'))
+        if size is None:
+            size = _int(((minimums or DEFAULT_MINIMUMS).get(vm.get('role')) or {}).get('disk_gb')) or 0
+        wanted.setdefault(name, []).append((vm['host'], size))
+    for name, disks in sorted(wanted.items()):
+        free = int(storages[name]['avail'])
+        need = sum(size for _host, size in disks)
+        if need and free < need * GIB:
+            text = ('no room: storage %r on PVE node %s has %.1f GiB free; the disks of the %d VM(s) to create there need '
+                    'at least %d GiB (%s)' % (name, node, free / float(GIB), len(disks), need,
+                                              ', '.join('%s %d' % disk for disk in disks)))
+            for host, _size in disks:
+                report.problem(host, 'vm_storage', text)
+
+
+def _check_node(client, node, on_node, image, permissions, learnt, report, to_create=(), minimums=None):
+    """Storages (and their free space for the VMs to_create), bridges and the image on one PVE node."""
+    storages = _storages(client, node)
+    _check_space(node, to_create, storages, minimums, report)
     _check_storages(on_node, node, storages, image, report)
     bridges = set(i.get('iface') for i in client.get('nodes/%s/network' % node, 'list bridges', 'node %s' % node,
                                                      type='any_bridge') or []
@@ -489,8 +524,7 @@ def _check_privileges(vms, permissions, params, report):
     report.check('the credentials hold the privileges the vms stage needs', not lacking)
 
 
-def _check_taken_ids(client, vms, report):
-    existing = dict((str(r.get('vmid')), r) for r in client.get('cluster/resources', 'list VMs', type='vm') or [])
+def _check_taken_ids(existing, vms, report):
     ok = True
     for vm in vms:
         vmid = _int(vm.get('vm_id'))

@@ -153,6 +153,24 @@ def test_a_vmid_taken_by_another_vm(pve, fakepve_cafile, capsys):
         'reason': "102 is taken by another VM, 'someone-else' on PVE node pve1; pick a free id or remove that VM"}]
 
 
+def test_a_storage_without_room_for_the_vms_to_create_is_named_before_anything_is_created(pve, fakepve_cafile, capsys):
+    gib = 1024 ** 3
+    pve.add_vm(101, 'cp-1')              # exists: its disk is there already and is not counted
+    pve.storages['local-lvm'].update(avail=25 * gib, total=100 * gib)
+    vms = good_cluster()
+    del vms[3]['vm_disk_gb']             # unset: counted at the worker minimum (10 GiB), a lower bound
+    code, result = run(args(pve, fakepve_cafile, vms), capsys)
+    reason = ("no room: storage 'local-lvm' on PVE node pve1 has 25.0 GiB free; the disks of the 3 VM(s) to create there "
+              "need at least 30 GiB (cp-2 10, cp-3 10, w-1 10)")
+    assert code == 1 and result['problems'] == [{'host': host, 'field': 'vm_storage', 'reason': reason}
+                                                 for host in ('cp-2', 'cp-3', 'w-1')]
+    assert {'check': 'storages have room for the disks of the VMs to create', 'ok': False} in result['checks']
+    assert [r for r in pve.requests if r[0] != 'GET'] == []
+    pve.storages['local-lvm']['avail'] = 30 * gib   # exactly enough
+    code, result = run(args(pve, fakepve_cafile, vms), capsys)
+    assert code == 0 and result['problems'] == []
+
+
 def test_bad_credentials_name_the_token(pve, fakepve_cafile, capsys):
     code, result = run(args(pve, fakepve_cafile, good_cluster(), api_token_secret='wrong'), capsys)
     assert code == 1 and result['problems'][0]['field'] == 'pve_api_token_id'
