@@ -14,7 +14,7 @@ lab adds:
   enables the agent; other VMs get PVE's own agent errors;
 - the request log (method, path, status of every request) and the record of PVE task durations;
 - the PVE faults (`PveFaults`): task errors, config lock, flaky or slow network, 5xx answers,
-  node offline.
+  node offline, a guest agent that does not run, a full storage.
 """
 
 import asyncio
@@ -44,6 +44,7 @@ PVE_USER = 'root@pam'
 TOKEN_NAME = 'proxtalos'
 TOKEN_ID = PVE_USER + '!' + TOKEN_NAME
 
+GIB = 1024 ** 3
 STORAGE_CONTENT = {'local': 'backup,import,iso,snippets,vztmpl', 'local-lvm': 'images,rootdir'}
 
 # `lab fault pve-task-error OPERATION`: operation words and the PVE task types they mean. Any other
@@ -262,6 +263,7 @@ class GuestNetwork(object):
         self.current = {}   # vm -> {'address', 'prefix', 'source', 'mac'} while it runs
         self._boots = {}    # vm -> asyncio task starting its agent
         self._leased = {}   # vm -> the MAC it holds a DHCP lease for
+        self.agent_down = set()   # vmids whose guest agent does not run (fault pve-agent-down)
 
     def _static_addresses(self, exclude=None):
         taken = set()
@@ -331,6 +333,9 @@ class GuestNetwork(object):
             self._agent_up(vm)
 
     def _agent_up(self, vm):
+        if vm.vmid in self.agent_down:
+            vm.agent = None   # qemu-guest-agent not started in the guest: PVE answers "not running"
+            return
         plan = self.current[vm]
         interfaces = [{'name': 'lo', 'hardware-address': '00:00:00:00:00:00',
                        'ip-addresses': [{'ip-address': '127.0.0.1', 'ip-address-type': 'ipv4', 'prefix': 8},
@@ -342,6 +347,17 @@ class GuestNetwork(object):
                                              'prefix': plan['prefix']})
             interfaces.append(eth0)
         vm.agent = {'interfaces': interfaces}
+
+    def stop_agent(self, vm):
+        """The guest agent of the VM stops, and does not start again at the next boot, until start_agent()."""
+        self.agent_down.add(vm.vmid)
+        vm.agent = None
+
+    def start_agent(self, vm):
+        """The guest agent of the VM runs again: at once if the VM runs and has booted, else at its next boot."""
+        self.agent_down.discard(vm.vmid)
+        if vm.status == 'running' and vm in self.current and vm not in self._boots:
+            self._agent_up(vm)
 
     def power_off(self, vm):
         """The VM stopped (or is about to boot again): its agent is gone."""
@@ -365,11 +381,13 @@ class GuestNetwork(object):
         self.dhcp.clear()
 
     def agent_state(self, vm):
-        """none (not enabled in the config), off (VM not running), booting, or running."""
+        """none (not enabled in the config), off (VM not running), down (fault pve-agent-down), booting, or running."""
         if not agent_enabled(vm.config):
             return 'none'
         if vm.status != 'running':
             return 'off'
+        if vm.vmid in self.agent_down:
+            return 'down'
         return 'running' if vm.agent is not None else 'booting'
 
 
@@ -577,11 +595,13 @@ class LabPve(FakePve):
 class PveFaults(object):
     """The PVE faults, each mapped onto fakepve's own scenario API where it has one."""
 
-    def __init__(self, pve, registry, loop):
+    def __init__(self, pve, registry, loop, network=None):
         self.pve = pve
         self.registry = registry
         self.loop = loop
+        self.network = network
         self._lock_timers = {}
+        self._storage_before = {}   # storage id -> (avail, total, used) before pve-storage-full
 
     def register(self):
         reg = self.registry.register
@@ -621,6 +641,15 @@ class PveFaults(object):
         reg('pve-node-offline', 'the PVE node is unreachable: requests for it answer 595 No route to host '
                                 '(fakepve set_node_offline)', 'node', self.apply_node_offline, self.clear_node_offline,
             target_required=False)
+        if self.network is not None:
+            reg('pve-agent-down', 'the QEMU guest agent of VMID does not run (not in the image, or its service stopped): '
+                                  'agent calls answer 500 "QEMU guest agent is not running", so PVE reports no address; '
+                                  'it stays down across reboots until cleared', 'vmid',
+                self.apply_agent_down, self.clear_agent_down)
+        reg('pve-storage-full', 'STORAGE has no free space left (or FREE GiB): disk allocations on it fail with '
+                                '"unable to write to storage ...: No space left on device", and its status reports the '
+                                'space', 'storage', self.apply_storage_full, self.clear_storage_full,
+            params=[Param('free', float, 0.0, 'GiB left free on the storage')])
 
     # ----------------------------------------------------------- task errors
 
@@ -732,3 +761,46 @@ class PveFaults(object):
 
     def clear_node_offline(self, target):
         self.pve.set_node_offline(self._node(target), offline=False)
+
+    # ------------------------------------------------------------ guest agent
+
+    def apply_agent_down(self, target):
+        vm = self._vm(target)
+        self.network.stop_agent(vm)
+        return {'vmid': vm.vmid, 'name': vm.name}
+
+    def clear_agent_down(self, target):
+        vm = self.pve.vm(int(target))
+        if vm is not None:
+            self.network.start_agent(vm)
+        else:
+            self.network.agent_down.discard(int(target))
+
+    # ------------------------------------------------------------ storage full
+
+    def apply_storage_full(self, target, free=0.0):
+        store = self.pve.storages.get(target)
+        if store is None:
+            raise FaultError('no storage %r in the lab (storages: %s)' % (target, ', '.join(sorted(self.pve.storages))))
+        if free < 0:
+            raise FaultError('fault pve-storage-full: free must be 0 or more GiB, got %r' % free)
+        total, used, _avail = self.pve._space(store)  # pylint: disable=protected-access
+        if target not in self._storage_before:
+            self._storage_before[target] = (store.get('avail'), store.get('total'), used)
+        avail = int(free * GIB)
+        store['avail'] = avail
+        store['total'] = max(total, used + avail)
+        return {'storage': target, 'total_gib': round(store['total'] / GIB, 1), 'free_gib': round(avail / GIB, 1)}
+
+    def clear_storage_full(self, target):
+        before = self._storage_before.pop(target, None)
+        store = self.pve.storages.get(target)
+        if before is None or store is None:
+            return
+        avail, total, used_then = before
+        _total, used_now, _avail = self.pve._space(store)  # pylint: disable=protected-access
+        for key, value in (('avail', None if avail is None else max(0, avail - (used_now - used_then))), ('total', total)):
+            if value is None:
+                store.pop(key, None)
+            else:
+                store[key] = value

@@ -292,7 +292,7 @@ class World(object):
                 self.net.pve_host, self.options.pve_port, exc.strerror or exc,
                 ' (another lab on net %s?)' % self.net if exc.errno == errno.EADDRINUSE else '')) from None
         self.add_endpoint('pve', self.net.pve_host, self.pve.port, 'https')
-        PveFaults(self.pve, self.faults, self.loop).register()
+        PveFaults(self.pve, self.faults, self.loop, network=self.network).register()
         for name in self.options.extensions:
             await self._install(name)
         self._control = ControlServer(self.paths.control, self.control, errors=(ValueError, KeyError, FaultError, LabError))

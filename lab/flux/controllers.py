@@ -159,6 +159,15 @@ class Record(object):
         self.timer = None
 
 
+def broken_build_message(path, resource):
+    """kustomize's error for a kustomization.yaml whose resources list a file the commit does not have (as Flux shows it)."""
+    folder = '/tmp/kustomization-2417963150/%s' % (path or '.').strip('./').strip('/')
+    missing = '%s/%s' % (folder.rstrip('/'), resource)
+    return ("kustomize build failed: accumulating resources: accumulation err='accumulating resources from '%s': open %s: no such "
+            "file or directory': must build at directory: not a valid directory: evalsymlink failure on '%s' : lstat %s: no such "
+            "file or directory" % (resource, missing, missing, missing))
+
+
 class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,too-many-public-methods
     """The Flux controllers of one cluster (store = lab.k8s.store.Store)."""
 
@@ -173,6 +182,7 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
         self.require_controllers = require_controllers
         self.clock = clock
         self.health_faults = set()        # (namespace, kustomization): fault flux-healthcheck-fail
+        self.build_faults = {}            # (namespace, kustomization) -> missing resource: fault flux-build-fail
         self.artifacts = {}               # (namespace, gitrepository) -> Snapshot
         self.records = {}                 # (key, namespace, name) -> Record
         self._dirty = {}
@@ -487,6 +497,7 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
         generation = meta.get('generation', 1)
         requested = (meta.get('annotations') or {}).get(REQUESTED_AT)
         fault = (namespace, name) in self.health_faults
+        broken = self.build_faults.get((namespace, name))
         status = dict(ks.get('status') or {})
         retry = self._interval(spec.get('retryInterval'), None) or self._interval(spec.get('interval'), 600.0)
         repo, snapshot, problem = self._source(ks)
@@ -498,7 +509,7 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
                 self._later(record, self._requeue_seconds(retry), ('ks', namespace, name))
             return
         revision = repo['status']['artifact']['revision']
-        inputs = (generation, revision, requested, fault)
+        inputs = (generation, revision, requested, fault, broken)
         if record.inputs == inputs and record.phase in ('working', 'health', 'ready', 'failed'):
             if record.phase == 'health':
                 self.check_health(('ks', namespace, name))
@@ -528,6 +539,8 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
         if requested:
             status['lastHandledReconcileAt'] = requested
         try:
+            if broken:
+                raise build_mod.BuildError(broken_build_message(spec.get('path'), broken))
             objects = build_mod.build(snapshot.files, spec.get('path'), self._namespaced)
         except build_mod.PathNotFound as exc:
             self._ks_failed(ks, status, record, 'ArtifactFailed', str(exc), retry)
@@ -861,6 +874,14 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
         self._later(record, self._requeue_seconds(60.0), ('fi', instance['metadata']['namespace'], instance['metadata']['name']))
 
     # --- faults and status -------------------------------------------------------------------------
+
+    def set_build_fault(self, namespace, name, resource):
+        """resource: the file the broken kustomization.yaml lists but the commit lacks (None: the build works again)."""
+        if resource:
+            self.build_faults[(namespace, name)] = resource
+        else:
+            self.build_faults.pop((namespace, name), None)
+        self.kick(('ks', namespace, name))
 
     def set_health_fault(self, namespace, name, active):
         if active:

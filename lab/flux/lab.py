@@ -14,6 +14,9 @@
 Faults:
     flux-healthcheck-fail NAMESPACE/KUSTOMIZATION   its health checks time out at once (Ready=False HealthCheckFailed)
     flux-source-not-ready NAMESPACE/GITREPOSITORY   the Git server answers 503 for its URL (Ready=False GitOperationFailed)
+    flux-build-fail NAMESPACE/KUSTOMIZATION [resource=missing.yaml]
+                                                    its kustomize build fails as for a commit whose kustomization.yaml
+                                                    lists a file that is not there (Ready=False BuildFailed)
 A crash-looping CSI node plugin is the Kubernetes fault
     k8s-crashloop NODE workload=csi-proxmox/proxmox-csi-plugin-node
 """
@@ -60,7 +63,8 @@ class FluxCluster(object):
 
     def status(self):
         return {'objects': self.flux.status(), 'sealed_secrets': self.sealed.status(),
-                'faults': {'healthcheck_fail': ['%s/%s' % f for f in sorted(self.flux.health_faults)]}}
+                'faults': {'healthcheck_fail': ['%s/%s' % f for f in sorted(self.flux.health_faults)],
+                           'build_fail': ['%s/%s' % f for f in sorted(self.flux.build_faults)]}}
 
 
 def attach(cluster, git=None, timing=None, require_controllers=True, start=True):
@@ -117,6 +121,8 @@ class LabFlux(object):
         flux = self.clusters[cluster_id] = attach(cluster, self.git, timing=self.world.timing)
         for namespace, name in self.health_faults:
             flux.flux.set_health_fault(namespace, name, True)
+        for (namespace, name), resource in self.build_faults.items():
+            flux.flux.set_build_fault(namespace, name, resource)
         LOG.info('cluster %s: Flux and sealed-secrets controllers attached', cluster_id)
 
     # --- World listener ----------------------------------------------------------------------------
@@ -156,6 +162,22 @@ class LabFlux(object):
         for flux in self.clusters.values():
             flux.flux.set_health_fault(namespace, name, False)
 
+    def fault_build(self, target, resource='missing.yaml'):
+        from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
+        namespace, name = self._split('flux-build-fail', target, 'KUSTOMIZATION')
+        if not resource or '/' in resource.strip('./'):
+            raise FaultError('fault flux-build-fail: resource must be a file name, got %r' % resource)
+        self.build_faults[(namespace, name)] = resource
+        for flux in self.clusters.values():
+            flux.flux.set_build_fault(namespace, name, resource)
+        return 'the kustomize build of Kustomization %s fails (%s listed, not in the commit)' % (target, resource)
+
+    def clear_build(self, target):
+        namespace, name = self._split('flux-build-fail', target, 'KUSTOMIZATION')
+        self.build_faults.pop((namespace, name), None)
+        for flux in self.clusters.values():
+            flux.flux.set_build_fault(namespace, name, None)
+
     def fault_source(self, target):
         namespace, name = self._split('flux-source-not-ready', target, 'GITREPOSITORY')
         keys = self._repo_keys(namespace, name)
@@ -183,16 +205,21 @@ class LabFlux(object):
             flux.flux.kick(('git', namespace, name))
 
     def register_faults(self, registry):
+        from lab.faults import Param  # pylint: disable=import-outside-toplevel
         registry.register('flux-healthcheck-fail', 'a Flux Kustomization fails its health checks: they time out at once, waiting for '
                           'its first not-Current object (or its first health-checked object): Ready=False HealthCheckFailed',
                           'kustomization', self.fault_healthcheck, self.clear_healthcheck)
         registry.register('flux-source-not-ready', "a GitRepository's source is not ready: the lab Git server answers 503 for its URL, "
                           'Ready=False GitOperationFailed', 'gitrepository', self.fault_source, self.clear_source)
+        registry.register('flux-build-fail', 'the kustomize build of a Flux Kustomization fails, as for a commit whose '
+                          'kustomization.yaml lists a file that is not there: Ready=False BuildFailed with kustomize\'s error; '
+                          'what it applied before stays', 'kustomization', self.fault_build, self.clear_build,
+                          params=[Param('resource', str, 'missing.yaml', 'the file the kustomization.yaml lists')])
 
     # --- status ------------------------------------------------------------------------------------
 
     def status(self):
-        return {'git': {'url': self.git.url_for(LAB_REPO_PATH), 'directory': LAB_REPO_DIR, 'user': GIT_USER,
+        return {'git': {'url': self.git.url_for(LAB_REPO_PATH), 'directory': self.repo_dir, 'user': GIT_USER,
                         'down': sorted(self.git.down)},
                 'clusters': {str(cluster_id): flux.status() for cluster_id, flux in self.clusters.items()}}
 

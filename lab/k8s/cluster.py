@@ -132,6 +132,12 @@ class KubeCluster:
         self.controllers.faults.pending.add((namespace, name))
         self.controllers.kick()
 
+    def fault_image_pull(self, workload, message):
+        """k8s-image-pull NAMESPACE/WORKLOAD: its new pods wait in ImagePullBackOff with this registry error."""
+        namespace, dummy, name = workload.partition('/')
+        self.controllers.faults.image_pull[(namespace, name)] = message
+        self.controllers.kick()
+
     def fault_api_flap(self, period=2.0, mode='503'):
         """k8s-api-flap: the API answers 503 (or drops connections) for half of every period."""
         if self.server is not None:
@@ -143,6 +149,8 @@ class KubeCluster:
             self.controllers.faults.crashloop.clear()
         if name in (None, 'k8s-pending'):
             self.controllers.faults.pending.clear()
+        if name in (None, 'k8s-image-pull'):
+            self.controllers.faults.image_pull.clear()
         if name in (None, 'k8s-api-flap'):
             self._flap = None
             if self.server is not None:

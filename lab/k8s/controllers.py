@@ -111,6 +111,7 @@ class Faults:
     def __init__(self):
         self.crashloop = {}       # (namespace, daemonset, node) -> True
         self.pending = set()      # (namespace, deployment)
+        self.image_pull = {}      # (namespace, deployment/daemonset/statefulset) -> registry error
 
 
 class NodeAgent:
@@ -483,12 +484,15 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
         if can_start and ready_at is None:
             ready_at = self._ready_at[uid] = now + self.delay('pod_ready', 'pod/%s/%s' % (namespace, name))
         crash = self._crashlooping(pod)
-        running = can_start and ready_at is not None and now >= ready_at
+        old_statuses = {s.get('name'): s for s in status.get('containerStatuses') or ()}
+        # an image cannot be pulled: only containers that never started wait for it (a running one has its image)
+        pull_error = None if any((s.get('state') or {}).get('running') or s.get('started') for s in old_statuses.values()) \
+            else self._image_pull_fault(pod)
+        running = can_start and ready_at is not None and now >= ready_at and pull_error is None
         if running:
             self.finish_delay('pod/%s/%s' % (namespace, name))
-        if can_start and not running:
+        if can_start and not running and pull_error is None:
             self._timer(('ready', uid), ready_at - now, ('pod', namespace, name))
-        old_statuses = {s.get('name'): s for s in status.get('containerStatuses') or ()}
         stamp = timestamp()
         owner_job = any(ref.get('kind') == 'Job' for ref in pod['metadata'].get('ownerReferences') or ())
         statuses = []
@@ -496,7 +500,11 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
             previous = old_statuses.get(container.get('name')) or {}
             entry = {'name': container.get('name'), 'image': container.get('image', ''), 'imageID': '',
                      'restartCount': previous.get('restartCount', 0), 'started': False, 'ready': False}
-            if running and crash:
+            if can_start and pull_error is not None:
+                image = container.get('image', '')
+                entry['state'] = {'waiting': {'reason': 'ImagePullBackOff', 'message': 'Back-off pulling image "%s": ErrImagePull: %s'
+                                              % (image, pull_error.replace('{image}', image))}}
+            elif running and crash:
                 entry['state'] = {'waiting': {'reason': 'CrashLoopBackOff', 'message': 'back-off 5m0s restarting failed container=%s pod=%s_%s(%s)'
                                               % (container.get('name'), name, namespace, uid)}}
                 entry['lastState'] = {'terminated': {'exitCode': 1, 'reason': 'Error', 'startedAt': stamp, 'finishedAt': stamp}}
@@ -546,6 +554,27 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
             self.store.internal_replace(self.rtype('', 'pods'), new, pod)
         if running and crash:
             self._arm_crash_timer()
+
+    def _workload_names(self, pod):
+        """Names of the Deployment, DaemonSet or StatefulSet that owns the pod (through its ReplicaSet for a Deployment)."""
+        namespace = pod['metadata']['namespace']
+        names = []
+        for ref in pod['metadata'].get('ownerReferences') or ():
+            if ref.get('kind') == 'ReplicaSet':
+                rs = self.store.peek(('apps', 'replicasets'), namespace, ref.get('name'))
+                names += [owner.get('name') for owner in (rs or {}).get('metadata', {}).get('ownerReferences') or ()
+                          if owner.get('kind') == 'Deployment']
+            elif ref.get('kind') in ('DaemonSet', 'StatefulSet', 'Deployment'):
+                names.append(ref.get('name'))
+        return names
+
+    def _image_pull_fault(self, pod):
+        """The registry error for the pod's image (fault k8s-image-pull on its workload), or None."""
+        namespace = pod['metadata']['namespace']
+        for name in self._workload_names(pod):
+            if (namespace, name) in self.faults.image_pull:
+                return self.faults.image_pull[(namespace, name)]
+        return None
 
     def _crashlooping(self, pod):
         node = (pod.get('spec') or {}).get('nodeName')

@@ -15,6 +15,8 @@ Faults:
     k8s-crashloop NODE [workload=kube-system/cilium]  the DaemonSet's pod on NODE crash-loops (CrashLoopBackOff)
     k8s-pending NAMESPACE/DEPLOYMENT                 the Deployment's pods stay Pending (scheduler: Insufficient cpu)
     k8s-api-flap [period=4.0] [mode=503]             the API answers 503 (mode=refuse: drops connections) half of each period
+    k8s-image-pull NAMESPACE/WORKLOAD [message=...]  new pods of the Deployment/DaemonSet/StatefulSet cannot pull their image
+                                                     (ImagePullBackOff); pods that run already keep running
 """
 
 import asyncio
@@ -26,6 +28,9 @@ from .cluster import KubeCluster
 from .manifests import ManifestApplier, talos_documents
 
 LOG = logging.getLogger('lab.k8s')
+# What containerd reports when the registry does not have the image (a tag that was never pushed, a typo).
+DEFAULT_PULL_ERROR = ('failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
+                      '{image}: not found')
 API_PORT = 6443
 DELAY_KINDS = {
     'crashloop_restart': (10.0, 'a crash-looping container restarting again (CrashLoopBackOff)'),
@@ -49,6 +54,7 @@ class LabKubernetes:
         self.control_planes = {}   # cluster id -> {talos node key: address} of control planes that are up
         self.crashloop = {}        # node -> workload
         self.pending = set()
+        self.image_pull = {}       # (namespace, workload) -> the registry's error
         self.flap = None
         for kind, (realistic, description) in DELAY_KINDS.items():
             if kind not in world.timing.kinds:
@@ -204,6 +210,8 @@ class LabKubernetes:
             cluster.controllers.faults.crashloop[(namespace, name, node)] = True
         cluster.controllers.faults.pending.clear()
         cluster.controllers.faults.pending.update(self.pending)
+        cluster.controllers.faults.image_pull.clear()
+        cluster.controllers.faults.image_pull.update(self.image_pull)
         if self.flap:
             cluster.fault_api_flap(*self.flap)
         else:
@@ -240,6 +248,21 @@ class LabKubernetes:
         self.pending.discard((namespace, name))
         self._all()
 
+    def fault_image_pull(self, target, message=DEFAULT_PULL_ERROR):
+        from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
+        namespace, dummy, name = (target or '').partition('/')
+        if not namespace or not name or '/' in name:
+            raise FaultError('fault k8s-image-pull: target must be NAMESPACE/WORKLOAD (a Deployment, DaemonSet or StatefulSet), '
+                             'got %r' % target)
+        self.image_pull[(namespace, name)] = message
+        self._all()
+        return 'new pods of %s cannot pull their image (ImagePullBackOff)' % target
+
+    def clear_image_pull(self, target):
+        namespace, dummy, name = (target or '').partition('/')
+        self.image_pull.pop((namespace, name), None)
+        self._all()
+
     def fault_flap(self, target=None, period=4.0, mode='503'):
         from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
         del target
@@ -267,6 +290,11 @@ class LabKubernetes:
                           None, self.fault_flap, self.clear_flap,
                           params=[Param('period', float, 4.0, 'real seconds of one up+down cycle'),
                                   Param('mode', str, '503', '503: answer 503 ServiceUnavailable; refuse: drop the connection')])
+        registry.register('k8s-image-pull', 'new pods of a Deployment, DaemonSet or StatefulSet cannot pull their image: containers '
+                          'wait in ImagePullBackOff (\'Back-off pulling image "IMAGE": ErrImagePull: ...\'); running pods keep running',
+                          'namespace/workload', self.fault_image_pull, self.clear_image_pull,
+                          params=[Param('message', str, DEFAULT_PULL_ERROR, 'the registry error after "ErrImagePull: " '
+                                        '({image} is the container\'s image)')])
 
     # --- status ---------------------------------------------------------------------------------
 

@@ -52,6 +52,8 @@ DELAY_KINDS = {
 }
 DEFAULT_REJECT_MESSAGE = ('1 error occurred:\n\t* configuration validation failed: the node rejected the config '
                           '(lab fault talos-apply-reject)\n\n')
+# What Talos' etcd health check reports when the local member does not answer in time (ValidateQuorum).
+DEFAULT_ETCD_UNHEALTHY_MESSAGE = 'context deadline exceeded'
 MAX_REQUESTS = 10000
 
 
@@ -73,6 +75,7 @@ class TalosFleet(object):
         self._apply_reject = {}
         self._reboot_hang = set()
         self._kubelet_volume = {}
+        self._etcd_unhealthy = {}   # node key -> the health message of its etcd (fault talos-etcd-unhealthy)
         self._expire = None
         register = getattr(timing, 'register', None)
         kinds = getattr(timing, 'kinds', {})
@@ -126,6 +129,7 @@ class TalosFleet(object):
         self._apply_reject.clear()
         self._reboot_hang.clear()
         self._kubelet_volume.clear()
+        self._etcd_unhealthy.clear()
 
     async def on_lab_stop(self):
         await self.close()
@@ -279,6 +283,11 @@ class TalosFleet(object):
                           'mounted; a Talos reboot clears it with probability p, a PVE hard reset always',
                           'node', apply=self.fault_kubelet_volume, clear=self.clear_kubelet_volume,
                           params=[Param('p', float, 0.5, 'probability that a Talos reboot clears the fault')])
+        registry.register('talos-etcd-unhealthy', 'etcd on the control plane runs but fails its health check (a slow '
+                          'disk or a peer it cannot reach): ServiceList shows etcd Running, unhealthy, with MESSAGE; '
+                          'it stays so across reboots until cleared', 'node', apply=self.fault_etcd_unhealthy,
+                          clear=self.clear_etcd_unhealthy,
+                          params=[Param('message', str, DEFAULT_ETCD_UNHEALTHY_MESSAGE, 'the health check message')])
         self.expire_faults_with(registry)
 
     def _target(self, target):
@@ -352,6 +361,32 @@ class TalosFleet(object):
         if node is not None:
             self._kubelet_volume.pop(node.key, None)
             await node.clear_kubelet_volume()
+
+    def fault_etcd_unhealthy(self, target, message=DEFAULT_ETCD_UNHEALTHY_MESSAGE):
+        node = self._target(target)
+        if not node.control_plane:
+            from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
+            raise FaultError('fault talos-etcd-unhealthy: %s is not a configured control plane (no etcd)' % node.name)
+        self._etcd_unhealthy[node.key] = message
+        etcd = node.service('etcd')
+        if etcd is not None and etcd.state == 'Running':
+            etcd.set_health(False, message)
+            self.changed()
+            return 'etcd on %s is unhealthy: %s' % (node.name, message)
+        return 'etcd on %s will be unhealthy once it runs: %s' % (node.name, message)
+
+    def clear_etcd_unhealthy(self, target):
+        node = self.node(target)
+        if node is None or self._etcd_unhealthy.pop(node.key, None) is None:
+            return
+        etcd = node.service('etcd')
+        if etcd is not None and etcd.state == 'Running':
+            etcd.set_health(True)
+            self.changed()
+
+    def etcd_health_message(self, node):
+        """None when the node's etcd passes its health check, else the health message (fault talos-etcd-unhealthy)."""
+        return self._etcd_unhealthy.get(node.key)
 
     def kubelet_volume_fault(self, node):
         return self._kubelet_volume.get(node.key)

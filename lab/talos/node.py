@@ -317,7 +317,8 @@ class TalosNode(object):
         cluster.add(self.key, self.hostname, self.address)
         etcd.event('Preparing', 'Creating service runner')
         etcd.event('Running', 'Started task etcd (PID 2467) for container etcd')
-        etcd.set_health(True)
+        unhealthy = self.fleet.etcd_health_message(self)
+        etcd.set_health(unhealthy is None, unhealthy or '')
         self.fleet.changed()
 
     async def _run_kubelet(self):

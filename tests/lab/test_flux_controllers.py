@@ -78,6 +78,22 @@ def test_a_failing_health_check_blocks_its_dependants_with_dependency_not_ready(
     assert flux.get('cert-manager.io/v1', 'ClusterIssuer', '', 'selfsigned') is not None
 
 
+def test_a_broken_build_fails_with_kustomizes_error_keeps_what_was_applied_and_recovers(flux):
+    flux.sync()
+    flux.wait_ready(count=len(TREE) + 1)
+    flux.call(flux.flux.flux.set_build_fault, 'flux-system', 'proxmox-csi', 'csi-node.yaml')
+    failed = flux.wait_condition('proxmox-csi', 'BuildFailed')
+    assert failed['status'] == 'False'
+    assert failed['message'].startswith("kustomize build failed: accumulating resources: accumulation err='accumulating resources "
+                                        "from 'csi-node.yaml': open /tmp/kustomization-")
+    assert 'csi-node.yaml: no such file or directory' in failed['message']
+    # what the last good build applied stays, and nothing depends on proxmox-csi in the lab tree
+    assert flux.get('apps/v1', 'DaemonSet', 'csi-proxmox', 'proxmox-csi-plugin-node') is not None
+    assert condition(flux.kustomization('cert-manager'))['status'] == 'True'
+    flux.call(flux.flux.flux.set_build_fault, 'flux-system', 'proxmox-csi', None)
+    flux.wait_condition('proxmox-csi', 'ReconciliationSucceeded')
+
+
 def test_a_source_that_is_down_or_refuses_the_credentials(flux):
     flux.call(flux.git.down.add, LAB_REPO_PATH)
     flux.sync()

@@ -42,3 +42,10 @@ def test_faults_are_registered_and_checked(running):
     assert world.flux.health_faults == {('flux-system', 'proxmox-csi')}
     with pytest.raises(FaultError, match='target must be NAMESPACE/KUSTOMIZATION'):
         world.flux.fault_healthcheck('proxmox-csi')
+    assert faults['flux-build-fail']['target_kind'] == 'kustomization'
+    running.call(world.control({'op': 'fault', 'name': 'flux-build-fail', 'target': 'flux-system/apps', 'params': {'resource': 'x.yaml'}}))
+    assert world.flux.build_faults == {('flux-system', 'apps'): 'x.yaml'}
+    running.call(world.control({'op': 'clear', 'name': 'flux-build-fail', 'target': 'flux-system/apps'}))
+    assert world.flux.build_faults == {}
+    with pytest.raises(FaultError, match='resource must be a file name'):
+        world.flux.fault_build('flux-system/apps', resource='a/b.yaml')

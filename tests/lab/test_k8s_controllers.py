@@ -190,6 +190,38 @@ def test_pending_fault_keeps_deployment_pending(lab):
                what='stuck available after the fault')
 
 
+def test_image_pull_fault_keeps_new_pods_in_image_pull_backoff_and_spares_running_ones(lab):
+    from lab.k8s.lab import DEFAULT_PULL_ERROR  # pylint: disable=import-outside-toplevel
+    for name, ip in (('w-1', '127.0.0.2'), ('w-2', '127.0.0.3')):
+        lab.call(lab.cluster.kubelet_started, name, ip)
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+    lab.apps.create_namespaced_deployment('kube-system', operator_deployment(2))
+    wait_until(lambda: (lab.apps.read_namespaced_deployment('cilium-operator', 'kube-system').status.available_replicas == 2, None),
+               what='the operator available')
+    lab.call(lab.cluster.fault_image_pull, 'kube-system/cilium-operator', DEFAULT_PULL_ERROR)
+    # running pods have their image: nothing happens to them
+    assert all(p.status.phase == 'Running' for p in pods(lab, 'kube-system', 'io.cilium/app=operator'))
+    lab.core.delete_collection_namespaced_pod('kube-system', label_selector='io.cilium/app=operator')
+
+    def backoff():
+        items = pods(lab, 'kube-system', 'io.cilium/app=operator')
+        waiting = [p.status.container_statuses[0].state.waiting for p in items if p.status.container_statuses]
+        seen = [(p.status.phase, w) for p, w in zip(items, waiting)]
+        return len(waiting) == 2 and all(w and w.reason == 'ImagePullBackOff' for w in waiting), seen
+    seen = wait_until(backoff, what='both new operator pods in ImagePullBackOff')
+    phase, waiting = seen[0]
+    assert phase == 'Pending'
+    assert waiting.message == ('Back-off pulling image "cilium/operator:v1.17.4": ErrImagePull: failed to pull and unpack image '
+                               '"cilium/operator:v1.17.4": failed to resolve reference "cilium/operator:v1.17.4": '
+                               'cilium/operator:v1.17.4: not found')
+    assert not lab.apps.read_namespaced_deployment('cilium-operator', 'kube-system').status.available_replicas
+    # the DaemonSet is another workload: untouched
+    assert lab.apps.read_namespaced_daemon_set('cilium', 'kube-system').status.number_ready == 2
+    lab.call(lab.cluster.clear_faults, 'k8s-image-pull')
+    wait_until(lambda: (lab.apps.read_namespaced_deployment('cilium-operator', 'kube-system').status.available_replicas == 2, None),
+               what='the operator available again once the image can be pulled')
+
+
 def test_api_flap_answers_503_half_the_time(lab):
     lab.call(lab.cluster.fault_api_flap, 0.4)
     outcomes = set()

@@ -127,6 +127,10 @@ def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     # a lab fault through the World's registry
     record = running.call(world.control({'op': 'fault', 'name': 'k8s-crashloop', 'target': 'worker-1', 'params': {}}))
     assert record['target'] == 'worker-1'
+    record = running.call(world.control({'op': 'fault', 'name': 'k8s-image-pull', 'target': 'kube-system/coredns', 'params': {}}))
+    assert record['params']['message'].endswith(': not found')
+    with pytest.raises(Exception, match='target must be NAMESPACE/WORKLOAD'):
+        running.call(world.control({'op': 'fault', 'name': 'k8s-image-pull', 'target': 'coredns', 'params': {}}))
     status = running.call(world.status())
     k8s = status['k8s']
     cluster = next(iter(k8s.values()))

@@ -154,6 +154,48 @@ def test_node_offline_answers_595_until_cleared(clean_lab):
     assert api.nodes('pve1').qemu.get() == []
 
 
+def agent_addresses(qemu):
+    """eth0's addresses the guest agent reports, or PVE's error text."""
+    try:
+        result = qemu.agent('network-get-interfaces').get()['result']
+    except ResourceException as exc:
+        return str(exc)
+    return [a['ip-address'] for i in result if i['name'] == 'eth0' for a in i['ip-addresses']]
+
+
+def test_agent_down_hides_the_address_across_reboots_until_cleared(clean_lab):
+    api = clean_lab.proxmox()
+    qemu = api.nodes('pve1').qemu(1021)
+    create_vm(api, 1021, agent=1, start=1)
+    assert agent_addresses(qemu) == [clean_lab.net + '.100']
+    clean_lab.fault('pve-agent-down', '1021')
+    assert 'QEMU guest agent is not running' in agent_addresses(qemu)
+    assert [(vm['vmid'], vm['status'], vm['agent']) for vm in clean_lab.vms()] == [(1021, 'running', 'down')]
+    ok(api, qemu.status.reboot.post())
+    assert 'QEMU guest agent is not running' in agent_addresses(qemu)
+    assert active(clean_lab) == [('pve-agent-down', '1021')]
+    clean_lab.clear('pve-agent-down', '1021')
+    assert agent_addresses(qemu) == [clean_lab.net + '.100']
+    assert clean_lab.vms()[0]['agent'] == 'running'
+
+
+def test_storage_full_fails_disk_allocations_and_reports_the_space_until_cleared(clean_lab):
+    api = clean_lab.proxmox()
+    gib = 1024 ** 3
+    ok(api, api.nodes('pve1').qemu.post(vmid=1011, name='before', scsi0='local-lvm:4'))
+    clean_lab.fault('pve-storage-full', 'local-lvm', free=1)
+    storage = api.nodes('pve1').storage('local-lvm').status.get()
+    assert storage['avail'] == gib and storage['used'] >= 4 * gib
+    failed = create_vm(api, 1012, scsi0='local-lvm:2')
+    assert failed['exitstatus'] == "unable to create VM 1012 - unable to write to storage 'local-lvm': No space left on device"
+    assert [vm['vmid'] for vm in api.nodes('pve1').qemu.get()] == [1011]
+    ok(api, api.nodes('pve1').qemu.post(vmid=1013, name='fits', scsi0='local-lvm:1'))   # 1 GiB still fits
+    clean_lab.clear('pve-storage-full', 'local-lvm')
+    assert active(clean_lab) == []
+    assert api.nodes('pve1').storage('local-lvm').status.get()['avail'] > 8 * gib
+    assert create_vm(api, 1012, scsi0='local-lvm:2')['exitstatus'] == 'OK'
+
+
 @pytest.mark.parametrize('name, target, params, message', [
     ('pve-nothing', None, {}, "unknown fault 'pve-nothing'"),
     ('pve-config-lock', None, {}, 'needs a target: pve-config-lock VMID'),
@@ -163,6 +205,9 @@ def test_node_offline_answers_595_until_cleared(clean_lab):
     ('pve-flaky-network', None, {'drop_rate': '2'}, 'drop_rate must be between 0 and 1'),
     ('pve-node-offline', 'pve9', {}, "no PVE node 'pve9'"),
     ('pve-task-error', 'start', {'vmid': '1', 'colour': 'red'}, 'has no parameter colour'),
+    ('pve-agent-down', '4242', {}, 'no VM 4242 in the lab'),
+    ('pve-storage-full', 'ceph', {}, "no storage 'ceph' in the lab"),
+    ('pve-storage-full', 'local-lvm', {'free': '-1'}, 'free must be 0 or more GiB'),
 ])
 def test_bad_fault_requests_are_refused_with_the_reason(clean_lab, name, target, params, message):
     with pytest.raises(ControlError, match=message):
