@@ -1,0 +1,107 @@
+"""Live progress: what a waiting gate sees is on the terminal while it waits, before its result.
+
+The lab's Kubernetes API (lab.k8s, one control plane and two workers) with the Cilium agent
+crash-looping on w-2 (the lab fault k8s-crashloop): the nodes gate waits, naming w-2. The test reads
+ansible-playbook's stdout (default callback, timeline callback enabled) while it runs; once the
+progress line is there it clears the fault, so the gate can only pass after that line was printed.
+Under a JSON stdout callback nothing is added: stdout stays one JSON document.
+"""
+import json
+import os
+import subprocess
+
+import kubernetes
+import pytest
+import yaml
+
+from lab.k8s.testing import ClusterThread, wait_until
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAYBOOK_BIN = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+
+pytestmark = pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')
+
+CILIUM = {
+    'apiVersion': 'apps/v1', 'kind': 'DaemonSet',
+    'metadata': {'name': 'cilium', 'namespace': 'kube-system', 'labels': {'k8s-app': 'cilium'}},
+    'spec': {'selector': {'matchLabels': {'k8s-app': 'cilium'}},
+             'template': {'metadata': {'labels': {'k8s-app': 'cilium'}},
+                          'spec': {'hostNetwork': True, 'tolerations': [{'operator': 'Exists'}],
+                                   'containers': [{'name': 'cilium-agent', 'image': 'quay.io/cilium/cilium:v1.18.2'}]}}},
+}
+PROGRESS = '  [lab-cp-1] Gate - ALL nodes Ready: nodes Ready 2/3: w-2 NetworkPluginNotReady ('
+
+
+@pytest.fixture
+def lab():
+    """Three nodes; the Cilium agent of w-2 crash-loops from its start (fault set before the DaemonSet exists)."""
+    with ClusterThread() as api:
+        api.call(api.cluster.kubelet_started, 'cp-1', '127.0.0.1', control_plane=True)
+        api.call(api.cluster.kubelet_started, 'w-1', '127.0.0.2')
+        api.call(api.cluster.kubelet_started, 'w-2', '127.0.0.3')
+        api.call(api.cluster.fault_crashloop, 'kube-system/cilium', 'w-2')
+        client = kubernetes.config.new_client_from_config(api.kubeconfig)
+        kubernetes.client.AppsV1Api(client).create_namespaced_daemon_set('kube-system', CILIUM)
+        yield api
+
+
+def write_run(folder, kubeconfig, wait_timeout):
+    inventory = folder / 'hosts.yml'
+    inventory.write_text(yaml.safe_dump({'all': {'hosts': {'lab-cp-1': {
+        'ansible_connection': 'local', 'ansible_python_interpreter': '{{ ansible_playbook_python }}',
+        'cluster_name': 'progress'}}}}))
+    playbook = folder / 'site.yml'
+    playbook.write_text(yaml.safe_dump([{
+        'name': 'Stage cni', 'hosts': 'all', 'gather_facts': False, 'tags': ['cni'],
+        'tasks': [{'name': 'Gate - ALL nodes Ready', 'proxtalos.cluster.k8s_gate': {
+            'kubeconfig': kubeconfig, 'gate': 'nodes', 'expected_count': 3,
+            'wait_timeout': wait_timeout, 'wait_sleep': 0.5}}],
+    }], sort_keys=False))
+    temporary = folder / 'tmp'
+    temporary.mkdir()
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_STDOUT_CALLBACK='ansible.builtin.default',
+               ANSIBLE_CALLBACKS_ENABLED='proxtalos.cluster.timeline', PROXTALOS_REPORT_DIR=str(folder / 'report'),
+               PROXTALOS_PROGRESS_INTERVAL='0', ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0',
+               ANSIBLE_LOCAL_TEMP=str(folder / 'ansible-local'), TMPDIR=str(temporary))
+    env.pop('PROXTALOS_PROGRESS_FILE', None)
+    return [PLAYBOOK_BIN, '-i', str(inventory), str(playbook)], env, temporary
+
+
+def test_the_progress_line_is_printed_while_the_gate_waits_and_before_its_result(lab, tmp_path):
+    command, env, temporary = write_run(tmp_path, lab.kubeconfig, wait_timeout=240)
+    output = tmp_path / 'stdout.txt'
+    with open(str(output), 'w') as stdout:
+        running = subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    try:
+        def progress_printed():
+            text = output.read_text()
+            return PROGRESS in text or running.poll() is not None, text[-2000:]
+        wait_until(progress_printed, timeout=240, interval=0.1, what='the progress line on stdout')
+        assert running.poll() is None, output.read_text()   # still waiting: the fault is still there
+        lab.call(lab.cluster.clear_faults)
+        running.wait(timeout=300)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    text = output.read_text()
+    assert running.returncode == 0, text
+    progress_at = text.index(PROGRESS)
+    result_at = text.index('ok: [lab-cp-1]')
+    assert text.index('TASK [Gate - ALL nodes Ready]') < progress_at < result_at
+    assert text.count(PROGRESS) == 1                   # the summary did not change while it waited: one line
+    # the follower's folder (under TMPDIR) is gone, and the run's own variable did not leak into the report
+    assert os.listdir(str(temporary)) == []
+    with open(str(tmp_path / 'report' / 'progress' / 'report.json')) as stream:
+        report = json.load(stream)
+    assert [gate['ok'] for gate in report['gates']] == [True]
+
+
+def test_under_a_json_stdout_callback_nothing_is_added(lab, tmp_path):
+    command, env, temporary = write_run(tmp_path, lab.kubeconfig, wait_timeout=3)
+    env['ANSIBLE_STDOUT_CALLBACK'] = 'ansible.posix.json'
+    process = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+    assert process.returncode == 2, process.stdout[-2000:] + process.stderr[-2000:]
+    result = json.loads(process.stdout)['plays'][0]['tasks'][0]['hosts']['lab-cp-1']
+    assert result['failed'] and result['summary'] == 'nodes Ready 2/3: w-2 NetworkPluginNotReady'
+    assert 'NetworkPluginNotReady (' not in process.stderr
+    assert os.listdir(str(temporary)) == []
