@@ -57,6 +57,15 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  needed_by:
+    description:
+      - Who needs the file on O(node), for example the VMs that boot from it there; the proxmox_vms role gives
+        one entry per VM, the inventory host and the vmid.
+      - Only used in messages - a failure ends with C(needed on <node> by <needed_by>), so that a task run once for
+        many VMs says which of them wait on it.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - proxtalos.cluster._proxmox_auth
   - proxtalos.cluster._wait
@@ -115,6 +124,11 @@ retries:
   returned: always
   type: list
   elements: dict
+needed_by:
+  description: O(needed_by), as given.
+  returned: always
+  type: list
+  elements: str
 """
 
 import time
@@ -138,6 +152,7 @@ def argument_spec():
                                 default='sha256'),
         verify_certificates=dict(type='bool', default=True),
         state=dict(type='str', choices=['present', 'absent'], default='present'),
+        needed_by=dict(type='list', elements='str', default=[]),
     )
 
 
@@ -236,6 +251,14 @@ def ensure(store, params, deadline, check_mode, clock=time.monotonic, sleep=time
     return result
 
 
+def failure_message(exc, params):
+    """The error's message, ending with who waits on the file there (needed_by), when given."""
+    message = str(exc).rstrip()
+    if params.get('needed_by'):
+        message = '%s; needed on %s by %s' % (message.rstrip('.'), params['node'], ', '.join(params['needed_by']))
+    return message
+
+
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
                            required_if=[('state', 'present', ('url',))], **_argspec.PROXMOX_AUTH_CONSTRAINTS)
@@ -252,11 +275,13 @@ def main():
     except _errors.ProxtalosError as exc:
         failure = dict(exc.details)
         failure.setdefault('elapsed', round(time.monotonic() - started, 3))
-        module.fail_json(msg=str(exc), exception=traceback.format_exc(), **failure)
+        failure['needed_by'] = params['needed_by']
+        module.fail_json(msg=failure_message(exc, params), exception=traceback.format_exc(), **failure)
     diff = result.pop('diff')
     if module._diff:  # pylint: disable=protected-access
         result['diff'] = diff
     result['retries'] = client.retried
+    result['needed_by'] = params['needed_by']
     result['elapsed'] = round(time.monotonic() - started, 3)
     module.exit_json(**result)
 

@@ -180,13 +180,25 @@ def test_a_failed_create_names_the_vm_and_pve_reason(clean_lab):
     assert 'lab-w-2' not in vm_rows(clean_lab)
 
 
-def test_an_offline_pve_node_fails_with_the_vm_and_the_cause(clean_lab):
+def test_an_offline_pve_node_fails_with_the_vms_waiting_on_it_and_the_cause(clean_lab):
     clean_lab.fault('pve-node-offline', 'pve1')
     run = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', extra_vars=SHORT)
     assert run.rc != 0
+    # The image task runs once for every VM of the PVE node (reported on the first host): it names them all.
+    assert list(run.failures()) == ['lab-cp-1'], run.describe()
     message = run.failures()['lab-cp-1']
     assert message.startswith('local:iso/talos-v1.13.9-ce4c9805-nocloud-amd64.iso on node pve1: list iso content failed')
     assert '595' in message and 'No route to host' in message
+    assert message.endswith('; needed on pve1 by lab-cp-1 (VM 1011), lab-cp-2 (VM 1012), lab-cp-3 (VM 1013), '
+                            'lab-w-1 (VM 1021), lab-w-2 (VM 1022), lab-w-3 (VM 1023)'), message
+    assert run.results(VM_TASK) == [] and clean_lab.vms() == []
+
+
+def test_the_image_failure_names_only_the_vms_of_the_play(clean_lab):
+    clean_lab.fault('pve-node-offline', 'pve1')
+    run = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', '--limit', 'lab-w-2,lab-cp-1', extra_vars=SHORT)
+    assert run.rc != 0
+    assert run.failures()['lab-cp-1'].endswith('; needed on pve1 by lab-cp-1 (VM 1011), lab-w-2 (VM 1022)')
 
 
 def test_preflight_reports_an_offline_node_before_anything_is_created(clean_lab):

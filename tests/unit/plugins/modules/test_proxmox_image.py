@@ -94,3 +94,14 @@ def test_bad_options_name_the_field(overrides, field):
     with pytest.raises(_errors.ValidationError) as caught:
         proxmox_image.validate(values)
     assert caught.value.field == field
+
+
+def test_a_failure_names_who_needs_the_file_there(pve, fakepve_cafile, capsys):
+    pve.fail('POST', '/nodes/pve1/storage/local/download-url', 500, 'download failed: 404 Not Found')
+    needed = ['lab-cp-1 (VM 1011)', 'lab-w-1 (VM 1021)']
+    code, result = run(args(pve, fakepve_cafile, needed_by=needed), capsys)
+    assert code == 1 and result['needed_by'] == needed
+    assert result['msg'].startswith('local:iso/talos.iso on node pve1: download from %s failed' % URL)
+    assert result['msg'].endswith('; needed on pve1 by lab-cp-1 (VM 1011), lab-w-1 (VM 1021)')
+    code, result = run(args(pve, fakepve_cafile, needed_by=needed), capsys, check_mode=True)
+    assert code == 0 and result['needed_by'] == needed and 'msg' not in result
