@@ -5,6 +5,15 @@ when the VM is deleted: the applied machine config, a staged config, whether Tal
 and whether etcd has data. Everything else (services, the apid listener, running tasks) is
 process state: a VM stop or reset ends it like a power cut.
 
+Apply modes as Talos v1.13 handles them (v1alpha1_server.go ApplyConfiguration): NO_REBOOT and
+REBOOT persist the config (REBOOT then reboots), STAGED only persists it (the running config is
+unchanged until the next boot), TRY only sets the running config - it is never persisted, so
+the next boot runs the persisted one - and starts a timer that sets back the config that ran
+before after the try timeout (the client's, in real seconds: not scaled by the lab's time
+scale). Every ApplyConfiguration whose mode is not TRY, dry runs and refused ones included,
+first cancels a pending revert, as Talos does; the tried config then runs until the next boot.
+A change that needs a reboot is refused in NO_REBOOT and TRY mode with INVALID_ARGUMENT.
+
 Life cycle (each delay from the lab's timing, kinds in brackets):
 
     power on -[vm_boot]-> maintenance (no installed config)      server-only TLS, self-signed Ed25519
@@ -63,17 +72,46 @@ class NodeDisk(object):
     """What survives a power cycle."""
 
     def __init__(self):
-        self.config = None          # machineconfig.MachineConfig
+        self.config = None          # machineconfig.MachineConfig the node runs
         self.config_bytes = None
-        self.staged = None          # (MachineConfig, bytes) applied at the next boot
+        self.staged = None          # (MachineConfig, bytes) persisted by STAGED: the next boot runs it
+        self.persisted = None       # (MachineConfig, bytes) the next boot runs while a TRY config (not persisted) runs
         self.installed = False
         self.etcd_data = False
+
+    def boot_config(self):
+        """At boot: the persisted config becomes the running one (a staged one first, else the one a try hid)."""
+        if self.staged is not None:
+            self.config, self.config_bytes = self.staged
+        elif self.persisted is not None:
+            self.config, self.config_bytes = self.persisted
+        self.staged = None
+        self.persisted = None
+
+    def persist(self, config, data):
+        """NO_REBOOT / REBOOT: the config runs (or will after the reboot) and is what the next boot loads."""
+        self.config, self.config_bytes = config, data
+        self.staged = None
+        self.persisted = None
+
+    def run_unpersisted(self, config, data):
+        """TRY: the config runs, the next boot still loads what was persisted."""
+        if self.persisted is None:
+            self.persisted = (self.config, self.config_bytes)
+        self.config, self.config_bytes = config, data
+
+    def set_running(self, config, data):
+        """A try reverted: `config` runs again; nothing is hidden any more once it is the persisted one."""
+        self.config, self.config_bytes = config, data
+        if self.persisted is not None and self.persisted[1] == data:
+            self.persisted = None
 
     def wipe(self, state=True, ephemeral=True):
         if state:
             self.config = None
             self.config_bytes = None
             self.staged = None
+            self.persisted = None
         if ephemeral:
             self.etcd_data = False
 
@@ -222,9 +260,7 @@ class TalosNode(object):
         await self.fleet.delay(first_delay, self.name)
         self.boot_count += 1
         self.booted_at = time.time()
-        if self.disk.staged is not None:
-            self.disk.config, self.disk.config_bytes = self.disk.staged
-            self.disk.staged = None
+        self.disk.boot_config()
         self.kubelet_volume_stuck = self.fleet.kubelet_volume_fault(self) is not None
         if self.disk.config is None or not self.disk.installed:
             await self._enter_maintenance()
@@ -412,6 +448,8 @@ class TalosNode(object):
         The lab handles one apply at a time, start to end, so Talos' "another apply configuration
         is already in progress" cannot happen here.
         """
+        if mode != 'TRY':
+            self.cancel_try_revert()
         if self.reboot_pending:
             raise RpcError('FAILED_PRECONDITION', 'configuration was already applied and node is rebooting, '
                                                   'please wait for the reboot to complete')
@@ -441,27 +479,33 @@ class TalosNode(object):
             return resolved, summary, []
 
         if maintenance:
-            self.disk.config, self.disk.config_bytes = new, bytes(data)
+            self.disk.persist(new, bytes(data))
             self.reboot_pending = True
             defer(self._install_and_reboot, 'install')
         elif resolved == 'STAGED':
             self.disk.staged = (new, bytes(data))
         elif resolved == 'REBOOT':
-            self.disk.config, self.disk.config_bytes = new, bytes(data)
-            self.disk.staged = None
+            self.disk.persist(new, bytes(data))
             self.reboot_pending = True
             defer(self._reboot, 'reboot-after-apply')
-        else:
+        elif resolved == 'TRY':
+            # Talos' RollbackToConfigAfter: the revert sets back the config running now (after a
+            # cancelled earlier timer), and the tried config is never persisted.
+            self.cancel_try_revert()
             previous = (self.disk.config, self.disk.config_bytes)
-            self.disk.config, self.disk.config_bytes = new, bytes(data)
-            self.disk.staged = None
-            if resolved == 'TRY':
-                self.try_revert = self._spawn(self._revert_after(previous, try_timeout), 'try-revert')
-            elif self.try_revert is not None:
-                self.try_revert.cancel()
-                self.try_revert = None
+            self.disk.run_unpersisted(new, bytes(data))
+            self.try_revert = self._spawn(self._revert_after(previous, try_timeout), 'try-revert')
+        else:
+            self.disk.persist(new, bytes(data))
         self.fleet.changed()
         return resolved, details, warnings
+
+    def cancel_try_revert(self):
+        """Talos' CancelConfigRollbackTimeout: a pending try revert does not happen (the tried config keeps running)."""
+        if self.try_revert is not None:
+            self.try_revert.cancel()
+            self.try_revert = None
+            LOG.info('talos node %s: try-mode revert cancelled', self.name)
 
     @staticmethod
     def _resolve_mode(mode, reasons, try_timeout):
@@ -475,7 +519,8 @@ class TalosNode(object):
         if mode == 'STAGED':
             return 'STAGED', 'Staged configuration to be applied after the next reboot'
         if reasons:
-            raise RpcError('FAILED_PRECONDITION', 'cannot apply configuration in %s mode: %s'
+            # Talos returns CanApplyImmediate's refusal as InvalidArgument in NO_REBOOT and TRY mode.
+            raise RpcError('INVALID_ARGUMENT', 'cannot apply configuration in %s mode: %s'
                            % ('no-reboot' if mode == 'NO_REBOOT' else 'try', reason_text))
         if mode == 'TRY':
             return 'TRY', ('Applied configuration without a reboot\nThe config is applied in \'try\' mode and will be '
@@ -483,9 +528,11 @@ class TalosNode(object):
         return 'NO_REBOOT', 'Applied configuration without a reboot'
 
     async def _revert_after(self, previous, seconds):
+        """Talos' rollback timer (time.AfterFunc): after the client's try timeout, the earlier config runs again."""
         await asyncio.sleep(seconds)
-        self.disk.config, self.disk.config_bytes = previous
         self.try_revert = None
+        self.disk.set_running(*previous)
+        LOG.info('talos node %s: try-mode config reverted after %s', self.name, _duration_text(seconds))
         self.fleet.changed()
 
     async def _install_and_reboot(self):
@@ -648,14 +695,31 @@ class TalosNode(object):
             'name': self.name, 'address': self.address, 'mode': self.mode, 'phase': self.phase,
             'machine_type': self.machine_type, 'hostname': self.hostname if self.powered else None,
             'installed': self.disk.installed, 'staged_config': self.disk.staged is not None,
+            'try_revert_pending': self.try_revert is not None,
+            'running_config_persisted': self.disk.persisted is None,
             'services': services, 'etcd_member': member, 'boot_count': self.boot_count,
             'fingerprint': self.identity.fingerprint if self.identity is not None and self.phase == 'maintenance' else None,
         }
 
 
 def _duration_text(seconds):
-    seconds = float(seconds)
-    minutes, rest = divmod(seconds, 60)
-    if minutes:
-        return '%dm%gs' % (minutes, rest)
-    return '%gs' % rest
+    """A duration as Go's time.Duration.String() writes it: 1m0s, 30s, 1.5s, 500ms, 1h0m0s."""
+    nanos = int(round(float(seconds) * 1e9))
+    if nanos == 0:
+        return '0s'
+    if nanos < 1000000000:
+        for unit, size in (('ms', 1000000), ('\u00b5s', 1000), ('ns', 1)):
+            if nanos >= size:
+                return '%s%s' % (_trim(nanos / float(size)), unit)
+    hours, rest = divmod(nanos, 3600 * 1000000000)
+    minutes, rest = divmod(rest, 60 * 1000000000)
+    text = '%ss' % _trim(rest / 1e9)
+    if hours or minutes:
+        text = '%dm%s' % (minutes, text)
+    if hours:
+        text = '%dh%s' % (hours, text)
+    return text
+
+
+def _trim(number):
+    return ('%.9f' % number).rstrip('0').rstrip('.')

@@ -64,16 +64,26 @@ options:
       - How the config is applied, as C(talosctl apply-config --mode).
       - V(auto) - Talos applies without a reboot when it can, with a reboot otherwise.
       - V(no_reboot) - fail rather than reboot. V(reboot) - always reboot.
-      - V(staged) - stored, used from the next reboot; not verified (the node keeps running the old config), and a
-        re-run reports the change again until the node rebooted.
-      - V(try) - applied without a reboot and reverted by Talos after O(try_timeout) unless applied again for good.
+      - V(staged) - stored, used from the next reboot; not verified (the node keeps running the old config). Talos'
+        dry run compares with the running config, so a re-run reports the change again (and stages the same config
+        again) until the node rebooted.
+      - V(try) - applied without a reboot and never persisted; Talos sets back the config that ran before after
+        O(try_timeout), and a reboot before then boots the persisted config. A change that needs a reboot is refused
+        by the node (the dry run fails with Talos' message, nothing is applied). The wait after the apply verifies
+        with dry runs in try mode too, because Talos cancels a pending revert on every apply in another mode, dry
+        runs included. While the tried config runs, a re-run with O(mode=try) finds no change; after the revert it
+        applies it again.
+      - To keep a tried config, apply it with V(no_reboot) or V(auto) after Talos reverted it. Within the try window
+        the node already runs it: the dry run of another mode finds no change (and cancels the revert), so nothing
+        persists it and the next reboot runs the config from before.
       - A node in maintenance mode is always sent V(auto) (Talos installs, then reboots into the config).
     type: str
     choices: [auto, no_reboot, reboot, staged, try]
     default: auto
   try_timeout:
     description:
-      - With O(mode=try), seconds after which Talos reverts the config (Talos' default is 60).
+      - With O(mode=try), seconds after which Talos reverts the config (sent as C(try_mode_timeout); Talos' default
+        is 60).
     type: float
 notes:
   - O(wait=false) still makes one attempt to reach the node and does not wait for it to come back after the apply.
@@ -118,7 +128,8 @@ applied_mode:
   type: str
   sample: reboot
 summary:
-  description: What Talos said the apply does (or would do), from its dry run or reply.
+  description: What Talos said the apply does (or would do), from its dry run or reply; with O(mode=try), when the
+    config will be reverted.
   returned: always
   type: str
   sample: Applied configuration with a reboot
@@ -230,8 +241,12 @@ class Applier(object):
 
     # ---- the wait after an apply ----
 
-    def wait_applied(self, previous_boot):
-        """Until the node answers over mTLS, booted anew when previous_boot is set, and runs the config."""
+    def wait_applied(self, previous_boot, verify_mode='auto'):
+        """Until the node answers over mTLS, booted anew when previous_boot is set, and runs the config.
+
+        verify_mode: the mode of the verifying dry runs - 'try' after a try apply, since Talos cancels a
+        pending try revert on any ApplyConfiguration in another mode, dry runs included.
+        """
         def probe():
             try:
                 services = self.session.call('service_list')
@@ -243,7 +258,7 @@ class Applier(object):
             if previous_boot is not None and marker == previous_boot:
                 return False, 'still the boot from before the apply (the reboot has not happened yet)'
             try:
-                reply = self.session.call('apply_configuration', self.data, mode='auto', dry_run=True)
+                reply = self.session.call('apply_configuration', self.data, mode=verify_mode, dry_run=True)
             except talos_errors.TalosApiError as exc:
                 if exc.failed_precondition:
                     return False, 'answers over mTLS but is busy: %s' % (exc.talos_message or exc)
@@ -313,11 +328,11 @@ def main():
             reply = applier.apply(maintenance, mode)
             applied = reply['mode'].replace('-', '_')
             result['applied_mode'] = 'auto' if maintenance else applied
-            result['summary'] = reply['mode_details'].split('\n', 1)[0] or summary
+            result['summary'] = ' '.join(line.strip() for line in reply['mode_details'].splitlines() if line.strip()) or summary
             result['warnings_from_talos'] = list(reply['warnings'])
             rebooting = maintenance or applied == 'reboot'
             if params['wait'] and applied != 'staged':
-                applier.wait_applied(previous_boot if rebooting else None)
+                applier.wait_applied(previous_boot if rebooting else None, verify_mode='try' if applied == 'try' else 'auto')
                 result['verified'] = True
                 result['rebooted'] = rebooting
         elif not changed:

@@ -30,7 +30,10 @@ def assert_no_secret(out, secret_values):
 # A fake Talos cluster at the NodeSession seam (probe_mode / call / call_insecure), for module unit tests.
 # It keeps the rules the modules rely on: maintenance nodes answer only without client certificates,
 # configured ones only over mTLS; a dry run says "No changes." when the config is the running one; an
-# apply that reboots makes the node unreachable for a few calls and then report a new boot.
+# apply that reboots makes the node unreachable for a few calls and then report a new boot. Apply modes
+# follow Talos (facts 1.3): staged is kept for the next boot, try runs unpersisted until revert_try() (the
+# try timeout passing) or a reboot, and any request in another mode cancels a pending revert; no-reboot and
+# try refuse a change that needs a reboot. Every ApplyConfiguration is recorded in `applies`.
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors  # noqa: E402
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import pki, session  # noqa: E402
@@ -77,6 +80,11 @@ class FakeNode(object):
         self.kubelet_waiting = False
         self.kubeconfig_data = None
         self.calls = []
+        self.applies = []
+        self.staged = None
+        self.persisted = None
+        self.try_previous = None
+        self.try_pending = False
         self.name = '%s:50000' % host
 
     # ---- transport rules ----
@@ -96,6 +104,7 @@ class FakeNode(object):
             if self.down == 0 and self.pending_mode is not None:
                 self.mode, self.pending_mode = self.pending_mode, None
                 self.boot += 1
+                self._boot_config()
             raise talos_errors.unreachable(self.name, '/machine.MachineService/' + method, 'connection refused')
         if secure and self.mode == 'maintenance':
             raise talos_errors.TalosTlsError(self.name, 'server_certificate_untrusted', method=method)
@@ -119,17 +128,47 @@ class FakeNode(object):
             self._reach('Disks', False)
         return self.mode
 
+    def _boot_config(self):
+        """A new boot runs the persisted config: a staged one, else the one a try hid."""
+        if self.staged is not None:
+            self.config = self.staged
+        elif self.persisted is not None:
+            self.config = self.persisted
+        self.staged = self.persisted = self.try_previous = None
+        self.try_pending = False
+
+    def revert_try(self):
+        """The try timeout passed: Talos sets back the config that ran before the try apply."""
+        assert self.try_pending, 'no try-mode apply is pending on %s' % self.name
+        self.config, self.try_previous, self.try_pending = self.try_previous, None, False
+        if self.persisted == self.config:
+            self.persisted = None
+
     def apply_configuration(self, data, mode='auto', dry_run=False, try_timeout=None):
+        self.applies.append({'mode': mode, 'dry_run': dry_run, 'try_timeout': try_timeout})
+        if mode != 'try' and self.try_pending:
+            self.try_pending = False  # Talos' CancelConfigRollbackTimeout: the tried config keeps running
+            self.calls.append(('try-revert-cancelled', mode))
         if self.reject:
             raise talos_errors.from_status(self.name, '/machine.MachineService/ApplyConfiguration', 3, self.reject)
         same = self.mode == 'configured' and data == self.config
+        needs_reboot = self.reboot_on_change and not same
         if self.mode == 'maintenance':
             resolved = 'no-reboot'
         elif mode == 'auto':
-            resolved = 'reboot' if (self.reboot_on_change and not same) else 'no-reboot'
+            resolved = 'reboot' if needs_reboot else 'no-reboot'
+        elif mode in ('no-reboot', 'try') and needs_reboot:
+            raise talos_errors.from_status(self.name, '/machine.MachineService/ApplyConfiguration', 3,
+                                           'cannot apply configuration in %s mode: the following changes require a '
+                                           'reboot: machine.install' % mode)
         else:
             resolved = mode
-        summary = 'Applied configuration with a reboot' if resolved == 'reboot' else 'Applied configuration without a reboot'
+        if resolved == 'reboot':
+            summary = 'Applied configuration with a reboot'
+        elif resolved == 'staged':
+            summary = 'Staged configuration to be applied after the next reboot'
+        else:
+            summary = 'Applied configuration without a reboot'
         if dry_run:
             if same:
                 diff = 'No changes.'
@@ -139,7 +178,16 @@ class FakeNode(object):
             return {'mode': resolved, 'mode_details': 'Dry run summary:\n%s (skipped in dry-run).\n\nConfig diff:\n\n%s'
                     % (summary, diff), 'warnings': []}
         self.calls.append(('apply-for-real', mode))
-        self.config = data
+        if resolved == 'staged':
+            self.staged = data
+        elif resolved == 'try':
+            self.persisted = self.persisted or self.config
+            self.try_previous, self.config, self.try_pending = self.config, data, True
+            summary += ("\nThe config is applied in 'try' mode and will be automatically reverted back in %gs"
+                        % (try_timeout or 60))
+        else:
+            self.config = data
+            self.staged = self.persisted = None
         if self.mode == 'maintenance' or resolved == 'reboot':
             self._go_down('configured', hang=self.hang_on_reboot)
         return {'mode': resolved, 'mode_details': summary, 'warnings': []}
@@ -182,14 +230,52 @@ class FakeNode(object):
         return {'actor_id': 'a-1'}
 
 
+def apply_over_the_wire(node, data, mode='auto', dry_run=False, try_timeout=None):
+    """ApplyConfiguration through the real client code down to the protobuf request, answered by `node`.
+
+    The client's AsyncTalosClient builds the ApplyConfigurationRequest and decodes the reply as it does
+    against a node; only its transport (_invoke) is replaced. Each request message lands in node.wire.
+    """
+    import asyncio  # pylint: disable=import-outside-toplevel
+    import types  # pylint: disable=import-outside-toplevel
+    from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import api, client  # pylint: disable=import-outside-toplevel
+    mode_enum = api.machine.ApplyConfigurationRequest.Mode
+    talosctl_mode = dict((value, key) for key, value in client.APPLY_MODES.items())
+
+    async def invoke(self, method, request):
+        assert method.path == '/machine.MachineService/ApplyConfiguration'
+        node.wire.append(request)
+        timeout = request.try_mode_timeout.ToTimedelta().total_seconds() if request.HasField('try_mode_timeout') else None
+        answer = node.apply_configuration(request.data, mode=talosctl_mode[mode_enum.Name(request.mode)],
+                                          dry_run=request.dry_run, try_timeout=timeout)
+        reply = api.machine.ApplyConfigurationResponse()
+        reply.messages.add(mode=mode_enum.Value(client.APPLY_MODES[answer['mode']]), mode_details=answer['mode_details'],
+                           warnings=answer['warnings'])
+        return reply
+
+    talos = client.AsyncTalosClient(node.host, insecure=True)
+    talos._invoke = types.MethodType(invoke, talos)  # pylint: disable=protected-access
+    return asyncio.run(talos.apply_configuration(data, mode=mode, dry_run=dry_run, try_timeout=try_timeout))
+
+
 class FakeCluster(object):
-    """Nodes by address; install(monkeypatch) routes NodeSession to them."""
+    """Nodes by address; install(monkeypatch) routes NodeSession to them.
+
+    wire=True sends ApplyConfiguration through apply_over_the_wire (the protobuf requests in node.wire).
+    """
 
     def __init__(self, *nodes):
         self.nodes = dict((node.host, node) for node in nodes)
 
-    def install(self, monkeypatch):
+    def install(self, monkeypatch, wire=False):
         cluster = self
+        for node in self.nodes.values():
+            node.wire = []
+
+        def dispatch(node, method, args, kwargs):
+            if wire and method == 'apply_configuration':
+                return apply_over_the_wire(node, *args, **kwargs)
+            return getattr(node, method)(*args, **kwargs)
 
         def probe_mode(node_session):
             return cluster.nodes[node_session.host].probe_mode()
@@ -197,12 +283,12 @@ class FakeCluster(object):
         def call(node_session, method, *args, **kwargs):
             node = cluster.nodes[node_session.host]
             node._reach(method, True)  # pylint: disable=protected-access
-            return getattr(node, method)(*args, **kwargs)
+            return dispatch(node, method, args, kwargs)
 
         def call_insecure(node_session, method, *args, **kwargs):
             node = cluster.nodes[node_session.host]
             node._reach(method, False)  # pylint: disable=protected-access
-            return getattr(node, method)(*args, **kwargs)
+            return dispatch(node, method, args, kwargs)
         monkeypatch.setattr(session.NodeSession, 'probe_mode', probe_mode)
         monkeypatch.setattr(session.NodeSession, 'call', call)
         monkeypatch.setattr(session.NodeSession, 'call_insecure', call_insecure)

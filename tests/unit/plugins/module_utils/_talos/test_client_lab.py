@@ -252,7 +252,7 @@ def test_dry_run_diff_and_auto_mode(lab, secrets):
         assert talos.apply_configuration(live, dry_run=True)['mode_details'].endswith('No changes.')
         with pytest.raises(errors.TalosApiError) as info:
             talos.apply_configuration(install, mode='no-reboot')
-        assert info.value.failed_precondition and 'machine.install' in info.value.talos_message
+        assert info.value.invalid_argument and 'machine.install' in info.value.talos_message
         assert talos.apply_configuration(install, mode='auto')['mode'] == 'reboot'
     lab.wait(lambda: node.boot_count == 3 and node.mode == 'configured', what='reboot after apply')
     assert node.disk.config.install_disk == '/dev/vdb'

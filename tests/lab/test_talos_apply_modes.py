@@ -1,0 +1,133 @@
+"""Apply modes try and staged in the lab, as Talos handles them, driven by talos_apply and the Talos client.
+
+The lab's nodes run in this process (lab.talos.testing.FleetHarness, instant timing); talos_apply reaches them
+over the real protocol (grpclib, mTLS with a talosconfig of the cluster's secrets). Talos' rules checked here
+(its ApplyConfiguration handler and runtime): a try config runs without being persisted and is set back after the
+try timeout; any ApplyConfiguration in another mode, dry runs included, cancels that revert; a reboot boots the
+persisted config; a staged config runs only after a reboot; a change that needs a reboot is refused in try mode.
+"""
+import json
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors
+from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
+from lab.talos import testing
+
+ENDPOINT = 'https://127.0.0.10:6443'
+
+
+@pytest.fixture(scope='module')
+def lab():
+    harness = testing.FleetHarness()
+    yield harness
+    harness.close()
+
+
+@pytest.fixture
+def secrets():
+    return testing.ClusterSecrets(os_key_type='ecdsa')
+
+
+def configure(lab, name, secrets):
+    node = lab.start(name)
+    lab.wait(lambda: node.mode == 'maintenance', what='%s in maintenance mode' % name)
+    with client.TalosClient(node.address, insecure=True, timeout=5) as talos:
+        talos.apply_configuration(testing.render_config(secrets, 'controlplane', ENDPOINT))
+    lab.wait(lambda: node.mode == 'configured', what='%s configured' % name)
+    return node
+
+
+def with_sans(secrets, *sans):
+    return testing.render_config(secrets, 'controlplane', ENDPOINT, extra_machine={'certSANs': list(sans)}).decode()
+
+
+def apply(capsys, node, secrets, config, **options):
+    values = dict(node=node.address, config=config, talosconfig_content=secrets.talosconfig('lab'), wait_timeout=20,
+                  wait_sleep=0.05)
+    values.update(options)
+    with patch_module_args(values):
+        with pytest.raises(SystemExit):
+            talos_apply.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def status(lab, node):
+    return lab.call(node.status)
+
+
+def test_try_applies_live_then_talos_reverts_it_after_the_timeout(lab, secrets, capsys):
+    node = configure(lab, 'cp-try', secrets)
+    tried = with_sans(secrets, 'try.example')
+    result = apply(capsys, node, secrets, tried, mode='try', try_timeout=1.5)
+    assert result['changed'] is True and result['applied_mode'] == 'try' and result['verified'] is True, result
+    assert "will be automatically reverted back in 1.5s" in result['summary']
+    # The verification's dry runs were in try mode: the revert is still pending, the tried config runs unpersisted.
+    seen = status(lab, node)
+    assert seen['try_revert_pending'] is True and seen['running_config_persisted'] is False
+    assert node.disk.config.cert_sans == ['try.example'] and node.boot_count == 2
+
+    lab.wait(lambda: node.disk.config.cert_sans == [], timeout=15, what='the try config reverted')
+    seen = status(lab, node)
+    assert seen['try_revert_pending'] is False and seen['running_config_persisted'] is True and node.boot_count == 2
+    # Reverted, the node no longer runs it: a re-run applies it again.
+    again = apply(capsys, node, secrets, tried, mode='try', try_timeout=1.5, _ansible_check_mode=True)
+    assert again['changed'] is True
+
+
+def test_another_mode_cancels_the_revert_and_a_reboot_boots_the_persisted_config(lab, secrets, capsys):
+    node = configure(lab, 'cp-try-cancel', secrets)
+    tried = with_sans(secrets, 'kept-until-reboot.example')
+    with client.TalosClient(node.address, credentials=client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab')),
+                            timeout=5) as talos:
+        reply = talos.apply_configuration(tried, mode='try', try_timeout=600)
+        assert reply['mode'] == 'try' and reply['mode_details'].endswith('automatically reverted back in 10m0s')
+        assert status(lab, node)['try_revert_pending'] is True
+        # A dry run in auto mode (what `talosctl apply --dry-run` sends) cancels the revert, as in Talos.
+        assert talos.apply_configuration(tried, mode='auto', dry_run=True)['mode_details'].endswith('No changes.')
+        assert status(lab, node)['try_revert_pending'] is False
+        assert node.disk.config.cert_sans == ['kept-until-reboot.example']
+        talos.reboot()
+    lab.wait(lambda: node.boot_count == 3 and node.mode == 'configured', what='reboot')
+    # The tried config was never persisted: the node boots the config from before.
+    assert node.disk.config.cert_sans == [] and status(lab, node)['running_config_persisted'] is True
+
+
+def test_try_refuses_a_change_that_needs_a_reboot(lab, secrets, capsys):
+    node = configure(lab, 'cp-try-refused', secrets)
+    install = testing.render_config(secrets, 'controlplane', ENDPOINT, install_disk='/dev/vdb').decode()
+    result = apply(capsys, node, secrets, install, mode='try', try_timeout=5)
+    assert result['failed'] is True and result['status'] == 'INVALID_ARGUMENT'
+    assert 'cannot apply configuration in try mode' in result['msg'] and 'machine.install' in result['msg']
+    assert node.disk.config.install_disk == '/dev/sda' and status(lab, node)['try_revert_pending'] is False
+
+
+def test_staged_takes_effect_only_after_a_reboot(lab, secrets, capsys):
+    node = configure(lab, 'cp-staged', secrets)
+    staged = with_sans(secrets, 'staged.example')
+    result = apply(capsys, node, secrets, staged, mode='staged')
+    assert result['changed'] is True and result['applied_mode'] == 'staged'
+    assert result['verified'] is False and result['rebooted'] is False
+    assert status(lab, node)['staged_config'] is True and node.disk.config.cert_sans == []
+    # Still running the old config: a re-run stages it again.
+    again = apply(capsys, node, secrets, staged, mode='staged')
+    assert again['changed'] is True and node.disk.config.cert_sans == [] and node.boot_count == 2
+
+    credentials = client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
+    with client.TalosClient(node.address, credentials=credentials, timeout=5) as talos:
+        talos.reboot()
+    lab.wait(lambda: node.boot_count == 3 and node.mode == 'configured', what='reboot')
+    assert node.disk.config.cert_sans == ['staged.example'] and status(lab, node)['staged_config'] is False
+    done = apply(capsys, node, secrets, staged, mode='staged')
+    assert done['changed'] is False and done['verified'] is True
+
+
+def test_a_request_without_try_mode_still_refused_in_no_reboot_mode(lab, secrets):
+    node = configure(lab, 'cp-no-reboot', secrets)
+    install = testing.render_config(secrets, 'controlplane', ENDPOINT, install_disk='/dev/vdb')
+    credentials = client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
+    with client.TalosClient(node.address, credentials=credentials, timeout=5) as talos:
+        with pytest.raises(errors.TalosApiError) as info:
+            talos.apply_configuration(install, mode='no-reboot')
+    assert info.value.invalid_argument and 'machine.install' in info.value.talos_message
