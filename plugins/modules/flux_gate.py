@@ -44,7 +44,8 @@ options:
   progress_file:
     description:
       - Append a JSON line to this file whenever the observed state changes while waiting (see
-        M(proxtalos.cluster.k8s_gate)). Uses E(PROXTALOS_PROGRESS_FILE) if not set. Created with mode 0600.
+        M(proxtalos.cluster.k8s_gate)). Uses E(PROXTALOS_PROGRESS_FILE) if not set, which the
+        C(proxtalos.cluster.timeline) callback sets per task to print the progress live. Created with mode 0600.
     type: path
 extends_documentation_fragment:
   - proxtalos.cluster._k8s_auth

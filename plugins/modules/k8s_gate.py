@@ -111,8 +111,13 @@ options:
   progress_file:
     description:
       - Append a JSON line to this file whenever the observed state changes while waiting (and
-        at least every 30 seconds), so a callback or C(tail -f) can follow the wait live.
-      - Uses the E(PROXTALOS_PROGRESS_FILE) environment variable if not set. Created with mode 0600.
+        at least every 30 seconds), so a callback or C(tail -f) can follow the wait live. Lines - C(start),
+        C(progress) (C(summary), C(elapsed), C(attempt)), C(end) (with C(ok)).
+      - Uses the E(PROXTALOS_PROGRESS_FILE) environment variable if not set. Created with mode 0600; its folder
+        must exist.
+      - The C(proxtalos.cluster.timeline) callback sets E(PROXTALOS_PROGRESS_FILE) for each task and prints each
+        new summary on the terminal while the gate waits (its C(live_progress) option), so leave this unset to see
+        the progress there.
     type: path
 extends_documentation_fragment:
   - proxtalos.cluster._k8s_auth

@@ -113,6 +113,36 @@ elapsed:
   description: Seconds spent, waiting included.
   returned: always
   type: float
+report_facts:
+  description:
+    - What the run report (the C(proxtalos.cluster.timeline) callback) shows for this host's node - plain values
+      only, each key present when it was read.
+  returned: always
+  type: dict
+  sample: {talos_mode: configured, talos_stage: running, talos_version: v1.13.9,
+           talos_services: 'apid Running, containerd Running, etcd Running, kubelet Running, trustd Running',
+           talos_services_unhealthy: '', etcd_members: 3}
+  contains:
+    talos_mode:
+      description: RV(mode).
+      type: str
+    talos_stage:
+      description: RV(stage), when the services were read.
+      type: str
+    talos_version:
+      description: The Talos version tag, when the version was read.
+      type: str
+    talos_services:
+      description: Each service with its state, in one line (C(<id> <state>), C(unhealthy) added when a Running
+        service fails its health check; a service without a health check, such as C(udevd), is not marked).
+      type: str
+    talos_services_unhealthy:
+      description: The services that are not Running, or Running with a failing health check, comma-separated
+        (empty when none).
+      type: str
+    etcd_members:
+      description: The number of etcd members the node sees, when etcd was read without an error.
+      type: int
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -133,6 +163,31 @@ def argument_spec():
                     default=['version', 'services', 'etcd']),
         healthy_services=dict(type='list', elements='str', default=[]),
     )
+
+
+def service_unhealthy(service):
+    """Not Running, or Running with a health check that fails (a service without one, such as udevd, is fine)."""
+    health = service.get('health') or {}
+    return service.get('state') != 'Running' or (not health.get('unknown') and not health.get('healthy'))
+
+
+def report_facts(result, services):
+    """The plain values the run report shows for the node, from this module's result and the raw service list."""
+    facts = {'talos_mode': result['mode']}
+    if result['stage']:
+        facts['talos_stage'] = result['stage']
+    if result['version'].get('tag'):
+        facts['talos_version'] = result['version']['tag']
+    if services:
+        ordered = sorted(services, key=lambda service: service.get('id') or '')
+        facts['talos_services'] = ', '.join(
+            '%s %s%s' % (service.get('id'), service.get('state'),
+                         ' unhealthy' if service.get('state') == 'Running' and service_unhealthy(service) else '')
+            for service in ordered)
+        facts['talos_services_unhealthy'] = ', '.join(service.get('id') or '' for service in ordered if service_unhealthy(service))
+    if result['etcd']['members'] and result['etcd']['error'] is None:
+        facts['etcd_members'] = len(result['etcd']['members'])
+    return facts
 
 
 def derive_stage(mode, services):
@@ -206,7 +261,7 @@ def main():
         module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
     params = module.params
     result = dict(changed=False, node='', mode='', stage='', version={}, services=[], failing_services=[],
-                  etcd={'members': [], 'error': None}, elapsed=0.0)
+                  etcd={'members': [], 'error': None}, elapsed=0.0, report_facts={})
     try:
         credentials = session.load_credentials(params, module)
         node_session = session.NodeSession.from_params(params, credentials)
@@ -235,6 +290,7 @@ def main():
             result['services'] = [health.describe_service(service) for service in services]
         result['stage'] = derive_stage(mode, services)
         result['elapsed'] = round(deadline.elapsed(), 3)
+        result['report_facts'] = report_facts(result, services)
     except ProxtalosError as exc:
         module.fail_json(msg=str(exc), **dict(exc.details, node=result['node'] or params['node']))
     module.exit_json(**result)

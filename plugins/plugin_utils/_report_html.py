@@ -34,6 +34,9 @@ svg text{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif}
 STATUS_COLOURS = {'ok': '#2f9e44', 'changed': '#e8a317', 'failed': '#d9480f', 'unreachable': '#d9480f',
                   'skipped': '#adb5bd'}
 GATE_COLOURS = {True: '#37b24d', False: '#e03131'}
+# Observations of a node that have a column of their own in the nodes table; the rest go to "observed".
+NODE_COLUMNS = ('kubernetes_ready', 'kubernetes_reason', 'kubelet_version', 'talos_version', 'talos_stage',
+                'talos_services', 'talos_services_unhealthy')
 
 
 def _e(value):
@@ -230,14 +233,21 @@ def render(report):
     for node in report['facts']['nodes']:
         observed = node.get('observed') or {}
         ready = observed.get('kubernetes_ready')
+        talos = ', '.join(str(observed[key]) for key in ('talos_version', 'talos_stage') if observed.get(key))
+        unhealthy = observed.get('talos_services_unhealthy')
+        services = observed.get('talos_services') or ''
         node_rows.append([_cell(node['name']), _cell(node.get('role') or ''), _cell(node.get('vm_id') or '', 'num'),
                           _cell(node.get('vm_pve_node') or ''), _cell(node.get('node_ip') or ''),
                           _cell('' if ready is None else ('Ready' if ready else 'NotReady: %s' % observed.get('kubernetes_reason', '')),
                                 None if ready is None else ('ok' if ready else 'failed')),
+                          _cell(observed.get('kubelet_version') or ''),
+                          _cell(talos),
+                          _cell(services + (' (not healthy: %s)' % unhealthy if unhealthy else ''),
+                                None if not services else ('failed' if unhealthy else 'ok')),
                           _cell(', '.join('%s=%s' % (key, value) for key, value in sorted(observed.items())
-                                          if key not in ('kubernetes_ready', 'kubernetes_reason')))])
-    sections.append(_table(['node', 'role', 'vm_id', 'PVE node', 'address', 'Kubernetes', 'observed'], node_rows,
-                           'no nodes known'))
+                                          if key not in NODE_COLUMNS))])
+    sections.append(_table(['node', 'role', 'vm_id', 'PVE node', 'address', 'Kubernetes', 'kubelet', 'Talos',
+                            'Talos services', 'observed'], node_rows, 'no nodes known'))
     stats_rows = [[_cell(host)] + [_cell(counts.get(key, 0), 'num') for key in ('ok', 'changed', 'failures', 'unreachable', 'skipped')]
                   for host, counts in sorted(report['hosts'].items())]
     sections.append(_table(['host', 'ok', 'changed', 'failed', 'unreachable', 'skipped'], stats_rows, 'no host statistics'))

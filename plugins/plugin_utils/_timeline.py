@@ -36,7 +36,7 @@ MAX_LIST = 50
 # Host variables the report reads (never any other): cluster values and the VM/node description.
 CLUSTER_VARS = ('cluster_name', 'cluster_id', 'cluster_endpoint', 'cluster_pod_cidr', 'cluster_service_cidr',
                 'talos_version', 'kubernetes_version', 'cilium_version', 'flux_version')
-NODE_VARS = ('node_ip', 'vm_id', 'vm_pve_node')
+NODE_VARS = ('node_ip', 'vm_id', 'vm_pve_node', 'node_hostname')
 
 STATUS_ORDER = ('failed', 'unreachable', 'ignored', 'changed', 'ok', 'skipped')
 FAILED_STATUSES = ('failed', 'unreachable', 'ignored')
@@ -402,8 +402,8 @@ class Recorder(object):
             facts = result.get('report_facts')
             if isinstance(facts, dict):
                 self.observed.setdefault(cluster, {}).setdefault(host, {}).update(
-                    dict((clip(key, 100), clip(value, 500)) for key, value in facts.items()
-                         if isinstance(value, (str, int, float, bool))))
+                    dict((clip(key, 100), clip(value, 500) if isinstance(value, str) else value)
+                         for key, value in facts.items() if isinstance(value, (str, int, float, bool))))
             if gate is not None and result.get('gate') == 'nodes' and isinstance(result.get('details'), list):
                 self._nodes_from_gate(cluster, result['details'])
 
@@ -412,12 +412,26 @@ class Recorder(object):
             if not isinstance(item, dict) or not item.get('name'):
                 continue
             observed = self.observed.setdefault(cluster, {}).setdefault(str(item['name']), {})
-            observed['kubernetes_ready'] = bool(item.get('ok'))
-            if item.get('reason'):
+            # a registered-only gate passes NotReady nodes: its item's `ready` is the node's Ready condition
+            ready = item['ready'] if isinstance(item.get('ready'), bool) else bool(item.get('ok'))
+            observed['kubernetes_ready'] = ready
+            if item.get('reason') and not ready:
                 observed['kubernetes_reason'] = clip(item['reason'], 300)
+            else:
+                observed.pop('kubernetes_reason', None)
             for key in ('kubelet_version', 'os_image', 'kernel_version', 'container_runtime'):
                 if item.get(key):
                     observed[key] = clip(item[key], 200)
+
+    def _observed_by_host(self, cluster):
+        """Observations per inventory host: a Kubernetes node name that is a host's node_hostname goes to that host."""
+        known = self.nodes.get(cluster, {})
+        by_hostname = dict((values['node_hostname'], host) for host, values in known.items() if values.get('node_hostname'))
+        merged = {}
+        for name, values in self.observed.get(cluster, {}).items():
+            host = name if name in known else by_hostname.get(name, name)
+            merged.setdefault(host, {}).update(values)
+        return merged
 
     def host_stats(self, host, counts):
         self.stats[host] = dict((key, int(value)) for key, value in counts.items())
@@ -477,7 +491,7 @@ class Recorder(object):
         stats = dict((host, self.stats[host]) for host in hosts if host in self.stats)
         failed = bool(failures) or any(counts.get('failures') or counts.get('unreachable') for counts in stats.values())
         nodes = []
-        observed = self.observed.get(cluster, {})
+        observed = self._observed_by_host(cluster)
         for host in sorted(set(self.nodes.get(cluster, {})) | set(observed)):
             node = dict(self.nodes.get(cluster, {}).get(host, {'name': host}))
             node.setdefault('name', host)

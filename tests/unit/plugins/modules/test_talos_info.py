@@ -67,3 +67,44 @@ def test_unreachable_node(capsys, monkeypatch):
     FakeCluster(node).install(monkeypatch)
     result, _out = run_module(talos_info, capsys, node='10.5.0.21', wait_timeout=0.1, wait_sleep=0.01)
     assert result['failed'] is True and '10.5.0.21:50000' in result['msg'] and 'port 50000' in result['msg']
+
+
+def test_report_facts_say_what_was_read_in_plain_values(capsys, monkeypatch, talosconfig):
+    node = FakeNode('10.5.0.11')
+    node.etcd_running = True
+    node.members = [{'id': 255, 'hostname': 'cp-1', 'peer_urls': [], 'client_urls': [], 'is_learner': False}]
+    FakeCluster(node).install(monkeypatch)
+    result, _out = run_module(talos_info, capsys, node='10.5.0.11', talosconfig_content=talosconfig[0], _ansible_check_mode=True)
+    facts = result['report_facts']
+    assert result['changed'] is False
+    assert (facts['talos_mode'], facts['talos_stage'], facts['talos_version']) == ('configured', 'running', 'v1.13.9')
+    services = dict(item.rsplit(' ', 1) for item in facts['talos_services'].split(', '))
+    assert services['kubelet'] == 'Running' and services['etcd'] == 'Running'
+    assert list(services) == sorted(services)
+    assert facts['talos_services_unhealthy'] == '' and facts['etcd_members'] == 1
+    assert all(isinstance(value, (str, int)) for value in facts.values())
+
+
+def test_report_facts_name_an_unhealthy_service_and_leave_out_what_was_not_read(capsys, monkeypatch, talosconfig):
+    node = FakeNode('10.5.0.21', control_plane=False)
+    node.kubelet_waiting = True
+    FakeCluster(node).install(monkeypatch)
+    result, _out = run_module(talos_info, capsys, node='10.5.0.21', talosconfig_content=talosconfig[0], gather=['services'])
+    facts = result['report_facts']
+    assert 'talos_version' not in facts and 'etcd_members' not in facts
+    assert 'kubelet Waiting' in facts['talos_services'] and facts['talos_services_unhealthy'] == 'kubelet'
+    assert facts['talos_stage'] == 'booting'
+
+
+def test_report_facts_do_not_call_a_service_without_health_check_unhealthy():
+    services = [
+        {'id': 'udevd', 'state': 'Running', 'health': {'unknown': True, 'healthy': False}},
+        {'id': 'apid', 'state': 'Running', 'health': {'unknown': False, 'healthy': True}},
+        {'id': 'etcd', 'state': 'Running', 'health': {'unknown': False, 'healthy': False}},
+        {'id': 'kubelet', 'state': 'Preparing', 'health': {'unknown': True}},
+    ]
+    result = {'mode': 'configured', 'stage': 'booting', 'version': {}, 'etcd': {'members': [{'id': 'ff'}], 'error': 'no leader'}}
+    facts = talos_info.report_facts(result, services)
+    assert facts == {'talos_mode': 'configured', 'talos_stage': 'booting',
+                     'talos_services': 'apid Running, etcd Running unhealthy, kubelet Preparing, udevd Running',
+                     'talos_services_unhealthy': 'etcd, kubelet'}

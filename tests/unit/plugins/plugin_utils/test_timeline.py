@@ -166,3 +166,41 @@ def test_role_argument_checks_do_not_make_a_stage_unless_they_fail():
     recorder.task_result('cp-1', "cni : Validating arguments against arg spec 'main'", ['cni'], 'p',
                          'ansible.builtin.validate_argument_spec', 4.0, 4.1, 'failed', {'msg': 'cni_mode: bad'})
     assert recorder.build('lab')['failures'][0]['message'] == 'cni_mode: bad'
+
+
+def test_report_stage_facts_per_node_from_talos_info_and_a_registered_nodes_listing():
+    recorder = _timeline.Recorder(started=0.0)
+    for host in ('cp-1', 'w-2'):
+        recorder.set_cluster(host, 'lab')
+    recorder.set_node('lab', 'w-2', {'role': 'worker', 'node_hostname': 'worker-two'})
+    talos_facts = {'talos_mode': 'configured', 'talos_stage': 'running', 'talos_version': 'v1.13.9',
+                   'talos_services': 'apid Running, kubelet Running', 'talos_services_unhealthy': '', 'etcd_members': 3}
+    recorder.task_result('cp-1', 'report : Read the Talos facts', ['report'], 'Stage report', 'proxtalos.cluster.talos_info',
+                         1.0, 2.0, 'ok', {'changed': False, 'mode': 'configured', 'report_facts': talos_facts})
+    recorder.task_result('w-2', 'report : Read the Talos facts', ['report'], 'Stage report', 'proxtalos.cluster.talos_info',
+                         1.0, 2.0, 'ok', {'report_facts': dict(talos_facts, talos_services='apid Running, kubelet Waiting',
+                                                               talos_services_unhealthy='kubelet', etcd_members=None)})
+    # a registered-only listing passes while w-2 is NotReady: its item's `ready` tells, not its `ok`
+    listing = {'changed': False, 'gate': 'nodes', 'target': 'nodes', 'passed': True, 'summary': 'nodes registered 2/2',
+               'details': [{'name': 'cp-1', 'ok': True, 'ready': True, 'reason': None, 'kubelet_version': 'v1.33.4'},
+                           {'name': 'worker-two', 'ok': True, 'ready': False, 'reason': 'NetworkPluginNotReady',
+                            'kubelet_version': 'v1.33.4'}]}
+    recorder.task_result('cp-1', 'report : Gate - every node registered', ['report'], 'Stage report',
+                         'proxtalos.cluster.k8s_gate', 2.0, 3.0, 'ok', listing)
+    report = recorder.build('lab')
+    jsonschema.validate(report, SCHEMA)
+    nodes = dict((node['name'], node) for node in report['facts']['nodes'])
+    assert sorted(nodes) == ['cp-1', 'w-2']                 # worker-two is w-2's Kubernetes name
+    assert nodes['cp-1']['observed'] == dict(talos_facts, kubernetes_ready=True, kubelet_version='v1.33.4')
+    w2 = nodes['w-2']['observed']
+    assert (w2['kubernetes_ready'], w2['kubernetes_reason'], w2['talos_services_unhealthy']) == \
+        (False, 'NetworkPluginNotReady', 'kubelet')
+    assert 'etcd_members' not in w2                          # only plain values are kept
+    assert [stage['name'] for stage in report['stages']] == ['report']
+    page = _report_html.render(report)
+    assert '<td class="failed">apid Running, kubelet Waiting (not healthy: kubelet)</td>' in page
+    assert '<td>v1.13.9, running</td>' in page and 'etcd_members=3' in page
+    bad = json.loads(json.dumps(report))
+    bad['facts']['nodes'][0]['observed']['talos_stage'] = 'sleeping'
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, SCHEMA)
