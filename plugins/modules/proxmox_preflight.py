@@ -20,7 +20,7 @@ description:
   - PVE checks (O(check_pve=true)) - the API answers and accepts the credentials (a TLS failure names
     pve_ca_path); the cluster is quorate; every vm_pve_node exists and is online; on each of those nodes, vm_storage
     (and the cloud-init storage) exists, is active and holds VM images, and has room for the disks of the VMs still
-    to be created (vm_disk_gb, or the role's minimum O(minimums) C(disk_gb) when unset: a lower bound, so a full
+    to be created (vm_disk_gb, or the role's minimum O(minimums) C(disk_gb) when unset, as a lower bound; so a full
     storage is caught before some VMs are created and others fail), vm_bridge exists as a bridge, and the
     image storage holds O(image) content; the Talos image is on the storage of every node, or PVE can fetch its URL
     (C(query-url-metadata)) and the credentials may download it; the credentials hold the privileges the vms stage
