@@ -243,6 +243,20 @@ class NodeAgent:
             ensure_cilium_nodes(self.c.store, {name: self.running[name]['ip'] for name in self.cni_ready if name in self.running})
 
 
+def _missing_secret_candidates(pod):
+    """Names of the Secrets the pod's volumes need (secret volumes and projected secret sources not marked optional)."""
+    names = []
+    for volume in (pod.get('spec') or {}).get('volumes') or ():
+        secret = volume.get('secret')
+        if secret and secret.get('secretName') and not secret.get('optional'):
+            names.append(secret['secretName'])
+        for source in (volume.get('projected') or {}).get('sources') or ():
+            ref = source.get('secret') or {}
+            if ref.get('name') and not ref.get('optional'):
+                names.append(ref['name'])
+    return names
+
+
 def _pod_ready(pod):
     for condition in (pod.get('status') or {}).get('conditions') or ():
         if condition.get('type') == 'Ready':
@@ -338,6 +352,11 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
             labels = meta.get('labels') or {}
             if labels.get(CILIUM_LABEL[0]) == CILIUM_LABEL[1]:
                 self._dirty[('cni',)] = True
+        elif event.key == ('', 'secrets'):
+            # kubelet mounts a Secret volume once the Secret exists: pods waiting for it in that namespace look again
+            for pod in self.store.items(('', 'pods'), meta.get('namespace')):
+                if meta['name'] in _missing_secret_candidates(pod):
+                    self._dirty[('pod', meta.get('namespace'), pod['metadata']['name'])] = True
         elif event.key == ('', 'nodes'):
             self._dirty[('all',)] = True
         elif event.key == ('', 'namespaces') and event.type == 'ADDED':
@@ -476,6 +495,12 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
         kubelet_up = node_name in self.nodes.running
         host_network = bool(spec.get('hostNetwork'))
         can_start = kubelet_up and node is not None and (host_network or _node_ready(node))
+        missing = [] if status.get('phase') == 'Running' else [  # a running pod keeps what it mounted
+            secret for secret in _missing_secret_candidates(pod) if self.store.peek(('', 'secrets'), namespace, secret) is None]
+        if missing:
+            # kubelet: MountVolume.SetUp failed ... secret "x" not found; the containers stay ContainerCreating
+            can_start = False
+            self._ready_at.pop(uid, None)
         now = self.clock()
         new = clone(pod)
         new_status = new.setdefault('status', {})
@@ -515,6 +540,9 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
                 entry['state'] = {'running': {'startedAt': ((previous.get('state') or {}).get('running') or {}).get('startedAt', stamp)}}
                 entry['ready'] = entry['started'] = True
                 entry['containerID'] = previous.get('containerID') or 'containerd://' + hashlib.sha256(uid.encode()).hexdigest()
+            elif missing:
+                entry['state'] = {'waiting': {'reason': 'ContainerCreating', 'message': 'MountVolume.SetUp failed: secret "%s" not found'
+                                              % missing[0]}}
             else:
                 entry['state'] = {'waiting': {'reason': 'ContainerCreating'}}
             statuses.append(entry)
