@@ -1,13 +1,16 @@
-"""The lab's Git server: GitRepository URLs mapped to local directories.
+"""The lab's Git server: GitRepository URLs mapped to local directories or Git repositories.
 
 Flux's source-controller clones a URL; in the lab there is no network, so the "Git server" is
-a table of repository paths on one host name, each served from a directory of this machine:
+a table of repository paths on one host name, each served from this machine:
 
-    https://git.lab.internal/proxtalos/lab-gitops.git   ->  <checkout>/lab/gitops   (branch main)
+    https://git.lab.internal/proxtalos/lab-gitops.git   ->  <run-dir>/gitops   (a Git repository, branch main)
 
-A fetch reads every file of the directory (hidden ones left out) into a snapshot, the artifact
-the kustomize-controller builds from, with a revision `main@sha1:<40 hex>` computed from the
-content, so the revision changes exactly when a file changes. It refuses what a real server
+A repository served from a Git repository (a working copy or a bare one) serves what is committed on
+its branch - not its working tree: a fetch reads the branch's tip commit (`git ls-tree`, `git
+cat-file`) into a snapshot, the artifact the kustomize-controller builds from, with the revision
+`main@sha1:<the commit id>`. So a change reaches Flux exactly when it is committed, as a push to a
+real server does. A plain directory (tests) is read whole (hidden files left out), with a revision
+computed from the content, so the revision changes exactly when a file changes. It refuses what a real server
 refuses, with the messages source-controller reports: an unknown host, an unknown repository,
 a branch or tag it does not have, missing or wrong credentials (HTTP basic auth, when the
 server has credentials set), and a server that is down (the flux-source-not-ready fault).
@@ -15,6 +18,7 @@ server has credentials set), and a server that is down (the flux-source-not-read
 
 import hashlib
 import os
+import subprocess
 import urllib.parse
 
 GIT_HOST = 'git.lab.internal'
@@ -34,14 +38,16 @@ class GitError(Exception):
 class Snapshot(object):
     """One artifact: the files of a repository at a revision."""
 
-    def __init__(self, url, branch, files):
+    def __init__(self, url, branch, files, commit=None):
         self.url = url
         self.branch = branch
         self.files = files  # repository-relative path (with /) -> bytes
-        digest = hashlib.sha1()  # nosec - a Git-style content id, not security
-        for path in sorted(files):
-            digest.update(path.encode() + b'\0' + hashlib.sha1(files[path]).digest())  # nosec
-        self.commit = digest.hexdigest()
+        if commit is None:
+            digest = hashlib.sha1()  # nosec - a Git-style content id, not security
+            for path in sorted(files):
+                digest.update(path.encode() + b'\0' + hashlib.sha1(files[path]).digest())  # nosec
+            commit = digest.hexdigest()
+        self.commit = commit
         self.revision = '%s@sha1:%s' % (branch, self.commit)
         self.size = sum(len(data) for data in files.values())
         self.digest = 'sha256:' + hashlib.sha256(self.commit.encode()).hexdigest()
@@ -63,6 +69,55 @@ def read_tree(directory):
                 continue
             with open(path, 'rb') as handle:
                 files[os.path.relpath(path, directory).replace(os.sep, '/')] = handle.read()
+    return files
+
+
+def is_git_repository(directory):
+    """Whether directory is a Git working copy (has .git) or a bare repository."""
+    return os.path.isdir(os.path.join(directory, '.git', 'objects')) or (
+        os.path.isfile(os.path.join(directory, 'HEAD')) and os.path.isdir(os.path.join(directory, 'objects')))
+
+
+def _git(directory, *args, stdin=None):
+    completed = subprocess.run(['git', '-C', directory] + list(args), input=stdin, capture_output=True, check=False, timeout=60)
+    if completed.returncode != 0:
+        raise GitError('GitOperationFailed', 'git %s failed in %s: %s' % (args[0], directory, completed.stderr.decode(errors='replace').strip()))
+    return completed.stdout
+
+
+def branch_tip(directory, branch):
+    """The commit id at the tip of branch in the Git repository, or None when the branch does not exist."""
+    try:
+        return _git(directory, 'rev-parse', '--verify', '--quiet', 'refs/heads/%s^{commit}' % branch).decode().strip() or None
+    except GitError:
+        return None
+
+
+def read_commit(directory, commit):
+    """Every file of a commit (blobs up to MAX_FILE_BYTES, hidden files and directories left out) as {relpath: bytes}."""
+    entries = []
+    for record in _git(directory, 'ls-tree', '-r', '-z', '--full-tree', '-l', commit).split(b'\0'):
+        if not record:
+            continue
+        header, dummy, path = record.partition(b'\t')
+        mode, kind, sha, size = header.split()
+        path = path.decode('utf-8', errors='replace')
+        if kind != b'blob' or mode == b'120000' or any(part.startswith('.') for part in path.split('/')):
+            continue
+        if int(size) > MAX_FILE_BYTES:
+            continue
+        entries.append((path, sha.decode()))
+    files = {}
+    if not entries:
+        return files
+    output = _git(directory, 'cat-file', '--batch', stdin=''.join(sha + '\n' for dummy, sha in entries).encode())
+    position = 0
+    for path, sha in entries:
+        newline = output.index(b'\n', position)
+        size = int(output[position:newline].split()[2])
+        start = newline + 1
+        files[path] = output[start:start + size]
+        position = start + size + 1
     return files
 
 
@@ -93,6 +148,7 @@ class GitServer(object):
         self.repos = {}
         self.credentials = credentials
         self.down = set()          # repository paths that answer 503 (fault flux-source-not-ready)
+        self._commits = {}         # directory -> (commit id, files) of the last commit read there
         for path, directory in (repos or {}).items():
             self.add_repo(path, directory)
 
@@ -157,11 +213,23 @@ class GitServer(object):
                            '"%s" (the lab Git server has only the branch %s)' % (where, value, branch))
         if not os.path.isdir(directory):
             raise GitError('GitOperationFailed', 'failed to checkout and determine revision: %s: repository not found' % where)
-        snapshot = Snapshot(url, branch, read_tree(directory))
+        snapshot = self._snapshot(url, directory, branch, where)
         if kind == 'commit' and value not in (snapshot.commit, snapshot.commit[:len(value)]):
             raise GitError('GitOperationFailed', 'failed to checkout and determine revision: %s: object not found (commit %s)'
                            % (where, value))
         return snapshot
+
+    def _snapshot(self, url, directory, branch, where):
+        if not is_git_repository(directory):
+            return Snapshot(url, branch, read_tree(directory))
+        commit = branch_tip(directory, branch)
+        if commit is None:
+            raise GitError('GitOperationFailed', "failed to checkout and determine revision: %s: couldn't find remote ref "
+                           '"refs/heads/%s"' % (where, branch))
+        cached = self._commits.get(directory)
+        if cached is None or cached[0] != commit:
+            cached = self._commits[directory] = (commit, read_commit(directory, commit))
+        return Snapshot(url, branch, cached[1], commit=commit)
 
     def _check_auth(self, parsed, auth, where):
         if parsed.scheme == 'ssh':

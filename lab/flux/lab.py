@@ -2,10 +2,12 @@
 
 `install(world)` (called by the World at start):
 
-- starts the lab's Git server (gitserver.py) with the repository shipped for the lab
-  (`https://git.lab.internal/proxtalos/lab-gitops.git` -> lab/gitops/, branch main), HTTP basic
-  auth user `flux` with a password written to `<run-dir>/git-token` (0600, new each `up`),
-  and links `<run-dir>/gitops` to the repository (the checkout the preflight lint reads);
+- starts the lab's Git server (gitserver.py) with the repository of this lab
+  (`https://git.lab.internal/proxtalos/lab-gitops.git` -> `<run-dir>/gitops`, branch main), HTTP
+  basic auth user `flux` with a password written to `<run-dir>/git-token` (0600, new each `up`).
+  `<run-dir>/gitops` is a Git repository created at the first `up` from the tree shipped in
+  lab/gitops/ (one commit) and kept across `up --reuse`: the working copy the collection commits
+  sealed Secrets to and the preflight lint reads; the server serves what is committed on main;
 - attaches to every Kubernetes cluster the Kubernetes simulation starts (Talos listener
   `on_etcd_bootstrapped`, after lab.k8s has created it) the Flux controllers and the
   sealed-secrets controller (attach()), and drops them with the cluster (`lab reset`);
@@ -24,6 +26,8 @@ A crash-looping CSI node plugin is the Kubernetes fault
 import logging
 import os
 import secrets
+import shutil
+import subprocess
 
 from lab import ROOT
 
@@ -35,7 +39,27 @@ LOG = logging.getLogger('lab.flux')
 LAB_REPO_PATH = 'proxtalos/lab-gitops'
 LAB_REPO_DIR = os.path.join(ROOT, 'lab', 'gitops')
 GIT_USER = 'flux'
+GIT_IDENTITY = {'GIT_AUTHOR_NAME': 'proxtalos lab', 'GIT_AUTHOR_EMAIL': 'lab@git.lab.internal',
+                'GIT_COMMITTER_NAME': 'proxtalos lab', 'GIT_COMMITTER_EMAIL': 'lab@git.lab.internal'}
 COMPONENTS_FILE = os.path.join(ROOT, 'roles', 'flux', 'files', 'gotk-components.yaml')
+
+
+def init_repository(directory, source=LAB_REPO_DIR, branch='main'):
+    """A Git repository at directory holding the tree of source as its first commit on branch; kept when it exists.
+
+    A link left by an older lab (run-dir/gitops -> lab/gitops) is replaced."""
+    if os.path.islink(directory):
+        os.unlink(directory)
+    if os.path.isdir(os.path.join(directory, '.git')):
+        return False
+    if os.path.exists(directory):
+        shutil.rmtree(directory)
+    shutil.copytree(source, directory, ignore=shutil.ignore_patterns('.*'))
+    env = dict(os.environ, **GIT_IDENTITY)
+    for args in (['init', '--quiet', '--initial-branch', branch], ['add', '--all'],
+                 ['commit', '--quiet', '--no-gpg-sign', '-m', 'lab: the GitOps tree shipped in lab/gitops']):
+        subprocess.run(['git', '-C', directory] + args, check=True, capture_output=True, env=env, timeout=60)
+    return True
 
 
 class FluxCluster(object):
@@ -83,9 +107,11 @@ class LabFlux(object):
     def __init__(self, world):
         self.world = world
         self.token = secrets.token_urlsafe(24)
-        self.git = GitServer({LAB_REPO_PATH: LAB_REPO_DIR}, credentials=(GIT_USER, self.token))
+        self.repo_dir = os.path.join(world.run_dir, 'gitops')
+        self.git = GitServer(credentials=(GIT_USER, self.token))
         self.clusters = {}
         self.health_faults = set()
+        self.build_faults = {}        # (namespace, kustomization) -> the file its kustomization.yaml lists in vain
         for kind, (realistic, description) in DELAY_KINDS.items():
             if kind not in world.timing.kinds:
                 world.timing.register(kind, realistic, description)
@@ -98,14 +124,8 @@ class LabFlux(object):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, 'w', encoding='utf-8') as handle:
             handle.write(self.token + '\n')
-        link = os.path.join(run_dir, 'gitops')
-        if os.path.islink(link) or os.path.exists(link):
-            if os.path.islink(link) and os.readlink(link) == LAB_REPO_DIR:
-                return
-            if os.path.islink(link):
-                os.unlink(link)
-        if not os.path.exists(link):
-            os.symlink(LAB_REPO_DIR, link)
+        init_repository(self.repo_dir)
+        self.git.add_repo(LAB_REPO_PATH, self.repo_dir)
 
     # --- Talos fleet listener -------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
     with FluxLab() as flux:                      # cp-1 + w-1..w-3 registered, a Cilium agent on each (Ready)
         flux.install_components()                # the gotk components manifest of the flux role (SSA)
         flux.sync(path='./clusters/lab')         # credentials Secret, GitRepository + Kustomization flux-system
+                                                 # (and the CSI config Secret the tree's CSI controller mounts)
         flux.wait_ready()                        # every GitRepository/Kustomization Ready
         flux.kustomization('proxmox-csi')        # the stored object (a dict)
 
@@ -22,6 +23,7 @@ from .controllers import flatten
 from .gitserver import GitServer
 
 GIT_PASSWORD = 'lab-git-password'
+CSI_CONFIG = 'clusters:\n- url: https://127.0.0.2:8006/api2/json\n  token_id: kubernetes-csi@pve!csi\n  token_secret: lab\n  region: lab\n'
 NODES = (('cp-1', '127.0.0.1', True), ('w-1', '127.0.0.2', False), ('w-2', '127.0.0.3', False), ('w-3', '127.0.0.4', False))
 CILIUM = {'apiVersion': 'apps/v1', 'kind': 'DaemonSet',
           'metadata': {'name': 'cilium', 'namespace': 'kube-system', 'labels': {'k8s-app': 'cilium'}},
@@ -112,8 +114,20 @@ class FluxLab(object):
                            'metadata': {'name': name, 'namespace': 'kube-system', 'labels': {KEY_LABEL: label}},
                            'data': {'tls.key': base64.b64encode(key_pem).decode(), 'tls.crt': base64.b64encode(cert_pem).decode()}})
 
-    def sync(self, path='./clusters/lab', url=None, branch='main', password=GIT_PASSWORD, name='flux-system'):
-        """What the flux role writes: the credentials Secret, the GitRepository and the root Kustomization."""
+    def csi_secret(self, config=CSI_CONFIG):
+        """The proxmox-csi-plugin config Secret (and its namespace), as the sealed-secrets controller makes it from the
+        SealedSecret the collection commits: the lab tree's CSI controller mounts it and is not Ready without it."""
+        self.apply({'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': 'csi-proxmox', 'labels': {
+            'pod-security.kubernetes.io/enforce': 'privileged'}}})
+        return self.apply({'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {'name': 'proxmox-csi-plugin', 'namespace': 'csi-proxmox'},
+                           'data': {'config.yaml': base64.b64encode(config.encode()).decode()}})
+
+    def sync(self, path='./clusters/lab', url=None, branch='main', password=GIT_PASSWORD, name='flux-system',  # pylint: disable=too-many-arguments
+             csi_secret=True):
+        """What the flux role writes: the credentials Secret, the GitRepository and the root Kustomization
+        (csi_secret: and what the sealed CSI config becomes, see csi_secret())."""
+        if csi_secret:
+            self.csi_secret()
         self.apply({'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {'name': name, 'namespace': 'flux-system'},
                     'data': {'username': base64.b64encode(b'flux').decode(), 'password': base64.b64encode(password.encode()).decode()}})
         self.apply({'apiVersion': 'source.toolkit.fluxcd.io/v1', 'kind': 'GitRepository', 'metadata': {'name': name, 'namespace': 'flux-system'},

@@ -19,7 +19,7 @@ from lab.k8s.testing import wait_until  # noqa: E402  pylint: disable=wrong-impo
 kubernetes = pytest.importorskip('kubernetes')
 from kubernetes import client  # noqa: E402  pylint: disable=wrong-import-position
 
-TREE = ['apps', 'cert-manager', 'cert-manager-issuers', 'flux-system', 'proxmox-ccm', 'proxmox-csi', 'sealed-secrets']
+TREE = ['apps', 'cert-manager', 'cert-manager-issuers', 'flux-credentials', 'flux-system', 'proxmox-ccm', 'proxmox-csi', 'sealed-secrets']
 
 
 def kustomization(cluster, name):
@@ -43,7 +43,7 @@ def test_site_ends_with_a_ready_gitops_tree_and_a_rerun_changes_nothing(gitops_c
     first = gitops_cluster.first
     assert first.rc == 0, first.explain()
     gate = first.results('Gate on the Flux Kustomization tree')[0]
-    assert gate['summary'] == 'Kustomizations Ready 7/7'
+    assert gate['summary'] == 'Kustomizations Ready 8/8'
     assert sorted(k['name'].split('/')[1] for k in gate['kustomizations']) == TREE
     assert gate['order'][0] == ['flux-system/cert-manager', 'flux-system/flux-system', 'flux-system/proxmox-ccm', 'flux-system/sealed-secrets']
     served = first.results('The sealed-secrets controller serves our certificate')[0]
@@ -85,7 +85,7 @@ def test_a_failing_kustomization_fails_the_gate_naming_it_its_reason_and_what_wa
         name, message = run.failures()[0]
         assert 'Gate on the Flux Kustomization tree' in name
         first_line = message.splitlines()[0]
-        assert 'Kustomizations Ready 5/7: flux-system/proxmox-csi Ready=False HealthCheckFailed: health check failed after' in first_line
+        assert 'Kustomizations Ready 6/8: flux-system/proxmox-csi Ready=False HealthCheckFailed: health check failed after' in first_line
         assert '(blocks flux-system/apps); waiting behind them: flux-system/apps' in first_line
         assert "- flux-system/proxmox-csi: Ready=False HealthCheckFailed: health check failed after" in message
         assert "- flux-system/apps waits on flux-system/proxmox-csi (Ready=False DependencyNotReady: dependency 'flux-system/proxmox-csi' " \
@@ -145,3 +145,36 @@ def test_a_lab_rebuilt_from_the_same_inventory_gets_the_same_key(gitops_cluster)
     assert written['operation'] == 'created' and written['public_key_sha256'] == keypair['public_key_sha256']
     served = run.results('The sealed-secrets controller serves our certificate')[0]
     assert served['passed'] and served['served_public_key_sha256'] == keypair['public_key_sha256']
+
+
+def test_preflight_cross_checks_the_apps_stage_releases_against_flux_and_reports_a_contradiction(gitops_cluster, tmp_path):
+    # The lab's bootstrap_apps_releases install widget-operator before widget-demo (widget-demo needs it). A repository
+    # whose Flux tree orders them the other way round contradicts that; preflight derives the releases it checks from
+    # the apps stage's own list (no hand-kept copy), so it sees it.
+    repo = str(tmp_path / 'gitops')
+    shutil.copytree(os.path.join(ROOT, 'lab', 'gitops'), repo)
+    kustomizations = []
+    for name, depends in (('widget-operator', ['widget-demo']), ('widget-demo', [])):
+        spec = {'interval': '1h', 'path': './apps/lab', 'prune': True, 'sourceRef': {'kind': 'GitRepository', 'name': 'flux-system'}}
+        if depends:
+            spec['dependsOn'] = [{'name': need} for need in depends]
+        kustomizations.append({'apiVersion': 'kustomize.toolkit.fluxcd.io/v1', 'kind': 'Kustomization',
+                               'metadata': {'name': name, 'namespace': 'flux-system'}, 'spec': spec})
+    with open(os.path.join(repo, 'clusters', 'lab', 'widgets.yaml'), 'w', encoding='utf-8') as handle:
+        yaml.safe_dump_all(kustomizations, handle)
+    warned = gitops_cluster.site('--tags', 'preflight', '-e', 'flux_repo_dir=%s' % repo)
+    assert warned.rc == 0, warned.explain()
+    lint = warned.results('Lint the Flux dependency graph')[0]
+    assert [(c['release'], c['needs']) for c in lint['bootstrap_contradictions']] == [('widgets/widget-demo', 'widgets-system/widget-operator')]
+    message = lint['bootstrap_contradictions'][0]['message']
+    assert 'bootstrap installs widgets-system/widget-operator before widgets/widget-demo' in message
+    assert 'Kustomization/flux-system/widget-operator' in message and 'Kustomization/flux-system/widget-demo' in message
+    failed = gitops_cluster.site('--tags', 'preflight', '-e', 'flux_repo_dir=%s' % repo,
+                                 '-e', '{"preflight_flux_fail_on": ["cycles", "dangling", "bootstrap_contradictions"]}')
+    assert failed.rc != 0
+    name, text = failed.failures()[0]
+    assert 'Flux dependency graph' in name and 'bootstrap installs widgets-system/widget-operator before widgets/widget-demo' in text
+    # the lab's own repository has no contradiction with those releases
+    clean = gitops_cluster.site('--tags', 'preflight', '-e', '{"preflight_flux_fail_on": ["cycles", "dangling", "bootstrap_contradictions"]}')
+    assert clean.rc == 0, clean.explain()
+    assert clean.results('Lint the Flux dependency graph')[0]['bootstrap_contradictions'] == []

@@ -1,12 +1,17 @@
-"""Sealed secrets against the lab after site.yml: a SealedSecret made by the collection (sealed_secret, with the
-kept certificate) unseals in the cluster with the managed key for each scope; a controller that started without our
-key is caught by the verification, which names the key Secret it uses, and the sealed_secrets stage repairs it."""
+"""Sealed secrets against the lab after site.yml: the flux stage seals the CSI config and the Git credentials into the
+GitOps repository, commits them, the lab's controller unseals them and the CSI comes up on them, a re-run leaves the
+files byte for byte and a changed value is sealed again; a SealedSecret made by the collection (sealed_secret, with
+the kept certificate) unseals in the cluster with the managed key for each scope; a controller that started without
+our key is caught by the verification, which names the key Secret it uses, and the sealed_secrets stage repairs it."""
 
 import base64
+import json
 import os
+import subprocess
 import sys
 
 import pytest
+import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gitops_lab import gitops_cluster  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import,import-error
@@ -17,8 +22,118 @@ kubernetes = pytest.importorskip('kubernetes')
 from kubernetes import client  # noqa: E402  pylint: disable=wrong-import-position
 from kubernetes.client.rest import ApiException  # noqa: E402  pylint: disable=wrong-import-position
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _sealed  # noqa: E402  pylint: disable=wrong-import-position
+
 SCOPES = ('strict', 'namespace-wide', 'cluster-wide')
 KEY_LABEL = 'sealedsecrets.bitnami.com/sealed-secrets-key'
+CSI_FILE = 'infrastructure/proxmox-csi/proxmox-csi-plugin.sealedsecret.yaml'
+GIT_FILE = 'infrastructure/flux-credentials/flux-system.sealedsecret.yaml'
+
+
+def repo_of(cluster):
+    return os.path.join(cluster.lab.run_dir, 'gitops')
+
+
+def git(repo, *args):
+    return subprocess.run(['git', '-C', repo] + list(args), capture_output=True, text=True, check=True).stdout.strip()
+
+
+def read_bytes(path):
+    with open(path, 'rb') as handle:
+        return handle.read()
+
+
+def unseal_file(cluster, path):
+    """{key: plain bytes} of a sealed file of the repository, opened with the kept private key."""
+    with open(os.path.join(cluster.secrets, 'sealed-secrets.key'), 'rb') as handle:
+        private_key = _sealed.load_private_key(handle.read())
+    return _sealed.unseal(yaml.safe_load(read_bytes(path)), [private_key])
+
+
+def git_token(cluster):
+    with open(os.path.join(cluster.lab.run_dir, 'git-token'), encoding='utf-8') as handle:
+        return handle.read().strip()
+
+
+def test_the_flux_stage_seals_the_csi_config_and_the_git_credentials_into_the_repository(gitops_cluster):
+    assert gitops_cluster.first.rc == 0, gitops_cluster.first.explain()
+    repo = repo_of(gitops_cluster)
+    token, pve_token = git_token(gitops_cluster), gitops_cluster.lab.token_secret
+    # committed (nothing of them left uncommitted), with the stage's message, and served: Flux applied that commit
+    assert git(repo, 'status', '--porcelain', '--', CSI_FILE, GIT_FILE) == ''
+    assert git(repo, 'log', '-1', '--format=%s', '--', CSI_FILE) == 'proxtalos: sealed Secrets of cluster lab'
+    head = git(repo, 'rev-parse', 'HEAD')
+    custom = client.CustomObjectsApi(gitops_cluster.api())
+    source = custom.get_namespaced_custom_object('source.toolkit.fluxcd.io', 'v1', 'flux-system', 'gitrepositories', 'flux-system')
+    assert source['status']['artifact']['revision'] == 'main@sha1:%s' % head
+    # the files hold no plain value, and unseal with the kept key to exactly what the inventory gives
+    for name in (CSI_FILE, GIT_FILE):
+        text = read_bytes(os.path.join(repo, name)).decode()
+        assert token not in text and pve_token not in text and base64.b64encode(token.encode()).decode() not in text
+    config = yaml.safe_load(unseal_file(gitops_cluster, os.path.join(repo, CSI_FILE))['config.yaml'])
+    assert config == {'clusters': [{'url': 'https://%s:%d/api2/json' % (gitops_cluster.lab.pve_host, gitops_cluster.lab.pve_port),
+                                    'insecure': False, 'token_id': 'root@pam!proxtalos', 'token_secret': pve_token, 'region': 'lab'}]}
+    assert unseal_file(gitops_cluster, os.path.join(repo, GIT_FILE)) == {'username': b'flux', 'password': token.encode()}
+    # the lab's controller unsealed both into Secrets it owns; the CSI controller runs on its config
+    core = client.CoreV1Api(gitops_cluster.api())
+    csi = core.read_namespaced_secret('proxmox-csi-plugin', 'csi-proxmox')
+    assert yaml.safe_load(base64.b64decode(csi.data['config.yaml'])) == config
+    assert [(r.kind, r.name) for r in csi.metadata.owner_references] == [('SealedSecret', 'proxmox-csi-plugin')]
+    credentials = core.read_namespaced_secret('flux-system', 'flux-system')
+    assert base64.b64decode(credentials.data['password']).decode() == token
+    assert [(r.kind, r.name) for r in credentials.metadata.owner_references] == [('SealedSecret', 'flux-system')]
+    assert credentials.metadata.annotations['sealedsecrets.bitnami.com/managed'] == 'true'
+    for namespace, name in (('csi-proxmox', 'proxmox-csi-plugin'), ('flux-system', 'flux-system')):
+        sealed = custom.get_namespaced_custom_object('bitnami.com', 'v1alpha1', namespace, 'sealedsecrets', name)
+        assert [(c['type'], c['status']) for c in sealed['status']['conditions']] == [('Synced', 'True')]
+    csi_ks = custom.get_namespaced_custom_object('kustomize.toolkit.fluxcd.io', 'v1', 'flux-system', 'kustomizations', 'proxmox-csi')
+    assert {'id': 'csi-proxmox_proxmox-csi-plugin_bitnami.com_SealedSecret', 'v': 'v1alpha1'} in csi_ks['status']['inventory']['entries']
+    assert client.AppsV1Api(gitops_cluster.api()).read_namespaced_deployment(
+        'proxmox-csi-plugin-controller', 'csi-proxmox').status.available_replicas == 1
+    # the plain values never reached the output
+    printed = json.dumps(gitops_cluster.first.data)
+    assert token not in printed and pve_token not in printed
+
+
+def test_a_rerun_leaves_the_sealed_files_byte_for_byte_and_commits_nothing(gitops_cluster):
+    repo = repo_of(gitops_cluster)
+    before = dict((name, read_bytes(os.path.join(repo, name))) for name in (CSI_FILE, GIT_FILE))
+    head = git(repo, 'rev-parse', 'HEAD')
+    run = gitops_cluster.site('--tags', 'flux,gitops')
+    assert run.rc == 0, run.explain()
+    assert set(run.changed().values()) == {0}, run.changed()
+    assert dict((name, read_bytes(os.path.join(repo, name))) for name in before) == before
+    assert git(repo, 'rev-parse', 'HEAD') == head
+    checked = gitops_cluster.site('--check', '--tags', 'flux')
+    assert checked.rc == 0 and set(checked.changed().values()) == {0}, checked.explain()
+
+
+def test_a_changed_value_is_sealed_again_committed_and_reaches_the_cluster(gitops_cluster, tmp_path):
+    repo = repo_of(gitops_cluster)
+    before = read_bytes(os.path.join(repo, CSI_FILE))
+    head = git(repo, 'rev-parse', 'HEAD')
+    changed = [{'name': 'proxmox-csi-plugin', 'namespace': 'csi-proxmox', 'path': CSI_FILE,
+                'string_data': {'config.yaml': 'clusters: []\n'}}]
+    extra = tmp_path / 'changed.yml'
+    extra.write_text(yaml.safe_dump({'flux_sealed_secrets': changed}))
+    try:
+        predicted = gitops_cluster.site('--check', '--tags', 'flux', '-e', '@%s' % extra)
+        assert predicted.rc == 0, predicted.explain()
+        assert predicted.results('Seal the Secrets into the GitOps working copy')[0]['changed'] is True
+        assert read_bytes(os.path.join(repo, CSI_FILE)) == before and git(repo, 'rev-parse', 'HEAD') == head
+        run = gitops_cluster.site('--tags', 'flux', '-e', '@%s' % extra)
+        assert run.rc == 0, run.explain()
+        commit = run.results('Commit the sealed Secrets')[0]
+        assert commit['changed'] is True
+        assert git(repo, 'rev-parse', 'HEAD') != head and git(repo, 'rev-parse', 'HEAD~1') == head
+        assert git(repo, 'show', '--name-only', '--format=', 'HEAD').splitlines() == [CSI_FILE]
+        core = client.CoreV1Api(gitops_cluster.api())
+        wait_until(lambda: (base64.b64decode(core.read_namespaced_secret('proxmox-csi-plugin', 'csi-proxmox').data['config.yaml'])
+                            == b'clusters: []\n', 'not yet unsealed'), timeout=60, what='the changed CSI Secret in the cluster')
+    finally:
+        restored = gitops_cluster.site('--tags', 'flux,gitops')
+    assert restored.rc == 0, restored.explain()
+    assert unseal_file(gitops_cluster, os.path.join(repo, CSI_FILE))['config.yaml'] != b'clusters: []\n'
 
 
 def test_a_sealedsecret_made_by_the_collection_unseals_with_the_managed_key_in_each_scope(gitops_cluster, tmp_path):

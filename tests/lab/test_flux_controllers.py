@@ -12,7 +12,7 @@ from lab.flux.testing import FluxLab, copy_repo
 from lab.k8s.testing import wait_until
 
 KS = 'kustomize.toolkit.fluxcd.io/v1'
-TREE = ['flux-system', 'sealed-secrets', 'proxmox-ccm', 'proxmox-csi', 'cert-manager', 'cert-manager-issuers', 'apps']
+TREE = ['flux-system', 'sealed-secrets', 'flux-credentials', 'proxmox-ccm', 'proxmox-csi', 'cert-manager', 'cert-manager-issuers', 'apps']
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPERATOR_FILE = os.path.join(ROOT, 'roles', 'flux', 'files', 'flux-operator.yaml')
 
@@ -178,6 +178,7 @@ def test_without_running_controllers_nothing_is_reconciled():
 def test_flux_operator_installs_the_components_and_the_sync_from_a_fluxinstance():
     with FluxLab() as lab:
         lab.apply_file(OPERATOR_FILE)
+        lab.csi_secret()
         lab.apply({'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {'name': 'flux-system', 'namespace': 'flux-system'},
                    'stringData': {'username': 'flux', 'password': 'lab-git-password'}})
         lab.apply({'apiVersion': 'fluxcd.controlplane.io/v1', 'kind': 'FluxInstance', 'metadata': {'name': 'flux', 'namespace': 'flux-system'},
@@ -197,6 +198,22 @@ def test_flux_operator_installs_the_components_and_the_sync_from_a_fluxinstance(
         assert lab.get('apps/v1', 'Deployment', 'flux-system', 'helm-controller') is None
         assert lab.git_repository()['spec']['ref'] == {'name': 'refs/heads/main'}
         lab.wait_ready(count=len(TREE) + 2)
+
+
+def test_the_csi_kustomization_is_not_ready_until_its_config_secret_exists(flux):
+    flux.sync(csi_secret=False)
+
+    def controller_waits():
+        pods = [p for p in flux.items('v1', 'Pod', 'csi-proxmox') if p['metadata']['name'].startswith('proxmox-csi-plugin-controller')]
+        states = [s['state'].get('waiting', {}) for p in pods for s in (p.get('status') or {}).get('containerStatuses') or ()]
+        return bool(states) and all(w.get('message') == 'MountVolume.SetUp failed: secret "proxmox-csi-plugin" not found' for w in states), states
+    wait_until(controller_waits, timeout=30, what='the CSI controller waiting for its Secret')
+    csi = flux.kustomization('proxmox-csi')
+    assert condition(csi)['status'] != 'True', condition(csi)
+    assert condition(flux.kustomization('apps'))['status'] != 'True'
+    flux.csi_secret()
+    flux.wait_ready(count=len(TREE) + 1)
+    assert condition(flux.kustomization('proxmox-csi'))['reason'] == 'ReconciliationSucceeded'
 
 
 def test_kubectl_shows_flux_objects_with_their_ready_columns(flux):

@@ -1,6 +1,7 @@
 """The Flux simulation's pure parts: the lab Git server, the small kustomize build, kstatus, durations."""
 
 import os
+import subprocess
 
 import pytest
 import yaml
@@ -112,10 +113,11 @@ def test_the_lab_repository_builds_into_flux_kustomizations():
     files = read_tree(LAB_REPO_DIR)
     root = build.build(files, './clusters/lab')
     names = [o['metadata']['name'] for o in root if o['kind'] == 'Kustomization']
-    assert names == ['sealed-secrets', 'proxmox-ccm', 'proxmox-csi', 'cert-manager', 'cert-manager-issuers', 'apps']
+    assert names == ['sealed-secrets', 'flux-credentials', 'proxmox-ccm', 'proxmox-csi', 'cert-manager', 'cert-manager-issuers', 'apps']
     for ks in root:
         built = build.build(files, ks['spec']['path'])
-        assert built, ks['spec']['path']
+        # flux-credentials holds only what the collection commits there (nothing before the first run)
+        assert built or ks['metadata']['name'] == 'flux-credentials', ks['spec']['path']
     csi = build.build(files, './infrastructure/proxmox-csi')
     node = next(o for o in csi if o['kind'] == 'DaemonSet')
     assert node['metadata']['labels']['app.kubernetes.io/component'] == 'node'
@@ -161,3 +163,35 @@ def test_lab_repository_yaml_is_plain_kubernetes_yaml():
                 with open(os.path.join(root, name), encoding='utf-8') as handle:
                     for doc in yaml.safe_load_all(handle):
                         assert doc is None or ('apiVersion' in doc and 'kind' in doc), (root, name)
+
+
+def test_a_git_repository_is_served_from_its_commits_not_its_working_tree(tmp_path):
+    repo = str(tmp_path / 'repo')
+    os.makedirs(os.path.join(repo, 'apps'))
+    env = dict(os.environ, GIT_AUTHOR_NAME='t', GIT_AUTHOR_EMAIL='t@t', GIT_COMMITTER_NAME='t', GIT_COMMITTER_EMAIL='t@t')
+
+    def git(*args):
+        return subprocess.run(['git', '-C', repo] + list(args), check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+    git('init', '--quiet', '--initial-branch', 'main')
+    with open(os.path.join(repo, 'apps', 'a.yaml'), 'w', encoding='utf-8') as handle:
+        handle.write('kind: ConfigMap\n')
+    with open(os.path.join(repo, '.hidden.yaml'), 'w', encoding='utf-8') as handle:
+        handle.write('hidden\n')
+    git('add', '--all')
+    git('commit', '--quiet', '-m', 'one')
+    server = GitServer({'team/repo': repo})
+    first = server.fetch('https://git.lab.internal/team/repo.git', {'branch': 'main'})
+    assert first.revision == 'main@sha1:%s' % git('rev-parse', 'HEAD')
+    assert first.files == {'apps/a.yaml': b'kind: ConfigMap\n'}
+    with open(os.path.join(repo, 'apps', 'b.yaml'), 'w', encoding='utf-8') as handle:
+        handle.write('kind: Secret\n')
+    assert server.fetch('https://git.lab.internal/team/repo.git', {'branch': 'main'}).revision == first.revision  # not committed
+    git('add', 'apps/b.yaml')
+    git('commit', '--quiet', '-m', 'two')
+    second = server.fetch('https://git.lab.internal/team/repo.git', {'branch': 'main'})
+    assert second.revision == 'main@sha1:%s' % git('rev-parse', 'HEAD') != first.revision
+    assert second.files == {'apps/a.yaml': b'kind: ConfigMap\n', 'apps/b.yaml': b'kind: Secret\n'}
+    git('branch', '-m', 'main', 'trunk')
+    with pytest.raises(GitError, match='couldn\'t find remote ref "refs/heads/main"'):
+        server.fetch('https://git.lab.internal/team/repo.git', {'branch': 'main'})

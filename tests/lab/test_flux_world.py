@@ -2,11 +2,13 @@
 
 import os
 import stat
+import subprocess
 
 import pytest
 
 from lab.faults import FaultError
-from lab.flux.lab import LAB_REPO_DIR
+from lab.flux.gitserver import read_tree
+from lab.flux.lab import LAB_REPO_DIR, LAB_REPO_PATH
 from lab.testing import free_net, world_in_thread
 
 
@@ -16,13 +18,20 @@ def running(tmp_path):
         yield world
 
 
-def test_install_writes_the_git_credentials_and_the_checkout_link(running):
+def test_install_writes_the_git_credentials_and_the_repository(running):
     world = running.world
     token = os.path.join(world.run_dir, 'git-token')
     assert stat.S_IMODE(os.stat(token).st_mode) == 0o600
     with open(token, encoding='utf-8') as handle:
         assert handle.read().strip() == world.flux.token
-    assert os.path.realpath(os.path.join(world.run_dir, 'gitops')) == os.path.realpath(LAB_REPO_DIR)
+    repo = os.path.join(world.run_dir, 'gitops')
+    assert os.path.isdir(os.path.join(repo, '.git')) and not os.path.islink(repo)
+    log = subprocess.run(['git', '-C', repo, 'log', '--format=%H', 'main'], capture_output=True, text=True, check=True).stdout.split()
+    assert len(log) == 1
+    # what the server serves is the commit, and the commit is the tree shipped in lab/gitops
+    snapshot = world.flux.git.fetch(world.flux.git.url_for(LAB_REPO_PATH), {'branch': 'main'}, {'username': 'flux', 'password': world.flux.token})
+    assert snapshot.revision == 'main@sha1:%s' % log[0]
+    assert snapshot.files == read_tree(LAB_REPO_DIR)
     assert world.flux.git.credentials == ('flux', world.flux.token)
     assert {'flux_git_fetch', 'flux_reconcile'} <= set(world.timing.kinds)
 

@@ -1,0 +1,67 @@
+"""The flux stage's operator mode (flux_install_method=operator: flux-operator and a FluxInstance) on a lab of its own:
+site.yml converges with the FluxInstance gate and the gitops gates passing, the FluxInstance made the sync objects, and
+a second run of the flux and gitops stages changes nothing."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gitops_lab import PLAYBOOK_BIN, GitopsCluster  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+from lab.testing import start_lab  # noqa: E402  pylint: disable=wrong-import-position
+
+kubernetes = pytest.importorskip('kubernetes')
+from kubernetes import client  # noqa: E402  pylint: disable=wrong-import-position
+
+OPERATOR = ('-e', 'flux_install_method=operator')
+
+
+@pytest.fixture(scope='module')
+def operator_cluster(tmp_path_factory):
+    if not os.access(PLAYBOOK_BIN, os.X_OK):
+        pytest.skip('no ansible-playbook in .venv (make setup)')
+    folder = str(tmp_path_factory.mktemp('operator'))
+    cluster = GitopsCluster(start_lab(os.path.join(folder, 'lab')), folder)
+    try:
+        cluster.first = cluster.site(*OPERATOR)
+        yield cluster
+    finally:
+        cluster.lab.stop()
+
+
+def test_operator_mode_converges_with_its_gates_and_a_rerun_changes_nothing(operator_cluster):
+    first = operator_cluster.first
+    assert first.rc == 0, first.explain()
+    assert first.results('Apply flux-operator')[0]['changed'] is True
+    assert first.results('Install Flux with the components manifest') == [] or \
+        all(r.get('skipped') for r in first.results('Install Flux with the components manifest'))
+    instance_gate = first.results('Gate on the FluxInstance')[0]
+    assert instance_gate['passed'] is True, instance_gate
+    source_gate = first.results('Gate on the GitRepository')[0]
+    assert source_gate['passed'] is True, source_gate
+    tree = first.results('Gate on the Flux Kustomization tree')[0]
+    assert tree['summary'] == 'Kustomizations Ready 8/8'
+
+    custom = client.CustomObjectsApi(operator_cluster.api())
+    instance = custom.get_namespaced_custom_object('fluxcd.controlplane.io', 'v1', 'flux-system', 'fluxinstances', 'flux')
+    ready = next(c for c in instance['status']['conditions'] if c['type'] == 'Ready')
+    assert ready['status'] == 'True' and ready['reason'] == 'ReconciliationSucceeded'
+    assert instance['spec']['sync'] == {'kind': 'GitRepository', 'url': 'https://git.lab.internal/proxtalos/lab-gitops.git',
+                                        'ref': 'refs/heads/main', 'path': './clusters/lab', 'interval': '1m',
+                                        'name': 'flux-system', 'pullSecret': 'flux-system'}
+    assert sorted(c['name'] for c in instance['status']['components']) == sorted(
+        ['source-controller', 'kustomize-controller', 'helm-controller', 'notification-controller'])
+    # the sync objects are the operator's (as flux-operator generates them), not the manifest method's
+    source = custom.get_namespaced_custom_object('source.toolkit.fluxcd.io', 'v1', 'flux-system', 'gitrepositories', 'flux-system')
+    assert source['spec']['ref'] == {'name': 'refs/heads/main'} and source['spec']['secretRef'] == {'name': 'flux-system'}
+    apps = client.AppsV1Api(operator_cluster.api())
+    assert apps.read_namespaced_deployment('flux-operator', 'flux-system').status.available_replicas == 1
+
+    again = operator_cluster.site('--tags', 'flux,gitops', *OPERATOR)
+    assert again.rc == 0, again.explain()
+    assert set(again.changed().values()) == {0}, again.changed()
+    assert again.results('Gate on the FluxInstance')[0]['passed'] is True
+    checked = operator_cluster.site('--check', '--tags', 'flux,gitops', *OPERATOR)
+    assert checked.rc == 0 and set(checked.changed().values()) == {0}, checked.explain()
