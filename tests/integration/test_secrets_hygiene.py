@@ -101,10 +101,13 @@ def secret_values(workspace):
     for name, context in talosconfig['contexts'].items():
         secrets['talosconfig client key of %s' % name] = _value_needles(context['key'])
     lab = workspace.lab
-    secrets['PVE API token secret'] = [lab.token_secret]
+    # the flux stage seals the PVE token (the CSI config) and the Git token into the GitOps repository: their base64
+    # forms are what a Secret's data holds, the basic auth header what a push sends
+    secrets['PVE API token secret'] = [lab.token_secret, base64.b64encode(lab.token_secret.encode()).decode()]
     secrets['PVE root password'] = [lab.password]
     with open(os.path.join(lab.run_dir, 'git-token'), encoding='utf-8') as handle:
-        secrets['lab Git server token'] = [handle.read().strip()]
+        token = handle.read().strip()
+    secrets['lab Git server token'] = [token, base64.b64encode(token.encode()).decode(), base64.b64encode(('flux:' + token).encode()).decode()]
     for name, needles in secrets.items():
         assert needles and all(len(n) >= 16 for n in needles), 'secret %s has a needle too short to be unique: %r' % (name, needles)
     return secrets
