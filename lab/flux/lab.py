@@ -112,7 +112,6 @@ class LabFlux(object):
         self.clusters = {}
         self.health_faults = set()
         self.build_faults = {}        # (namespace, kustomization) -> the file its kustomization.yaml lists in vain
-        self.build_faults = {}        # (namespace, kustomization) -> the file its kustomization.yaml lists in vain
         for kind, (realistic, description) in DELAY_KINDS.items():
             if kind not in world.timing.kinds:
                 world.timing.register(kind, realistic, description)
