@@ -63,7 +63,8 @@ options:
     description:
       - >-
         Show what a waiting task sees while it waits, one line each time its summary changes, for example
-        C([lab-cp-1] Gate - ALL nodes Ready: nodes Ready 4/6: lab-w-2 NetworkPluginNotReady (12 s)).
+        C([lab-cp-1] Gate - ALL nodes Ready: nodes Ready 4/6: lab-w-2 NetworkPluginNotReady) followed by the seconds
+        since the task started.
       - The collection's waiting modules (every wait of C(module_utils/_wait.py), as in k8s_gate, flux_gate, talos_info,
         talos_bootstrap, proxmox_vm_info, proxmox_vm) append their progress to the JSON-lines file named by
         E(PROXTALOS_PROGRESS_FILE); the plugin gives each task of the collection a file of its own in a private
