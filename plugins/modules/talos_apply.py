@@ -74,8 +74,8 @@ options:
         runs included. While the tried config runs, a re-run with O(mode=try) finds no change; after the revert it
         applies it again.
       - To keep a tried config, apply it with V(no_reboot) or V(auto) after Talos reverted it. Within the try window
-        the node already runs it: the dry run of another mode finds no change (and cancels the revert), so nothing
-        persists it and the next reboot runs the config from before.
+        the node already runs it, so the dry run of another mode finds no change (and cancels the revert); nothing
+        persists it then, and the next reboot runs the config from before.
       - A node in maintenance mode is always sent V(auto) (Talos installs, then reboots into the config).
     type: str
     choices: [auto, no_reboot, reboot, staged, try]
