@@ -40,7 +40,7 @@ options:
     type: list
     elements: path
     required: true
-  message:
+  commit_message:
     description: The commit message.
     type: str
     required: true
@@ -81,7 +81,7 @@ EXAMPLES = r"""
     repo_dir: "{{ flux_repo_dir }}"
     paths:
       - infrastructure/proxmox-csi/proxmox-csi-plugin.sealedsecret.yaml
-    message: "proxtalos: seal proxmox-csi-plugin"
+    commit_message: "proxtalos: seal proxmox-csi-plugin"
     push: true
     username: git
     password: "{{ vault_git_token }}"
@@ -125,7 +125,7 @@ def argument_spec():
     return dict(
         repo_dir=dict(type='path', required=True),
         paths=dict(type='list', elements='path', required=True),
-        message=dict(type='str', required=True),
+        commit_message=dict(type='str', required=True),
         author_name=dict(type='str', default='proxtalos'),
         author_email=dict(type='str', default='proxtalos@localhost'),
         push=dict(type='bool', default=False),
@@ -220,7 +220,7 @@ def run(module):
     result = dict(changed=bool(pending), committed=pending, pushed=False, branch=branch, commit=head)
     if pending and not module.check_mode:
         git('add', '--all', '--', *paths)
-        git('commit', '--quiet', '--no-verify', '--no-gpg-sign', '-m', params['message'], '--', *paths)
+        git('commit', '--quiet', '--no-verify', '--no-gpg-sign', '-m', params['commit_message'], '--', *paths)
         result['commit'] = git('rev-parse', 'HEAD')[1].strip()
     if params['push']:
         dummy, remote_refs, dummy = git('ls-remote', params['remote'], 'refs/heads/%s' % branch)

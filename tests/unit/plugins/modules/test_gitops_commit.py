@@ -51,12 +51,12 @@ def test_commits_only_the_given_paths_and_a_rerun_changes_nothing(capsys, repos)
     work, dummy = repos
     write(str(work / 'infra' / 'a.sealedsecret.yaml'), 'kind: SealedSecret\n')
     write(str(work / 'unrelated.txt'), 'work in progress\n')
-    result, dummy = run(capsys, repo_dir=str(work), paths=['infra/a.sealedsecret.yaml'], message='seal a')
+    result, dummy = run(capsys, repo_dir=str(work), paths=['infra/a.sealedsecret.yaml'], commit_message='seal a')
     assert result['changed'] is True and result['committed'] == ['infra/a.sealedsecret.yaml'] and result['pushed'] is False
     assert result['commit'] == git(work, 'rev-parse', 'HEAD') and result['branch'] == 'main'
     assert git(work, 'show', '--name-only', '--format=%s|%an', 'HEAD').splitlines() == ['seal a|proxtalos', '', 'infra/a.sealedsecret.yaml']
     assert git(work, 'status', '--porcelain') == '?? unrelated.txt'
-    again, dummy = run(capsys, repo_dir=str(work), paths=['infra/a.sealedsecret.yaml'], message='seal a')
+    again, dummy = run(capsys, repo_dir=str(work), paths=['infra/a.sealedsecret.yaml'], commit_message='seal a')
     assert again['changed'] is False and again['committed'] == [] and again['commit'] == result['commit']
 
 
@@ -64,7 +64,7 @@ def test_check_mode_predicts_and_writes_nothing(capsys, repos):
     work, dummy = repos
     head = git(work, 'rev-parse', 'HEAD')
     write(str(work / 'b.yaml'), 'kind: SealedSecret\n')
-    result, dummy = run(capsys, repo_dir=str(work), paths=[str(work / 'b.yaml')], message='seal b', _ansible_check_mode=True)
+    result, dummy = run(capsys, repo_dir=str(work), paths=[str(work / 'b.yaml')], commit_message='seal b', _ansible_check_mode=True)
     assert result['changed'] is True and result['committed'] == ['b.yaml'] and result['commit'] == head
     assert git(work, 'rev-parse', 'HEAD') == head and git(work, 'status', '--porcelain') == '?? b.yaml'
 
@@ -72,15 +72,15 @@ def test_check_mode_predicts_and_writes_nothing(capsys, repos):
 def test_push_sends_the_commit_and_retries_a_missed_push(capsys, repos):
     work, remote = repos
     write(str(work / 'c.yaml'), 'kind: SealedSecret\n')
-    result, dummy = run(capsys, repo_dir=str(work), paths=['c.yaml'], message='seal c', push=True)
+    result, dummy = run(capsys, repo_dir=str(work), paths=['c.yaml'], commit_message='seal c', push=True)
     assert result['changed'] is True and result['pushed'] is True
     assert git(remote, 'rev-parse', 'refs/heads/main') == result['commit']
-    again, dummy = run(capsys, repo_dir=str(work), paths=['c.yaml'], message='seal c', push=True)
+    again, dummy = run(capsys, repo_dir=str(work), paths=['c.yaml'], commit_message='seal c', push=True)
     assert again['changed'] is False and again['pushed'] is False
     # a commit that never reached the remote (an earlier run failed to push) is pushed by the next run
     write(str(work / 'c.yaml'), 'kind: SealedSecret # 2\n')
     git(work, 'commit', '--quiet', '-am', 'local only')
-    missed, dummy = run(capsys, repo_dir=str(work), paths=['c.yaml'], message='seal c', push=True)
+    missed, dummy = run(capsys, repo_dir=str(work), paths=['c.yaml'], commit_message='seal c', push=True)
     assert missed['changed'] is True and missed['committed'] == [] and missed['pushed'] is True
     assert git(remote, 'rev-parse', 'refs/heads/main') == git(work, 'rev-parse', 'HEAD')
 
@@ -92,24 +92,24 @@ def test_credentials_go_to_git_through_the_environment_and_are_masked(capsys, re
     assert gitops_commit.auth_environment('flux', '') == {}
     work, dummy = repos
     write(str(work / 'd.yaml'), 'x\n')
-    result, out = run(capsys, repo_dir=str(work), paths=['d.yaml'], message='d', push=True, username='flux', password='s3cret-token')
+    result, out = run(capsys, repo_dir=str(work), paths=['d.yaml'], commit_message='d', push=True, username='flux', password='s3cret-token')
     assert result['pushed'] is True  # the local remote ignores the header, the push itself works
     assert 's3cret-token' not in out and base64.b64encode(b'flux:s3cret-token').decode() not in out
 
 
 def test_bad_input_is_named(capsys, repos, tmp_path):
     work, dummy = repos
-    result, dummy = run(capsys, repo_dir=str(tmp_path / 'nowhere'), paths=['a'], message='m')
+    result, dummy = run(capsys, repo_dir=str(tmp_path / 'nowhere'), paths=['a'], commit_message='m')
     assert result['failed'] and result['msg'].startswith('repo_dir: ') and 'not a directory' in result['msg']
     plain = tmp_path / 'plain'
     plain.mkdir()
-    result, dummy = run(capsys, repo_dir=str(plain), paths=['a'], message='m')
+    result, dummy = run(capsys, repo_dir=str(plain), paths=['a'], commit_message='m')
     assert result['failed'] and 'is not inside a Git working copy' in result['msg']
-    result, dummy = run(capsys, repo_dir=str(work), paths=['../outside.yaml'], message='m')
+    result, dummy = run(capsys, repo_dir=str(work), paths=['../outside.yaml'], commit_message='m')
     assert result['failed'] and result['msg'].startswith('paths[0]: ') and 'not inside the repository' in result['msg']
-    result, dummy = run(capsys, repo_dir=str(work), paths=['a'], message='m', branch='trunk')
+    result, dummy = run(capsys, repo_dir=str(work), paths=['a'], commit_message='m', branch='trunk')
     assert result['failed'] and result['msg'] == 'branch: %s has branch main checked out, not trunk' % work
-    result, dummy = run(capsys, repo_dir=str(work), paths=['a'], message='m', password='x')
+    result, dummy = run(capsys, repo_dir=str(work), paths=['a'], commit_message='m', password='x')
     assert result['failed'] and result['msg'] == 'username: is required with password (HTTP basic auth)'
 
 
