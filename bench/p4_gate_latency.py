@@ -35,6 +35,7 @@ STAGE_KINDS = {
     'sealed_secrets': ('pod_ready',),
     'flux': ('pod_ready', 'flux_git_fetch', 'flux_reconcile'),
     'gitops': ('pod_ready', 'flux_git_fetch', 'flux_reconcile'),
+    'report': (),   # read-only listing of what is there: waits for no lab delay
 }
 NAMESPACE_PATTERNS = (re.compile(r'\bin namespace ([a-z0-9-]+)'),
                       re.compile(r'\b(?:Deployment|DaemonSet|StatefulSet) ([a-z0-9-]+)/[a-z0-9.-]+'))
