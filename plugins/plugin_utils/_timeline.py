@@ -529,6 +529,32 @@ def timeline_markdown(report):
     return '\n'.join(lines) + '\n'
 
 
+def _node_summary(nodes):
+    """Summary lines of what the run observed of the nodes: Ready count, versions, and each node with a problem."""
+    observed = [(node['name'], node.get('observed') or {}) for node in nodes]
+    seen = [(name, facts) for name, facts in observed if facts]
+    if not seen:
+        return []
+    parts = []
+    readiness = [facts['kubernetes_ready'] for _name, facts in seen if isinstance(facts.get('kubernetes_ready'), bool)]
+    if readiness:
+        parts.append('%d/%d Ready' % (sum(1 for ready in readiness if ready), len(readiness)))
+    for key, label in (('talos_version', 'Talos'), ('kubelet_version', 'kubelet')):
+        versions = sorted(set(str(facts[key]) for _name, facts in seen if facts.get(key)))
+        if versions:
+            parts.append('%s %s' % (label, ', '.join(versions)))
+    lines = ['  nodes: %s' % '; '.join(parts)] if parts else []
+    for name, facts in seen:
+        problems = []
+        if facts.get('kubernetes_ready') is False:
+            problems.append('NotReady (%s)' % facts.get('kubernetes_reason', 'no reason given'))
+        if facts.get('talos_services_unhealthy'):
+            problems.append('Talos services not healthy: %s' % facts['talos_services_unhealthy'])
+        if problems:
+            lines.append('    %s: %s' % (name, '; '.join(problems)))
+    return lines
+
+
 def terminal_summary(report, paths):
     """Lines for the end of the run: the timeline, failed gates, remediation, where the files are."""
     lines = ['proxtalos run report: cluster %s, %s in %.1f s' % (report['cluster'], report['status'].upper(),
@@ -545,6 +571,7 @@ def terminal_summary(report, paths):
         for gate in gates:
             if not gate['ok']:
                 lines.append('    FAILED %s on %s: %s' % (gate['name'], gate['host'], gate['observation']))
+    lines.extend(_node_summary(report['facts']['nodes']))
     if report['remediations']:
         lines.append('  remediation steps: %d' % len(report['remediations']))
         for step in report['remediations']:

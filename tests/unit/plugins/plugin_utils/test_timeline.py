@@ -204,3 +204,19 @@ def test_report_stage_facts_per_node_from_talos_info_and_a_registered_nodes_list
     bad['facts']['nodes'][0]['observed']['talos_stage'] = 'sleeping'
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, SCHEMA)
+
+
+def test_terminal_summary_counts_ready_nodes_and_names_the_ones_with_a_problem():
+    report = {'cluster': 'lab', 'status': 'ok', 'duration': 10.0, 'stages': [], 'gates': [], 'remediations': [],
+              'failures': [], 'facts': {'cluster': {}, 'nodes': [
+                  {'name': 'cp-1', 'observed': {'kubernetes_ready': True, 'talos_version': 'v1.13.9', 'kubelet_version': 'v1.33.1',
+                                                'talos_services_unhealthy': ''}},
+                  {'name': 'w-2', 'observed': {'kubernetes_ready': False, 'kubernetes_reason': 'NetworkPluginNotReady',
+                                               'talos_version': 'v1.13.9', 'talos_services_unhealthy': 'kubelet'}},
+                  {'name': 'w-3', 'observed': {}}]}}
+    lines = _timeline.terminal_summary(report, [])
+    assert '  nodes: 1/2 Ready; Talos v1.13.9; kubelet v1.33.1' in lines
+    assert '    w-2: NotReady (NetworkPluginNotReady); Talos services not healthy: kubelet' in lines
+    assert not any(line.startswith('    cp-1') or 'w-3' in line for line in lines)
+    report['facts']['nodes'] = [{'name': 'w-3', 'observed': {}}]
+    assert not any('nodes:' in line for line in _timeline.terminal_summary(report, []))
