@@ -4,13 +4,15 @@ Before, the roles saw only the vault_password_file setting (lookup config DEFAUL
 with --vault-password-file kept the bundle in plain text. Runs `--tags secrets` for the control planes (they have a
 static node_ip, so no VM is needed), with the bundle and artifacts in the test's own folder.
 """
+import json
 import os
 import stat
+import subprocess
 
 import pytest
 from ansible.parsing.vault import VaultLib, VaultSecret
 
-from ansible_collections.proxtalos.cluster.tests.integration.pve_playbook import PLAYBOOK_BIN, run_playbook
+from ansible_collections.proxtalos.cluster.tests.integration.pve_playbook import PLAYBOOK_BIN, ROOT, SITE, run_playbook
 
 pytestmark = [pytest.mark.lab,
               pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')]
@@ -18,10 +20,14 @@ pytestmark = [pytest.mark.lab,
 PASSWORD = 'correct horse battery staple'
 
 
+def extra_vars(tmp_path):
+    return {'talos_machines_secrets_path': str(tmp_path / 'secrets' / 'talos-secrets.yaml'),
+            'proxtalos_artifacts_dir': str(tmp_path / 'artifacts')}
+
+
 def secrets_run(lab, tmp_path, *args):
-    extra = {'talos_machines_secrets_path': str(tmp_path / 'secrets' / 'talos-secrets.yaml'),
-             'proxtalos_artifacts_dir': str(tmp_path / 'artifacts')}
-    return run_playbook(lab.inventory_dir, '--tags', 'secrets', '--limit', 'controlplane', *args, extra_vars=extra)
+    return run_playbook(lab.inventory_dir, '--tags', 'secrets', '--limit', 'controlplane', *args,
+                        extra_vars=extra_vars(tmp_path))
 
 
 def test_a_vault_password_file_on_the_command_line_encrypts_the_bundle(clean_lab, tmp_path):
@@ -53,3 +59,19 @@ def test_without_a_vault_password_the_bundle_stays_plain_and_nothing_warns(clean
     bundle = (tmp_path / 'secrets' / 'talos-secrets.yaml').read_bytes()
     assert not bundle.startswith(b'$ANSIBLE_VAULT') and b'certs:' in bundle
     assert 'vault password was given only at a prompt' not in run.stderr
+
+
+def test_a_password_typed_at_the_prompt_warns_that_the_bundle_is_written_plain(clean_lab, tmp_path):
+    # --ask-vault-pass reads the password from stdin when it is not a terminal; no file exists that a module could read.
+    command = [PLAYBOOK_BIN, SITE, '-i', str(clean_lab.inventory_dir), '--tags', 'secrets', '--limit', 'controlplane',
+               '--ask-vault-pass', '-e', json.dumps(extra_vars(tmp_path))]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1')
+    done = subprocess.run(command, cwd=ROOT, env=env, input=PASSWORD + '\n', capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    output = ' '.join((done.stdout + done.stderr).split())
+    assert ('A vault password was given only at a prompt (--ask-vault-pass); the modules of proxtalos.cluster read the '
+            'vault password from a file, so the Talos secrets bundle is written unencrypted (mode 0600).') in output
+    bundle = (tmp_path / 'secrets' / 'talos-secrets.yaml').read_bytes()
+    assert not bundle.startswith(b'$ANSIBLE_VAULT') and b'certs:' in bundle
+    assert stat.S_IMODE(os.stat(tmp_path / 'secrets' / 'talos-secrets.yaml').st_mode) == 0o600
