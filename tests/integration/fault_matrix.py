@@ -24,7 +24,9 @@ A row:
   run        the tags of the run that meets the fault (plus short deadlines in extra_vars for failing rows, and
              environment variables in env: the PVE modules read PROXMOX_API_TIMEOUT)
   expect     `recovered` (the run converges, and the evidence shows the fault did bite) or `failed`
-  names      what the failure message must name (node or object, and the cause); for `recovered`, the evidence
+  names      for `failed`: what the failure message itself must name - the node or object, and the cause (the host
+             Ansible puts before a failure does not count); `{addr:HOST}` stands for the address of HOST's Talos node in
+             this run (a worker's comes from DHCP). For `recovered`: the evidence
   note       what the collection does about it, in a few words
 """
 
@@ -51,6 +53,7 @@ CNI_SHORT = {'cni_api_timeout': 20, 'cni_nodes_registered_timeout': 4, 'cni_agen
              'cni_operator_timeout': 4, 'cni_wait_sleep': 1, 'cni_remediate_detect_timeout': 3,
              'cni_remediate_wait_timeout': 10, 'cni_remediate_reboot_timeout': 5, 'cni_remediate_wait_sleep': 1}
 GITOPS_SHORT = {'gitops_timeout': 4, 'gitops_csi_timeout': 4, 'gitops_wait_sleep': 1}
+APPS_SHORT = {'bootstrap_apps_timeout': 4, 'bootstrap_apps_wait_sleep': 1}
 FLUX_SHORT = {'flux_controllers_timeout': 20, 'flux_source_timeout': 4, 'flux_wait_sleep': 1}
 # The remediation rows: the cni stage finds the stuck kubelet fast, and reboots/resets wait long enough.
 REMEDIATE = {'cni_remediate_detect_timeout': 3, 'cni_remediate_wait_timeout': 10, 'cni_remediate_reboot_timeout': 5,
@@ -68,7 +71,7 @@ ROWS = [
     row('pve-5xx-transient', 'PVE', 'pve-5xx', 'vms', 'empty', 'vms', 'recovered',
         ['retries', '503'], 'retried with backoff on the stage deadline', params={'times': 4, 'status': 503}),
     row('pve-5xx-persistent', 'PVE', 'pve-5xx', 'vms', 'empty', 'vms', 'failed',
-        ['pve1', '502', 'Bad Gateway'], 'retried until the deadline, then fails naming the node, the call and the answer',
+        ['on node pve1', 'list iso content failed', '502 Bad Gateway'], 'retried until the deadline, then fails naming the node, the call and the answer',
         params={'times': 0, 'status': 502, 'message': 'Bad Gateway'}, extra_vars=VMS_SHORT),
     row('pve-flaky-drop', 'PVE', 'pve-flaky-network', 'vms', 'empty', 'vms', 'recovered',
         ['retries', 'Connection'], 'dropped connections are retried', params={'drop_rate': 0.2, 'seed': 7}),
@@ -96,15 +99,25 @@ ROWS = [
     row('pve-node-offline', 'PVE', 'pve-node-offline', 'preflight', 'empty', 'preflight,vms', 'failed',
         ['lab-cp-1', "PVE node 'pve1' is offline"], 'preflight stops before anything is created', target='pve1',
         extra_vars=VMS_SHORT),
+    row('pve-storage-full', 'PVE', 'pve-storage-full', 'preflight', 'empty', 'preflight,vms', 'failed',
+        ['lab-cp-1', "no room: storage 'local-lvm' on PVE node pve1 has 0.0 GiB free", 'need at least 60 GiB'],
+        'preflight stops before anything is created, naming the storage, its free space and what the VMs need at least',
+        target='local-lvm', extra_vars=VMS_SHORT),
+    row('pve-agent-down', 'PVE', 'pve-agent-down', 'vms', 'vms', 'vms', 'failed',
+        ['VM 1021 (lab-w-1)', 'guest agent: QEMU guest agent is not running', 'siderolabs/qemu-guest-agent'],
+        'the address gate names the VM and what its '
+        'guest agent answered, with a hint to check the image\'s qemu-guest-agent extension', target='1021', extra_vars=VMS_SHORT),
     # ---------------------------------------------------------------- Talos
     row('talos-unreachable-vms', 'Talos', 'talos-unreachable', 'vms', 'vms', 'vms', 'failed',
-        ['lab-w-1'], 'the API gate of the vms stage names the node that does not answer', target='lab-w-1',
+        ['{addr:lab-w-1}:50000', 'gave up', 'the Talos API answering on port 50000', 'got no answer'],
+        'the API gate of the vms stage names the node that does not answer', target='lab-w-1',
         extra_vars=TALOS_SHORT),
     row('talos-apply-reject', 'Talos', 'talos-apply-reject', 'apply', 'vms', 'secrets,apply', 'failed',
-        ['lab-cp-2', 'INVALID_ARGUMENT', 'configuration validation failed'], 'fails naming the node and the validation error; the other nodes are applied',
+        ['{addr:lab-cp-2}:50000', 'ApplyConfiguration failed', 'INVALID_ARGUMENT', 'configuration validation failed'],
+        'fails naming the node and the validation error; the other nodes are applied',
         target='lab-cp-2', extra_vars=TALOS_SHORT),
     row('talos-unreachable-bootstrap', 'Talos', 'talos-unreachable', 'bootstrap', 'converged', 'bootstrap', 'failed',
-        ['.12:50000', 'no answer'], 'the bootstrap step cannot see every control plane and names the silent one (by its '
+        ['{addr:lab-cp-2}:50000', 'no answer'], 'the bootstrap step cannot see every control plane and names the silent one (by its '
         'address)', target='lab-cp-2',
         extra_vars=TALOS_SHORT),
     row('talos-kubelet-volume-reboot', 'Talos', 'talos-kubelet-volume', 'cni', 'converged', 'cni', 'recovered',
@@ -122,12 +135,15 @@ ROWS = [
         'the hard reset brings the node back (with talos-kubelet-volume p=1 on the node, so that it needs remediation)',
         target='lab-w-1', after=[('fault', 'talos-kubelet-volume', 'lab-w-1', {'p': 1.0}), ('power_cycle', 'lab-w-1')],
         extra_vars=REMEDIATE),
+    row('talos-etcd-unhealthy', 'Talos', 'talos-etcd-unhealthy', 'bootstrap', 'converged', 'bootstrap', 'failed',
+        ['{addr:lab-cp-2}', 'etcd is Running but not healthy', 'context deadline exceeded'], 'the quorum gate names the '
+        'control plane whose etcd fails its health check, with the health message', target='lab-cp-2', extra_vars=TALOS_SHORT),
     # ---------------------------------------------------------------- Kubernetes
     row('k8s-crashloop-cilium', 'Kubernetes', 'k8s-crashloop', 'cni', 'converged', 'cni', 'failed',
-        ['lab-w-2', 'CrashLoopBackOff'], 'the agents gate names the node and the container state', target='lab-w-2',
+        ['pods k8s-app=cilium', 'on lab-w-2: CrashLoopBackOff'], 'the agents gate names the node and the container state', target='lab-w-2',
         extra_vars=CNI_SHORT),
     row('k8s-pending-operator', 'Kubernetes', 'k8s-pending', 'cni', 'converged', 'cni', 'failed',
-        ['cilium-operator', 'Insufficient cpu'], 'the operator gate names the Deployment and the scheduler message',
+        ['Deployment kube-system/cilium-operator', 'Unschedulable', 'Insufficient cpu'], 'the operator gate names the Deployment and the scheduler message',
         target='kube-system/cilium-operator', after=[('delete_pods', 'kube-system', 'io.cilium/app=operator')],
         extra_vars=CNI_SHORT),
     # The flap period is not a divisor of the gates' 2 s poll interval: with period 1.0 every probe of the readyz gate
@@ -137,19 +153,29 @@ ROWS = [
     row('k8s-api-flap-refuse', 'Kubernetes', 'k8s-api-flap', 'cni', 'converged', 'kubeconfig,cni', 'recovered',
         ['fault active'], 'refused connections are not yet, too', params={'period': 1.3, 'mode': 'refuse'}),
     row('k8s-crashloop-csi', 'Kubernetes', 'k8s-crashloop', 'gitops', 'converged', 'gitops', 'failed',
-        ['lab-w-3', 'CrashLoopBackOff'], 'the CSI gate names the node', target='lab-w-3',
+        ['proxmox-csi-plugin-node', 'on lab-w-3: CrashLoopBackOff'], 'the CSI gate names the pod, its node and the container state', target='lab-w-3',
         params={'workload': 'csi-proxmox/proxmox-csi-plugin-node'}, extra_vars=GITOPS_SHORT),
     row('k8s-pending-ccm', 'Kubernetes', 'k8s-pending', 'gitops', 'converged', 'gitops', 'failed',
-        ['proxmox-ccm'], 'the gitops gate names the Kustomization that waits on it',
+        ['flux-system/proxmox-ccm', 'Deployment kube-system/proxmox-cloud-controller-manager', 'Insufficient cpu'],
+        'the gitops gate names the Kustomization that waits on it, the Deployment and the scheduler\'s reason',
         target='kube-system/proxmox-cloud-controller-manager',
         after=[('delete_pods', 'kube-system', 'app.kubernetes.io/name=proxmox-cloud-controller-manager'),
                ('reconcile', 'proxmox-ccm')], extra_vars=GITOPS_SHORT),
+    row('k8s-image-pull-app', 'Kubernetes', 'k8s-image-pull', 'apps', 'converged', 'apps', 'failed',
+        ['widget-demo-web', 'ImagePullBackOff', 'Back-off pulling image "nginx:1.27"', 'not found'], 'the release gate names '
+        'the Deployment, its pods and the image the registry does not have', target='widgets/widget-demo-web',
+        after=[('delete_pods', 'widgets', 'app.kubernetes.io/name=widget-demo-web')], extra_vars=APPS_SHORT),
     # ---------------------------------------------------------------- Flux
     row('flux-healthcheck-fail', 'Flux', 'flux-healthcheck-fail', 'gitops', 'converged', 'gitops', 'failed',
         ['flux-system/proxmox-csi', 'HealthCheckFailed', 'Deployment/csi-proxmox/'], 'names the blocker, its reason '
         'and the object its health check waits for', target='flux-system/proxmox-csi', after=[('reconcile', 'proxmox-csi')], extra_vars=GITOPS_SHORT),
+    row('flux-build-fail', 'Flux', 'flux-build-fail', 'gitops', 'converged', 'gitops', 'failed',
+        ['flux-system/proxmox-csi', 'BuildFailed', "accumulating resources from 'missing.yaml'"], 'names the Kustomization '
+        'and kustomize\'s error (the file the commit lacks); what it applied before stays', target='flux-system/proxmox-csi',
+        extra_vars=GITOPS_SHORT),
     row('flux-source-not-ready', 'Flux', 'flux-source-not-ready', 'flux', 'converged', 'flux', 'failed',
-        ['flux-system', '503'], 'the source gate names the GitRepository and the Git error', target='flux-system/flux-system',
+        ['GitRepository flux-system/flux-system', 'GitOperationFailed', 'status code: 503'],
+        'the source gate names the GitRepository and the Git error', target='flux-system/flux-system',
         extra_vars=FLUX_SHORT),
 ]
 
