@@ -66,8 +66,10 @@ def node_ready(node):
     return reason is None, reason
 
 
-NODE_INFO_FIELDS = (('kubelet_version', 'kubeletVersion'), ('os_image', 'osImage'),
-                   ('kernel_version', 'kernelVersion'), ('container_runtime', 'containerRuntimeVersion'))
+NODE_INFO_FIELDS = (
+    ('kubelet_version', 'kubeletVersion'), ('os_image', 'osImage'),
+    ('kernel_version', 'kernelVersion'), ('container_runtime', 'containerRuntimeVersion'),
+)
 
 
 def node_versions(node):
