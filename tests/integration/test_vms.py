@@ -4,6 +4,8 @@ Each test starts from a clean lab (no VMs, no faults, empty storages; time scale
 planes and 3 workers planned, and reads what happened from the JSON callback and from the lab's PVE.
 """
 import os
+import threading
+import time
 
 import pytest
 
@@ -135,11 +137,35 @@ def test_a_flaky_network_is_ridden_out(clean_lab):
     assert retried, 'the fault dropped no request that the modules saw; raise drop_rate'
 
 
+def release_after_config_writes(lab, since, vmid, count, timeout=300, interval=0.2):
+    """A thread that clears the config lock once `count` config writes to VM `vmid` reached PVE after `since`."""
+    path = '/qemu/%s/config' % vmid
+    seen = []
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen[:] = [r for r in writes(lab, since) if r['path'].endswith(path)]
+            if len(seen) >= count:
+                break
+            time.sleep(interval)
+        lab.clear('pve-config-lock')
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, seen
+
+
 def test_a_config_lock_that_is_released_is_waited_out(clean_lab):
     converge(clean_lab, '--tags', 'vms')
-    # Held long enough for ansible-playbook to start and reach the VM task (a few seconds), then released.
-    clean_lab.fault('pve-config-lock', '1013', secs=10)
+    # Held until the VM task has met it and tried again (two config writes), then released: however slow the machine,
+    # the run meets the lock and must wait it out.
+    since = clean_lab.last_seq('requests')
+    clean_lab.fault('pve-config-lock', '1013')
+    releaser, seen = release_after_config_writes(clean_lab, since, 1013, count=2)
     run = converge(clean_lab, '--tags', 'vms', '--limit', 'lab-cp-3', extra_vars={'vm_cores': 3})
+    releaser.join(timeout=30)
+    assert len(seen) >= 2, 'the run met the lock and tried again: %s' % seen
     result = run.results(VM_TASK)[0][2]
     assert result['changed'] and result['actions'] == ['update cores']
     assert any('got timeout' in r['error'] for r in result['retries'])
