@@ -29,6 +29,41 @@ import time
 
 PROGRESS_FILE_ENV = 'PROXTALOS_PROGRESS_FILE'
 ROLE_PREFIX_SEPARATOR = ' : '
+FOLDER_PREFIX = 'proxtalos-progress-'
+
+
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True   # someone else's process
+    return True
+
+
+def remove_stale_folders(parent=None):
+    """Remove the progress folders of runs that were killed (SIGKILL leaves no chance to clean up): folders named
+    proxtalos-progress-<pid>-..., owned by this user, whose process is gone. Returns the paths removed."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(FOLDER_PREFIX):
+            continue
+        pid_text = name[len(FOLDER_PREFIX):].split('-', 1)[0]
+        path = os.path.join(parent, name)
+        try:
+            if not pid_text.isdigit() or os.stat(path).st_uid != os.getuid() or _process_alive(int(pid_text)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def _wall_time(text):
@@ -90,7 +125,10 @@ class Follower(object):
         self.clock = clock
         self.wall_clock = wall_clock
         self.owner_pid = os.getpid()
-        self.directory = directory or tempfile.mkdtemp(prefix='proxtalos-progress-')
+        if directory is None:
+            remove_stale_folders()
+            directory = tempfile.mkdtemp(prefix='%s%d-' % (FOLDER_PREFIX, self.owner_pid))
+        self.directory = directory
         os.chmod(self.directory, 0o700)
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -2,6 +2,8 @@
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -173,3 +175,16 @@ def test_role_prefix_is_stripped_only_from_a_role_name():
     assert _progress.short_task_name('proxtalos.cluster.cni : Gate - x') == 'Gate - x'
     assert _progress.short_task_name('Gate - a : b') == 'Gate - a : b'
     assert _progress.short_task_name(None) == ''
+
+
+def test_folders_of_killed_runs_are_removed_and_live_ones_kept(tmp_path):
+    dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+    dead.wait()
+    stale = tmp_path / ('proxtalos-progress-%d-abc' % dead.pid)
+    live = tmp_path / ('proxtalos-progress-%d-def' % os.getpid())
+    other = tmp_path / 'proxtalos-progress-notapid'
+    for folder in (stale, live, other):
+        folder.mkdir()
+        (folder / 'task-1.jsonl').write_text('{}\n')
+    assert _progress.remove_stale_folders(str(tmp_path)) == [str(stale)]
+    assert sorted(os.listdir(str(tmp_path))) == sorted([live.name, other.name])
