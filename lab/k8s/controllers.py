@@ -214,7 +214,7 @@ class NodeAgent:
                 'daemonEndpoints': {'kubeletEndpoint': {'Port': 10250}},
                 'nodeInfo': {'machineID': hashlib.md5(name.encode()).hexdigest(), 'systemUUID': str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),  # nosec
                              'bootID': extra.get('boot_id', ''), 'kernelVersion': extra.get('kernel_version', '6.12.25-talos'),
-                             'osImage': extra.get('os_image', 'Talos (v1.10.3)'),
+                             'osImage': extra.get('os_image', 'Talos (v1.13.9)'),
                              'containerRuntimeVersion': extra.get('container_runtime', 'containerd://2.0.5'),
                              'kubeletVersion': info['kubelet_version'], 'kubeProxyVersion': '', 'operatingSystem': 'linux',
                              'architecture': 'amd64'},

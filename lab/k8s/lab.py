@@ -24,6 +24,7 @@ import logging
 import os
 import urllib.parse
 
+from ..talos.node import TALOS_VERSION
 from .cluster import KubeCluster
 from .manifests import ManifestApplier, talos_documents
 
@@ -117,8 +118,10 @@ class LabKubernetes:
             taints.append({'key': 'node.cloudprovider.kubernetes.io/uninitialized', 'value': 'true', 'effect': 'NoSchedule'})
         name = node.hostname
         self.nodes[node.key] = (node.cluster_id, name)
+        # the kubelet reports the OS image of the Talos it runs on, as the Talos API does (Version)
         cluster.kubelet_started(name, node.address, control_plane=control_plane, labels=machine.get('nodeLabels') or {}, taints=taints,
-                                disk_gb=max(1, int(getattr(node, 'disk_size', 32 * 1024 ** 3) // 1024 ** 3)))
+                                disk_gb=max(1, int(getattr(node, 'disk_size', 32 * 1024 ** 3) // 1024 ** 3)),
+                                os_image='Talos (%s)' % TALOS_VERSION)
         if control_plane and node.address:
             self.control_planes.setdefault(node.cluster_id, {})[node.key] = node.address
             await self._serve(node.cluster_id)

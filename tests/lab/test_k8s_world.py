@@ -12,6 +12,7 @@ from proxmoxer.tools import Tasks
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client as talos_client, errors
 from lab.talos import testing
+from lab.talos.node import TALOS_VERSION
 from lab.testing import free_net, world_in_thread
 
 kubernetes = pytest.importorskip('kubernetes')
@@ -118,6 +119,8 @@ def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     assert {'key': 'node-role.kubernetes.io/control-plane', 'effect': 'NoSchedule'} in [
         {'key': t.key, 'effect': t.effect} for t in cp.spec.taints]
     assert [a.address for a in worker.status.addresses if a.type == 'InternalIP'] == [worker_address]
+    # the kubelet reports the Talos the node runs, as its Talos API does
+    assert worker.status.node_info.os_image == 'Talos (%s)' % TALOS_VERSION
     # Talos' own manifests: CoreDNS waits (Pending) for a Ready node; kube-proxy runs on the host network
     apps = kube_client.AppsV1Api(core.api_client)
     assert apps.read_namespaced_deployment('coredns', 'kube-system').spec.replicas == 2
