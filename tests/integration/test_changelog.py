@@ -38,3 +38,14 @@ def test_rendered_changelog_has_every_fragment(tmp_path):
                 words = ' '.join(entry.split())[:60]
                 assert re.sub(r'`+', '', words) in re.sub(r'<code>|</code>|`+', '', ' '.join(text.split())), (name, words)
     assert 'proxtalos.cluster.timeline' in text and 'proxtalos.cluster.multicluster_check' in text
+
+
+def test_the_committed_changelog_is_rendered_from_the_committed_fragments(tmp_path):
+    """CHANGELOG.md is not edited by hand: it is what scripts/render-changelog makes of the committed fragments."""
+    output = tmp_path / 'CHANGELOG.md'
+    process = subprocess.run([os.path.join(ROOT, 'scripts', 'render-changelog'), '--committed', str(output)], cwd=ROOT,
+                             check=False, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stdout + process.stderr
+    with open(os.path.join(ROOT, 'CHANGELOG.md'), encoding='utf-8') as stream:
+        committed = stream.read()
+    assert committed == output.read_text(encoding='utf-8'), 'CHANGELOG.md is stale: run scripts/render-changelog and commit it'
