@@ -162,8 +162,8 @@ def test_a_storage_without_room_for_the_vms_to_create_is_named_before_anything_i
     code, result = run(args(pve, fakepve_cafile, vms), capsys)
     reason = ("no room: storage 'local-lvm' on PVE node pve1 has 25.0 GiB free; the disks of the 3 VM(s) to create there "
               "need at least 30 GiB (cp-2 10, cp-3 10, w-1 10)")
-    assert code == 1 and result['problems'] == [{'host': host, 'field': 'vm_storage', 'reason': reason}
-                                                 for host in ('cp-2', 'cp-3', 'w-1')]
+    expected = [{'host': host, 'field': 'vm_storage', 'reason': reason} for host in ('cp-2', 'cp-3', 'w-1')]
+    assert code == 1 and result['problems'] == expected
     assert {'check': 'storages have room for the disks of the VMs to create', 'ok': False} in result['checks']
     assert [r for r in pve.requests if r[0] != 'GET'] == []
     pve.storages['local-lvm']['avail'] = 30 * gib   # exactly enough
