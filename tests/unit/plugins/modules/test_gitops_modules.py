@@ -144,7 +144,8 @@ def test_flux_gate_passes_on_a_ready_tree_and_names_the_blocker(lab, capsys):
     lab.sync()
     args = {'kubeconfig': lab.kubeconfig, 'namespace': 'flux-system', 'names': ['flux-system', 'apps'], 'wait_timeout': 60, 'wait_sleep': 0.5}
     code, result, out = run(flux_gate, args, capsys)
-    assert code == 0 and result['passed'] and result['summary'] == 'Kustomizations Ready 7/7', result.get('msg')
+    # lab/gitops: flux-system, sealed-secrets, flux-credentials, proxmox-ccm, proxmox-csi, cert-manager, cert-manager-issuers, apps
+    assert code == 0 and result['passed'] and result['summary'] == 'Kustomizations Ready 8/8', result.get('msg')
     assert result['order'][-1] == ['flux-system/apps']
     lab.call(lab.flux.flux.set_health_fault, 'flux-system', 'proxmox-ccm', True)
     lab.wait_condition('proxmox-ccm', 'HealthCheckFailed')
