@@ -76,7 +76,7 @@ lab-test: setup
 	$(PY) -m pytest tests/lab $(PYTEST_ARGS)
 
 integration: setup
-	$(PY) -m pytest tests/integration --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest tests/integration -n 2 --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 molecule: setup
 	$(BIN)/molecule test --all

@@ -8,7 +8,10 @@ Under a JSON stdout callback nothing is added: stdout stays one JSON document.
 """
 import json
 import os
+import pathlib
+import shutil
 import subprocess
+import tempfile
 
 import kubernetes
 import pytest
@@ -45,7 +48,18 @@ def lab():
         yield api
 
 
-def write_run(folder, kubeconfig, wait_timeout):
+@pytest.fixture
+def short_tmp():
+    """An empty TMPDIR for the run, short enough for the Unix socket of ansible-core's local RPC server (a socket path
+    must stay under 108 bytes: one under pytest's tmp_path, with xdist's popen-gwN in it, is too long)."""
+    folder = tempfile.mkdtemp(prefix='proxtalos-lp-', dir='/tmp')
+    try:
+        yield pathlib.Path(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def write_run(folder, kubeconfig, wait_timeout, temporary):
     inventory = folder / 'hosts.yml'
     inventory.write_text(yaml.safe_dump({'all': {'hosts': {'lab-cp-1': {
         'ansible_connection': 'local', 'ansible_python_interpreter': '{{ ansible_playbook_python }}',
@@ -57,8 +71,6 @@ def write_run(folder, kubeconfig, wait_timeout):
             'kubeconfig': kubeconfig, 'gate': 'nodes', 'expected_count': 3,
             'wait_timeout': wait_timeout, 'wait_sleep': 0.5}}],
     }], sort_keys=False))
-    temporary = folder / 'tmp'
-    temporary.mkdir()
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_STDOUT_CALLBACK='ansible.builtin.default',
                ANSIBLE_CALLBACKS_ENABLED='proxtalos.cluster.timeline', PROXTALOS_REPORT_DIR=str(folder / 'report'),
                PROXTALOS_PROGRESS_INTERVAL='0', ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0',
@@ -67,8 +79,8 @@ def write_run(folder, kubeconfig, wait_timeout):
     return [PLAYBOOK_BIN, '-i', str(inventory), str(playbook)], env, temporary
 
 
-def test_the_progress_line_is_printed_while_the_gate_waits_and_before_its_result(lab, tmp_path):
-    command, env, temporary = write_run(tmp_path, lab.kubeconfig, wait_timeout=240)
+def test_the_progress_line_is_printed_while_the_gate_waits_and_before_its_result(lab, tmp_path, short_tmp):
+    command, env, temporary = write_run(tmp_path, lab.kubeconfig, wait_timeout=240, temporary=short_tmp)
     output = tmp_path / 'stdout.txt'
     with open(str(output), 'w') as stdout:
         running = subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
@@ -96,8 +108,8 @@ def test_the_progress_line_is_printed_while_the_gate_waits_and_before_its_result
     assert [gate['ok'] for gate in report['gates']] == [True]
 
 
-def test_under_a_json_stdout_callback_nothing_is_added(lab, tmp_path):
-    command, env, temporary = write_run(tmp_path, lab.kubeconfig, wait_timeout=3)
+def test_under_a_json_stdout_callback_nothing_is_added(lab, tmp_path, short_tmp):
+    command, env, temporary = write_run(tmp_path, lab.kubeconfig, wait_timeout=3, temporary=short_tmp)
     env['ANSIBLE_STDOUT_CALLBACK'] = 'ansible.posix.json'
     process = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
     assert process.returncode == 2, process.stdout[-2000:] + process.stderr[-2000:]
