@@ -15,6 +15,17 @@ import yaml
 from . import pki
 from .cluster import KubeCluster
 
+# A Cilium agent DaemonSet as tests create it: a pod on every node (host network, tolerates every taint); the lab's
+# kubelets count a Ready pod labelled k8s-app=cilium as the node's network.
+CILIUM_DAEMONSET = {
+    'apiVersion': 'apps/v1', 'kind': 'DaemonSet',
+    'metadata': {'name': 'cilium', 'namespace': 'kube-system', 'labels': {'k8s-app': 'cilium'}},
+    'spec': {'selector': {'matchLabels': {'k8s-app': 'cilium'}},
+             'template': {'metadata': {'labels': {'k8s-app': 'cilium'}},
+                          'spec': {'hostNetwork': True, 'tolerations': [{'operator': 'Exists'}],
+                                   'containers': [{'name': 'cilium-agent', 'image': 'quay.io/cilium/cilium:v1.18.2'}]}}},
+}
+
 
 def write_kubeconfig(path, server, ca_pem, cert_pem, key_pem, name='lab'):
     """A kubeconfig like the one talos_kubeconfig fetches: cluster CA, client cert and key (0600)."""

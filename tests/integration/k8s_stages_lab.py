@@ -117,6 +117,17 @@ class StageCluster(object):
     def stop(self):
         self.lab.stop()
 
+    @classmethod
+    def through_cni(cls, folder, **options):
+        """A generator for a module fixture: a lab taken through the cni stage, yielded, then stopped."""
+        handle = cls.start(folder, **options)
+        try:
+            first = handle.site('--tags', THROUGH_CNI)
+            assert first.rc == 0, first.explain()
+            yield handle
+        finally:
+            handle.stop()
+
     # ------------------------------------------------------------------ ansible
 
     def playbook(self, playbook, *args, timeout=900):

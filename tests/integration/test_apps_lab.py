@@ -19,7 +19,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from k8s_stages_lab import PLAYBOOK_BIN, ROOT, THROUGH_CNI, TOOLS, StageCluster, environment
+from k8s_stages_lab import PLAYBOOK_BIN, ROOT, TOOLS, StageCluster, environment
 from lab.k8s import pki
 
 pytestmark = [
@@ -35,13 +35,7 @@ DEMO = ['{{ inventory_dir }}/files/apps/widget-demo/%s' % name
 
 @pytest.fixture(scope='module')
 def cluster(tmp_path_factory):
-    handle = StageCluster.start(str(tmp_path_factory.mktemp('apps')), control_planes=1, workers=2)
-    try:
-        first = handle.site('--tags', THROUGH_CNI)
-        assert first.rc == 0, first.explain()
-        yield handle
-    finally:
-        handle.stop()
+    yield from StageCluster.through_cni(str(tmp_path_factory.mktemp('apps')), control_planes=1, workers=2)
 
 
 def k8s_writes(cluster, since):

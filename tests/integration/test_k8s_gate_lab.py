@@ -17,21 +17,13 @@ import kubernetes
 import pytest
 import yaml
 
-from lab.k8s.testing import ClusterThread, wait_until
+from lab.k8s.testing import CILIUM_DAEMONSET as CILIUM, ClusterThread, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 
 pytestmark = pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')
 
-CILIUM = {
-    'apiVersion': 'apps/v1', 'kind': 'DaemonSet',
-    'metadata': {'name': 'cilium', 'namespace': 'kube-system', 'labels': {'k8s-app': 'cilium'}},
-    'spec': {'selector': {'matchLabels': {'k8s-app': 'cilium'}},
-             'template': {'metadata': {'labels': {'k8s-app': 'cilium'}},
-                          'spec': {'hostNetwork': True, 'tolerations': [{'operator': 'Exists'}],
-                                   'containers': [{'name': 'cilium-agent', 'image': 'quay.io/cilium/cilium:v1.18.2'}]}}},
-}
 
 # One more replica than nodes, with the Cilium operator's required anti-affinity: one stays Pending.
 SPREAD = {

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from k8s_stages_lab import PLAYBOOK_BIN, THROUGH_CNI, StageCluster
+from k8s_stages_lab import PLAYBOOK_BIN, StageCluster
 
 pytestmark = [
     pytest.mark.lab, pytest.mark.slow,
@@ -23,13 +23,7 @@ FAST = ['-e', 'cni_remediate_detect_timeout=3', '-e', 'cni_remediate_wait_timeou
 
 @pytest.fixture(scope='module')
 def cluster(tmp_path_factory):
-    handle = StageCluster.start(str(tmp_path_factory.mktemp('remediation')), control_planes=3, workers=3)
-    try:
-        first = handle.site('--tags', THROUGH_CNI)
-        assert first.rc == 0, first.explain()
-        yield handle
-    finally:
-        handle.stop()
+    yield from StageCluster.through_cni(str(tmp_path_factory.mktemp('remediation')), control_planes=3, workers=3)
 
 
 def steps(run, host):
