@@ -224,6 +224,41 @@ def gate_from_result(task_name, result, status):
     return None
 
 
+def gates_from_result(task_name, result, status, host):
+    """Gate records of one task result: a list of (host, record), empty when the task is no gate.
+
+    Convention 0 (docs/report.md), for a module that checks several nodes or several conditions in one run:
+    result key `gates` is a list of gate dicts (`name`, `ok`, optional `host` - the inventory host the gate is
+    about, default the task's host -, `observation`, `elapsed`, `attempts`, `target`, `diagnosis`); each
+    becomes one record. A failed task whose listed gates all passed (it failed before or after them) marks
+    them failed with the task's message. Without a `gates` list, the single-gate conventions apply.
+    """
+    if status == 'skipped':
+        return []
+    listed = result.get('gates')
+    if not isinstance(listed, list):
+        single = gate_from_result(task_name, result, status)
+        return [] if single is None else [(host, single)]
+    records = []
+    for item in listed[:1000]:
+        if not isinstance(item, dict) or not item.get('name') or not isinstance(item.get('ok'), bool):
+            continue
+        records.append((str(item.get('host') or host), {
+            'name': clip(item['name'], 200),
+            'ok': item['ok'],
+            'observation': clip(item.get('observation') or ('passed' if item['ok'] else 'failed')),
+            'elapsed': _number(item.get('elapsed')),
+            'attempts': _number(item.get('attempts')),
+            'target': clip(item.get('target'), 300),
+            'diagnosis': _lines(item.get('diagnosis')),
+        }))
+    if status in FAILED_STATUSES and all(record['ok'] for _, record in records):
+        message = clip(result_message(result) or 'failed')
+        for _, record in records:
+            record.update(ok=False, observation=message)
+    return records
+
+
 def remediations_from_result(task_name, result, status, host):
     """Remediation records, or [] when this task is no remediation step.
 
@@ -381,12 +416,12 @@ class Recorder(object):
             NO_LOG_TEXT if no_log else result_message(result))
         self.events.append(TaskEvent(cluster, host, clip(task_name, 300), stage, clip(play_name, 300),
                                      start, end, status, message))
-        gate = gate_from_result(task_name, result, status)
-        if gate is not None:
+        gates = gates_from_result(task_name, result, status, host)
+        for gate_host, gate in gates:
             if no_log:
                 gate['observation'] = NO_LOG_TEXT
                 gate['diagnosis'] = []
-            gate.update(cluster=cluster, stage=stage, host=host, task=clip(task_name, 300),
+            gate.update(cluster=cluster, stage=stage, host=gate_host, task=clip(task_name, 300),
                         start=start, end=end)
             self.gates.append(gate)
         for step in remediations_from_result(task_name, result, status, host):
@@ -401,11 +436,20 @@ class Recorder(object):
                 self.flux_graphs[cluster] = graph
             facts = result.get('report_facts')
             if isinstance(facts, dict):
-                self.observed.setdefault(cluster, {}).setdefault(host, {}).update(
-                    dict((clip(key, 100), clip(value, 500) if isinstance(value, str) else value)
-                         for key, value in facts.items() if isinstance(value, (str, int, float, bool))))
-            if gate is not None and result.get('gate') == 'nodes' and isinstance(result.get('details'), list):
+                self._observe(cluster, host, facts)
+            by_host = result.get('report_facts_by_host')
+            if isinstance(by_host, dict):
+                for fact_host, host_facts in by_host.items():
+                    if isinstance(host_facts, dict):
+                        self._observe(cluster, str(fact_host), host_facts)
+            if gates and result.get('gate') == 'nodes' and isinstance(result.get('details'), list):
                 self._nodes_from_gate(cluster, result['details'])
+
+    def _observe(self, cluster, host, facts):
+        """Plain values a module reported of a host (`report_facts`), clipped."""
+        self.observed.setdefault(cluster, {}).setdefault(host, {}).update(
+            dict((clip(key, 100), clip(value, 500) if isinstance(value, str) else value)
+                 for key, value in facts.items() if isinstance(value, (str, int, float, bool))))
 
     def _nodes_from_gate(self, cluster, details):
         for item in details:

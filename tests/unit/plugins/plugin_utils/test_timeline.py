@@ -220,3 +220,50 @@ def test_terminal_summary_counts_ready_nodes_and_names_the_ones_with_a_problem()
     assert not any(line.startswith('    cp-1') or 'w-3' in line for line in lines)
     report['facts']['nodes'] = [{'name': 'w-3', 'observed': {}}]
     assert not any('nodes:' in line for line in _timeline.terminal_summary(report, []))
+
+
+def test_a_gates_list_gives_one_record_per_node_or_condition_under_its_own_host():
+    recorder = _timeline.Recorder(started=0.0)
+    for host in ('cp-1', 'w-1', 'w-2'):
+        recorder.set_cluster(host, 'lab')
+    result = {'changed': False, 'gates': [
+        {'name': 'Talos API on port 50000', 'ok': True, 'host': 'cp-1', 'observation': 'apid answers', 'elapsed': 0.2},
+        {'name': 'Talos API on port 50000', 'ok': True, 'host': 'w-1', 'attempts': 3},
+        {'name': 'Talos API on port 50000', 'ok': False, 'host': 'w-2', 'observation': 'connection refused'},
+        {'name': 'no ok flag: not a gate', 'host': 'w-2'},
+    ]}
+    recorder.task_result('cp-1', 'Gate - the Talos API answers', ['vms'], 'p', 'proxtalos.cluster.talos_info',
+                         1.0, 2.0, 'failed', result)
+    gates = recorder.build('lab')['gates']
+    assert [(gate['host'], gate['ok']) for gate in gates] == [('cp-1', True), ('w-1', True), ('w-2', False)]
+    assert gates[2]['observation'] == 'connection refused' and gates[1]['attempts'] == 3
+    assert all(gate['stage'] == 'vms' and gate['task'] == 'Gate - the Talos API answers' for gate in gates)
+
+
+def test_a_failed_task_whose_listed_gates_all_passed_fails_them_with_its_message():
+    recorder = _timeline.Recorder(started=0.0)
+    recorder.set_cluster('cp-1', 'lab')
+    result = {'msg': 'the operator never became available', 'gates': [
+        {'name': 'ALL nodes Ready', 'ok': True}, {'name': 'Cilium agents', 'ok': True}]}
+    recorder.task_result('cp-1', 'Gate - Cilium', ['cni'], 'p', 'proxtalos.cluster.k8s_gate', 1.0, 2.0, 'failed', result)
+    gates = recorder.build('lab')['gates']
+    assert [(gate['name'], gate['host'], gate['ok']) for gate in gates] == [
+        ('ALL nodes Ready', 'cp-1', False), ('Cilium agents', 'cp-1', False)]
+    assert gates[0]['observation'] == 'the operator never became available'
+    skipped = _timeline.Recorder(started=0.0)
+    skipped.set_cluster('cp-1', 'lab')
+    skipped.task_result('cp-1', 'Gate - Cilium', ['cni'], 'p', 'x', 1.0, 2.0, 'skipped', result)
+    assert skipped.build('lab')['gates'] == []
+
+
+def test_report_facts_by_host_from_one_run_once_task_reach_each_node():
+    recorder = _timeline.Recorder(started=0.0)
+    for host in ('cp-1', 'w-1'):
+        recorder.set_cluster(host, 'lab')
+        recorder.set_node('lab', host, {'node_ip': '10.0.0.%d' % (1 if host == 'cp-1' else 2)})
+    recorder.task_result('cp-1', 'Read Talos', ['report'], 'p', 'proxtalos.cluster.talos_info', 1.0, 2.0, 'ok', {
+        'report_facts_by_host': {'cp-1': {'talos_version': 'v1.13.9', 'nested': {'dropped': True}},
+                                 'w-1': {'talos_stage': 'running'}, 'w-9': 'not a dict'}})
+    nodes = dict((node['name'], node) for node in recorder.build('lab')['facts']['nodes'])
+    assert nodes['cp-1']['observed'] == {'talos_version': 'v1.13.9'}
+    assert nodes['w-1']['observed'] == {'talos_stage': 'running'}
