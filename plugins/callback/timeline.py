@@ -230,6 +230,8 @@ class CallbackModule(CallbackBase):
             if host not in self.scanned_hosts:
                 self._register_secrets(hostvars, host)
                 self.scanned_hosts.add(host)
+            elif not final and host in self.recorder.host_cluster:
+                continue   # a host's cluster and artifacts folder do not change between plays: read once
             values = self._read_vars(hostvars, host, _timeline.CLUSTER_VARS + _timeline.NODE_VARS + ('proxtalos_artifacts_dir',))
             if values.get('cluster_name') is None:
                 continue
