@@ -229,8 +229,9 @@ def gates_from_result(task_name, result, status, host):
 
     Convention 0 (docs/report.md), for a module that checks several nodes or several conditions in one run:
     result key `gates` is a list of gate dicts (`name`, `ok`, optional `host` - the inventory host the gate is
-    about, default the task's host -, `observation`, `elapsed`, `attempts`, `target`, `diagnosis`); each
-    becomes one record. A failed task whose listed gates all passed (it failed before or after them) marks
+    about, default the task's host -, `observation`, `elapsed`, `attempts`, `target`, `diagnosis`, and
+    `started_at`/`ended_at`, the wall clock (seconds since the epoch) when the module began and finished
+    checking it: the record's start and end, kept inside the task's); each becomes one record. A failed task whose listed gates all passed (it failed before or after them) marks
     them failed with the task's message. Without a `gates` list, the single-gate conventions apply.
     """
     if status == 'skipped':
@@ -251,6 +252,8 @@ def gates_from_result(task_name, result, status, host):
             'attempts': _number(item.get('attempts')),
             'target': clip(item.get('target'), 300),
             'diagnosis': _lines(item.get('diagnosis')),
+            'started_at': _number(item.get('started_at')),
+            'ended_at': _number(item.get('ended_at')),
         }))
     if status in FAILED_STATUSES and all(record['ok'] for _, record in records):
         message = clip(result_message(result) or 'failed')
@@ -421,8 +424,11 @@ class Recorder(object):
             if no_log:
                 gate['observation'] = NO_LOG_TEXT
                 gate['diagnosis'] = []
+            started_at, ended_at = gate.pop('started_at', None), gate.pop('ended_at', None)
+            gate_start = min(max(started_at, start), end) if started_at is not None else start
+            gate_end = min(max(ended_at, gate_start), end) if ended_at is not None else end
             gate.update(cluster=cluster, stage=stage, host=gate_host, task=clip(task_name, 300),
-                        start=start, end=end)
+                        start=gate_start, end=gate_end)
             self.gates.append(gate)
         for step in remediations_from_result(task_name, result, status, host):
             if no_log:

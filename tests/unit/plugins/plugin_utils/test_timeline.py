@@ -267,3 +267,18 @@ def test_report_facts_by_host_from_one_run_once_task_reach_each_node():
     nodes = dict((node['name'], node) for node in recorder.build('lab')['facts']['nodes'])
     assert nodes['cp-1']['observed'] == {'talos_version': 'v1.13.9'}
     assert nodes['w-1']['observed'] == {'talos_stage': 'running'}
+
+
+def test_a_listed_gate_spans_its_own_check_inside_the_task():
+    recorder = _timeline.Recorder(started=100.0)
+    recorder.set_cluster('cp-1', 'lab')
+    result = {'gates': [
+        {'name': 'ALL nodes registered', 'ok': True, 'started_at': 101.2, 'ended_at': 101.5},
+        {'name': 'ALL nodes Ready', 'ok': True, 'started_at': 101.5, 'ended_at': 109.0},
+        {'name': 'operator', 'ok': True, 'started_at': 90.0, 'ended_at': 200.0},
+        {'name': 'no clock', 'ok': True}]}
+    recorder.task_result('cp-1', 'Gate - cni', ['cni'], 'p', 'proxtalos.cluster.k8s_gate', 101.0, 110.0, 'ok', result)
+    spans = [(gate['name'], gate['start'], gate['end']) for gate in recorder.build('lab')['gates']]
+    assert spans == [('ALL nodes registered', 1.2, 1.5), ('ALL nodes Ready', 1.5, 9.0), ('operator', 1.0, 10.0),
+                     ('no clock', 1.0, 10.0)]
+    assert all('started_at' not in gate and 'ended_at' not in gate for gate in recorder.build('lab')['gates'])
