@@ -173,6 +173,53 @@ def test_crashlooping_agent_is_named_then_the_gate_passes_live_when_it_recovers(
     assert not daemonset.get('failed') and daemonset['summary'] == 'DaemonSet kube-system/cilium Ready on 3/3 eligible nodes'
 
 
+CNI_GATES = [
+    {'title': 'Kubernetes API ready', 'gate': 'api'},
+    {'title': 'ALL nodes registered', 'gate': 'nodes', 'node_state': 'registered', 'names': ['cp-1', 'w-1', 'w-2'], 'expected_count': 3},
+    {'title': 'a Ready Cilium agent on every node', 'gate': 'pods', 'namespace': 'kube-system', 'label_selectors': ['k8s-app=cilium'],
+     'every_node': True, 'expected_count': 3},
+    {'title': 'ALL nodes Ready', 'gate': 'nodes', 'names': ['cp-1', 'w-1', 'w-2'], 'expected_count': 3},
+    {'title': 'Cilium agent DaemonSet', 'gate': 'workload', 'kind': 'DaemonSet', 'namespace': 'kube-system', 'name': 'cilium'},
+]
+TITLES = [item['title'] for item in CNI_GATES]
+
+
+def test_several_gates_in_one_run_stop_at_the_first_failing_one_and_name_it(lab):
+    ensure(lab.apps.create_namespaced_daemon_set, 'kube-system', CILIUM)
+    lab.call(lab.cluster.fault_crashloop, 'kube-system/cilium', 'w-2')
+    items = [dict(item) for item in CNI_GATES]
+    items[2]['wait_timeout'] = 1   # its own deadline; the module's is 300
+    bad_item = [dict(CNI_GATES[0]), {'title': 'operator', 'gate': 'workload', 'kind': 'Deployment', 'namespace': 'kube-system'}]
+    failing, invalid = play(lab, [
+        gate({'gates': items, 'wait_timeout': 300, 'wait_sleep': 0.2}, name='Cilium gates'),
+        gate({'gates': bad_item}, name='bad item'),
+    ], name='gates-crashloop')
+    assert failing['failed'] is True and failing['changed'] is False
+    first = failing['msg'].split('\n', 1)[0]
+    assert first.startswith("gate 'a Ready Cilium agent on every node' (step 3 of 5) failed: pods k8s-app=cilium in namespace kube-system "
+                            "not reached after 1.")
+    assert 'w-2' in first and 'CrashLoopBackOff' in failing['msg']
+    assert failing['msg'].splitlines()[-2:] == ['passed before it: Kubernetes API ready, ALL nodes registered',
+                                                'not run: ALL nodes Ready, Cilium agent DaemonSet']
+    assert [step['title'] for step in failing['results']] == TITLES[:3]
+    assert [(g['name'], g['ok']) for g in failing['gates']] == [(TITLES[0], True), (TITLES[1], True), (TITLES[2], False)]
+    assert 1 <= failing['results'][2]['elapsed'] < 30 and failing['not_run'] == TITLES[3:]
+    assert invalid['failed'] is True
+    assert invalid['msg'] == 'gates[1] (operator): gate is workload but all of the following are missing: name'
+    assert 'results' not in invalid
+
+    lab.call(lab.cluster.clear_faults)
+    for extra in ((), ('--check',)):
+        passing, = play(lab, [gate({'gates': CNI_GATES, 'wait_timeout': 120}, name='Cilium gates')], name='gates-healthy', extra_args=extra)
+        assert not passing.get('failed'), passing.get('msg')
+        assert passing['changed'] is False and passing['not_run'] == []
+        assert [(g['name'], g['ok']) for g in passing['gates']] == [(title, True) for title in TITLES]
+        assert [step['summary'] for step in passing['results']] == [
+            'API /readyz ok', 'nodes registered 3/3', 'pods k8s-app=cilium Ready 3/3, on nodes 3/3', 'nodes Ready 3/3',
+            'DaemonSet kube-system/cilium Ready on 3/3 eligible nodes']
+        assert passing['report_facts_by_host']['w-2']['kubernetes_ready'] is True
+
+
 def test_a_healthy_cluster_passes_every_gate_unchanged_also_in_check_mode(lab):
     ensure(lab.apps.create_namespaced_daemon_set, 'kube-system', CILIUM)
     lab.call(lab.cluster.clear_faults)

@@ -40,6 +40,27 @@ OPTION_DEFAULTS = {
     'every_node': False, 'accept_unschedulable_replicas': False, 'condition_type': 'Ready',
     'condition_status': 'True',
 }
+# The argument spec of the gate options: k8s_gate's own options for its one gate, and the options of each
+# item of its `gates` list (with `title`, `gate` and `wait_timeout`, see step_spec()).
+GATE_OPTION_SPEC = dict(
+    kind=dict(type='str'),
+    api_version=dict(type='str'),
+    name=dict(type='str'),
+    namespace=dict(type='str'),
+    names=dict(type='list', elements='str'),
+    label_selectors=dict(type='list', elements='str', default=[]),
+    node_label_selectors=dict(type='list', elements='str', default=[]),
+    expected_count=dict(type='int'),
+    node_state=dict(type='str', default='ready', choices=['ready', 'registered']),
+    every_node=dict(type='bool', default=False),
+    accept_unschedulable_replicas=dict(type='bool', default=False),
+    condition_type=dict(type='str', default='Ready'),
+    condition_status=dict(type='str', default='True', choices=['True', 'False', 'Unknown']),
+)
+GATE_REQUIRED_IF = [
+    ('gate', 'workload', ('kind', 'name', 'namespace')),
+    ('gate', 'condition', ('api_version', 'kind')),
+]
 
 
 def _selector(values):
@@ -313,11 +334,12 @@ class GateRun(object):
         return text
 
 
-def run(gate, client, timeout, interval, on_progress=None, clock=time.monotonic, sleep=None):
+def run(gate, client, timeout, interval, on_progress=None, clock=time.monotonic, sleep=None, sink=_wait.FROM_ENVIRONMENT):
     """Probe the gate until it passes, fails for good (e.g. Stalled) or the timeout passes.
 
     Between probes it sleeps with client.sleep_until_change when the client has it (a watch on
-    what the probe read wakes it as soon as something changes), else with time.sleep.
+    what the probe read wakes it as soon as something changes), else with time.sleep. sink is
+    _wait.wait_for's progress sink (default: the PROXTALOS_PROGRESS_FILE file, if set).
     """
     seen = {}
     client.deadline = _wait.Deadline(timeout, clock)
@@ -332,7 +354,7 @@ def run(gate, client, timeout, interval, on_progress=None, clock=time.monotonic,
         return verdict.ok or verdict.failed, verdict
 
     result = _wait.wait_for(probe, timeout, interval=interval, transient=(_errors.TransientApiError,),
-                            on_progress=on_progress, clock=clock, sleep=sleep)
+                            on_progress=on_progress, clock=clock, sleep=sleep, sink=sink)
     return GateRun(gate, result, seen.get('verdict'))
 
 

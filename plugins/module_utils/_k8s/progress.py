@@ -34,8 +34,11 @@ class Progress(object):
     """Record (and optionally stream to a file) what a wait observed."""
 
     def __init__(self, label, path=None, heartbeat=30.0, max_entries=100, clock=time.monotonic,
-                 wall_clock=time.time):
+                 wall_clock=time.time, step=None):
         self.label = label
+        # one step of several gates in a run: the file's lines say which ("<step>: <summary>"), so a follower
+        # that shows only the summary still names the gate being waited on
+        self.step = step
         self.path = path
         self.max_entries = max_entries
         self.timeline = []
@@ -68,7 +71,7 @@ class Progress(object):
             self._last_summary = summary
             self._append({'elapsed': round(elapsed, 3), 'attempt': attempts, 'summary': summary})
         if self.file is not None:
-            self.file.update(summary, elapsed, attempts, label=self.label)
+            self.file.update(self._file_text(summary), elapsed, attempts, label=self.label)
 
     def finish(self, observation, elapsed, attempts, ok):
         """The final observation always ends the timeline."""
@@ -78,4 +81,7 @@ class Progress(object):
             self._append(entry)
         self._last_summary = summary
         if self.file is not None:
-            self.file.end(summary, elapsed, attempts, ok, label=self.label, always=True)
+            self.file.end(self._file_text(summary), elapsed, attempts, ok, label=self.label, always=True)
+
+    def _file_text(self, summary):
+        return '%s: %s' % (self.step, summary) if self.step else summary
