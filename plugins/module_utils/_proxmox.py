@@ -68,6 +68,8 @@ TASK_OPERATIONS = {
     'resize': 'resize disk', 'download': 'download', 'imgcopy': 'upload', 'qmclone': 'clone',
 }
 LOG_TAIL_LINES = 10
+# Connections the HTTPS pool of requests keeps per host unless told otherwise.
+POOL_SIZE = 10
 # Seconds before the first retry of a transient error; each retry waits twice as long, up to 10 s.
 FIRST_RETRY = 0.5
 
@@ -79,10 +81,12 @@ class TransientTaskFailed(_errors.TaskFailed, _errors.TransientApiError):
 # --------------------------------------------------------------------------------------- client
 
 
-def connect(params, warn=None):
+def connect(params, warn=None, connections=None):
     """A proxmoxer ProxmoxAPI from the PROXMOX_AUTH_SPEC options; nothing is sent yet with a token.
 
     warn: callable taking a message, told when certificate verification is off.
+    connections: how many requests may run at the same time (threads sharing the client); the HTTPS
+      connection pool keeps that many connections open (requests keeps 10 by default and drops the rest).
     With a password, proxmoxer logs in at once; PveClient builds the client lazily inside its retry.
     """
     if not HAS_PROXMOXER:
@@ -112,7 +116,11 @@ def connect(params, warn=None):
         kwargs['token_value'] = params.get('api_token_secret')
     else:
         kwargs['password'] = params.get('api_password')
-    return ProxmoxAPI(params['api_host'], **kwargs)
+    api = ProxmoxAPI(params['api_host'], **kwargs)
+    if connections and connections > POOL_SIZE:
+        # pylint: disable-next=protected-access
+        api._store['session'].mount('https://', requests.adapters.HTTPAdapter(pool_maxsize=connections))
+    return api
 
 
 def endpoint(params):
@@ -301,15 +309,25 @@ class PveClient(object):
 # -------------------------------------------------------------------------------------- lookups
 
 
-def find_vm(client, vmid, subject=None):
-    """The /cluster/resources entry of the VM with this id, or None."""
-    for item in client.get('cluster/resources', 'list VMs', subject, type='vm') or []:
+def list_vms(client, subject=None):
+    """The /cluster/resources entries of type vm (VMs and containers of every PVE node)."""
+    return client.get('cluster/resources', 'list VMs', subject, type='vm') or []
+
+
+def vm_in_resources(resources, vmid):
+    """The entry of the VM with this id in a list_vms() answer, or None."""
+    for item in resources:
         if str(item.get('vmid')) == str(vmid) and item.get('type', 'qemu') == 'qemu':
             return item
         if str(item.get('vmid')) == str(vmid):
             raise _errors.ValidationError('vmid', 'id %s is taken by a container (%s) on node %s, not a VM'
                                           % (vmid, item.get('name'), item.get('node')))
     return None
+
+
+def find_vm(client, vmid, subject=None):
+    """The /cluster/resources entry of the VM with this id, or None."""
+    return vm_in_resources(list_vms(client, subject), vmid)
 
 
 def read_config_and_pending(client, node, vmid, subject=None):

@@ -7,10 +7,16 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: proxmox_vm_info
-short_description: Read one Proxmox VE VM and optionally wait until it runs and its guest agent reports an address
+short_description: Read Proxmox VE VMs and optionally wait until they run and their guest agents report an address
 version_added: 0.1.0
 description:
   - Reads one VM's power state, lock, config and the IPv4 addresses its QEMU guest agent reports.
+  - With O(vms) it reads several VMs in one module run (for a C(run_once) task over every node) - each VM is
+    probed concurrently (at most 16 at a time) under the same rules as the one-VM form, with one deadline and
+    one poll interval; a VM that passed is not probed again. The result has each VM's part under its name
+    (RV(vms)) and, when waiting, one gate per VM (RV(gates)) for the run report. When some VM does not pass,
+    the module fails naming every such VM (its name, VM id, PVE node and what was seen last); the VMs that
+    passed are still in RV(vms).
   - With O(wait_for=running) or O(wait_for=address) it is a gate - it polls until the VM is running (and the agent
     reports an address, or O(expected_address)) or fails at the O(wait_timeout) deadline with what it saw last.
   - Talos runs the QEMU guest agent only when its image has the C(siderolabs/qemu-guest-agent) system extension;
@@ -19,13 +25,39 @@ author:
   - proxtalos.cluster contributors (@proxtalos)
 options:
   vmid:
-    description: PVE id of the VM.
+    description:
+      - PVE id of the VM (the one-VM form).
+      - Exactly one of O(vmid) and O(vms) is required.
     type: int
-    required: true
   node:
     description:
       - PVE node of the VM. When not set, the node is looked up; when set, a VM on another node is an error.
+      - Not with O(vms) (each item has its own).
     type: str
+  vms:
+    description:
+      - Several VMs, read (and waited for) in one module run; not with O(vmid), O(node) or O(expected_address).
+      - Names and VM ids must be unique in the list.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description:
+          - What the VM is called in the result and in messages - the inventory host whose VM it is.
+        type: str
+        required: true
+      vmid:
+        description: PVE id of the VM.
+        type: int
+        required: true
+      node:
+        description:
+          - PVE node of the VM; looked up when not set, and a VM on another node is an error when set.
+        type: str
+      expected_address:
+        description:
+          - With O(wait_for=address), the address this VM's agent must report.
+        type: str
   wait_for:
     description:
       - V(none) - read once; a missing VM is reported with RV(exists=false), not as an error.
@@ -39,6 +71,7 @@ options:
   expected_address:
     description:
       - With O(wait_for=address), the address the agent must report (a static address given by cloud-init).
+      - Not with O(vms) (each item has its own).
     type: str
 extends_documentation_fragment:
   - proxtalos.cluster._proxmox_auth
@@ -66,54 +99,72 @@ EXAMPLES = r"""
 - name: Show the address
   ansible.builtin.debug:
     msg: "{{ vm.address }}"
+
+- name: Gate - every VM of the play runs and reports its address (one module run, every VM probed concurrently)
+  proxtalos.cluster.proxmox_vm_info:
+    api_host: pve.example.com
+    api_user: automation@pve
+    api_token_id: proxtalos
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    vms:
+      - {name: cp-1, vmid: 811, node: pve1, expected_address: 10.20.0.11}
+      - {name: w-1, vmid: 821, node: pve2}
+    wait_for: address
+    wait_timeout: 600
+  register: all_vms
+  run_once: true
+
+- name: Each host's address
+  ansible.builtin.debug:
+    msg: "{{ all_vms.vms[inventory_hostname].address }}"
 """
 
 RETURN = r"""
 exists:
   description: Whether the VM exists.
-  returned: always
+  returned: always, in the one-VM form (with O(vmid))
   type: bool
 vmid:
   description: The VM id.
-  returned: always
+  returned: always, in the one-VM form (with O(vmid))
   type: int
 node:
   description: PVE node of the VM (the one asked for when the VM does not exist).
-  returned: always
+  returned: always, in the one-VM form (with O(vmid))
   type: str
 name:
   description: VM name.
-  returned: when the VM exists
+  returned: when the VM exists, in the one-VM form (with O(vmid))
   type: str
 status:
   description: PVE power state (C(running), C(stopped)); C(absent) when the VM does not exist.
-  returned: always
+  returned: always, in the one-VM form (with O(vmid))
   type: str
 lock:
   description: PVE config lock (C(backup), C(migrate), ...), or null.
-  returned: always
+  returned: always, in the one-VM form (with O(vmid))
   type: str
 config:
   description: The VM config as PVE returns it; cloud-init passwords and SSH keys are hidden.
-  returned: when the VM exists
+  returned: when the VM exists, in the one-VM form (with O(vmid))
   type: dict
 pending:
   description: Pending config changes, key to new value (null for a pending delete).
-  returned: when the VM exists
+  returned: when the VM exists, in the one-VM form (with O(vmid))
   type: dict
 agent_addresses:
   description: IPv4 addresses the guest agent reports, with interface and prefix; empty when it does not answer.
-  returned: always
+  returned: always, in the one-VM form (with O(vmid))
   type: list
   elements: dict
   sample: [{"interface": "eth0", "address": "10.20.0.11", "prefix": 24}]
 agent_error:
   description: Why no addresses were read (PVE's answer), or null.
-  returned: always
+  returned: always, in the one-VM form (with O(vmid))
   type: str
 address:
   description: O(expected_address) when reported, else the first address the agent reports, else null.
-  returned: always
+  returned: always, in the one-VM form (with O(vmid))
   type: str
   sample: 10.20.0.11
 elapsed:
@@ -121,8 +172,32 @@ elapsed:
   returned: always
   type: float
 attempts:
-  description: How many times the VM was probed.
+  description: How many times the VM was probed; with O(vms), how many rounds of probes ran.
   returned: always
+  type: int
+vms:
+  description:
+    - With O(vms), each VM that passed (or, with O(wait_for=none), was read) under its name - a dict with the keys
+      the one-VM form returns (exists, vmid, node, name, status, lock, config, pending, agent_addresses,
+      agent_error, address, elapsed, attempts), elapsed counted from the module's start.
+  returned: with O(vms)
+  type: dict
+  sample: {"lab-w-1": {"exists": true, "vmid": 1021, "node": "pve1", "status": "running", "address": "10.20.0.101"}}
+failed_vms:
+  description: With O(vms), each VM that did not pass, under its name, with what was seen last (same keys as RV(vms)).
+  returned: when some VM of O(vms) did not pass (on failure)
+  type: dict
+gates:
+  description:
+    - With O(vms) and O(wait_for) running or address, one gate per VM for the run report (convention 0 of
+      docs/report.md) - name (C(the VM runs and its guest agent reports its address), or C(the VM runs)), ok,
+      host (the VM's O(vms[].name)), observation, elapsed, attempts, target (VM id and PVE node), diagnosis.
+  returned: with O(vms), when waiting (also on failure)
+  type: list
+  elements: dict
+workers:
+  description: With O(vms), the most VMs that were probed at the same time.
+  returned: with O(vms)
   type: int
 """
 
@@ -132,136 +207,50 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _errors, _proxmox, _wait
-
-HIDDEN_CONFIG_KEYS = ('cipassword', 'sshkeys')
-AGENT_HINT = ('Talos runs the QEMU guest agent only when its image has the siderolabs/qemu-guest-agent system '
-              'extension (Image Factory schematic), and the VM needs agent enabled in PVE')
+from ansible_collections.proxtalos.cluster.plugins.module_utils._proxmox_vm_info import (
+    MAX_WORKERS, VmProbe, check_vms, gate, gate_many, many_result)
 
 
 def argument_spec():
     return _argspec.spec(
         _argspec.PROXMOX_AUTH_SPEC, _argspec.WAIT_SPEC,
-        vmid=dict(type='int', required=True),
+        vmid=dict(type='int'),
         node=dict(type='str'),
+        vms=dict(type='list', elements='dict', options=dict(
+            name=dict(type='str', required=True),
+            vmid=dict(type='int', required=True),
+            node=dict(type='str'),
+            expected_address=dict(type='str'),
+        )),
         wait_for=dict(type='str', choices=['none', 'running', 'address'], default='none'),
         expected_address=dict(type='str'),
     )
 
 
-class VmProbe(object):
-    """One look at the VM: status, config, agent addresses."""
-
-    def __init__(self, client, params):
-        self.client = client
-        self.params = params
-        self.vmid = params['vmid']
-        self.node = params.get('node')
-
-    @property
-    def subject(self):
-        return 'VM %s%s' % (self.vmid, ' on node %s' % self.node if self.node else '')
-
-    def read(self, with_agent):
-        entry = _proxmox.find_vm(self.client, self.vmid, self.subject)
-        info = dict(exists=entry is not None, vmid=self.vmid, node=self.node, status='absent', lock=None,
-                    agent_addresses=[], agent_error=None, address=None)
-        if entry is None:
-            return info
-        if self.node and entry.get('node') != self.node:
-            raise _errors.ValidationError('node', 'VM %s (%s) is on PVE node %r, not %r'
-                                          % (self.vmid, entry.get('name'), entry.get('node'), self.node))
-        self.node = entry.get('node')
-        config, pending = _proxmox.read_config_and_pending(self.client, self.node, self.vmid, self.subject)
-        status = self.client.get('nodes/%s/qemu/%s/status/current' % (self.node, self.vmid), 'read status',
-                                 self.subject) or {}
-        for key in HIDDEN_CONFIG_KEYS:
-            if config.get(key):
-                config[key] = '<hidden>'
-            if pending.get(key):
-                pending[key] = '<hidden>'
-        info.update(node=self.node, name=entry.get('name') or config.get('name'), status=status.get('status'),
-                    lock=status.get('lock') or entry.get('lock'), config=config, pending=pending)
-        if with_agent and info['status'] == 'running':
-            try:
-                info['agent_addresses'] = _proxmox.agent_ipv4_addresses(self.client, self.node, self.vmid,
-                                                                        self.subject)
-            except _errors.ApiError as exc:
-                # 500 'QEMU guest agent is not running' until the guest's agent starts.
-                info['agent_error'] = exc.details.get('pve_message') or str(exc)
-        addresses = [a['address'] for a in info['agent_addresses']]
-        expected = self.params.get('expected_address')
-        if expected and expected in addresses:
-            info['address'] = expected
-        elif addresses and not expected:
-            info['address'] = addresses[0]
-        return info
-
-
-def describe(info):
-    """What the gate saw, in words."""
-    if not info['exists']:
-        return 'VM does not exist'
-    if info['status'] != 'running':
-        return 'VM is %s%s' % (info['status'], ' (lock: %s)' % info['lock'] if info['lock'] else '')
-    if info['agent_error']:
-        return 'VM is running; guest agent: %s' % info['agent_error']
-    addresses = [a['address'] for a in info['agent_addresses']]
-    if not addresses:
-        return 'VM is running; its guest agent reports no IPv4 address yet'
-    return 'VM is running; its guest agent reports %s' % ', '.join(addresses)
-
-
-def gate(probe, params, clock=time.monotonic, sleep=time.sleep):
-    """Read once or wait; returns the module result. Raises WaitTimeout with what was seen last."""
-    timeout, interval = _argspec.wait_params(params)
-    wait_for = params['wait_for']
-    seen = {}
-
-    def once():
-        info = probe.read(with_agent=True)
-        seen.clear()
-        seen.update(info)
-        if wait_for == 'none':
-            return True, describe(info)
-        if not info['exists']:
-            raise _errors.ValidationError('vmid', 'VM %s does not exist%s' % (
-                params['vmid'], ' on node %s' % params['node'] if params.get('node') else ''))
-        if wait_for == 'running':
-            return info['status'] == 'running', describe(info)
-        return info['address'] is not None, describe(info)
-
-    result = _wait.wait_for(once, timeout=timeout if wait_for != 'none' else 0, interval=interval, backoff=1.0,
-                            transient=(_errors.TransientApiError,), clock=clock, sleep=sleep)
-    if not result.ok:
-        subject = 'VM %s%s on node %s' % (params['vmid'], ' (%s)' % seen['name'] if seen.get('name') else '',
-                                          seen.get('node') or params.get('node'))
-        if wait_for == 'running':
-            goal = 'running'
-        elif params.get('expected_address'):
-            goal = 'running with its guest agent reporting %s' % params['expected_address']
-        else:
-            goal = 'running with its guest agent reporting an IPv4 address'
-        message = '%s: not %s after %.0f s (last seen: %s)' % (subject, goal, result.elapsed, result.observation)
-        if wait_for == 'address' and seen.get('status') == 'running' and not seen.get('agent_addresses'):
-            message += '. ' + AGENT_HINT
-        raise _errors.WaitTimeout(message, result, vm=seen or None)
-    out = dict(seen)
-    out.update(changed=False, elapsed=round(result.elapsed, 3), attempts=result.attempts)
-    return out
-
-
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           **_argspec.PROXMOX_AUTH_CONSTRAINTS)
+    constraints = dict(_argspec.PROXMOX_AUTH_CONSTRAINTS)
+    constraints['mutually_exclusive'] = list(constraints.get('mutually_exclusive', [])) + [
+        ('vmid', 'vms'), ('node', 'vms'), ('expected_address', 'vms')]
+    constraints['required_one_of'] = list(constraints.get('required_one_of', [])) + [('vmid', 'vms')]
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True, **constraints)
     params = module.params
     if not _proxmox.HAS_PROXMOXER:
         module.fail_json(msg='proxmoxer and requests are required on the controller', exception=_proxmox.PROXMOXER_IMPORT_ERROR)
     started = time.monotonic()
+    vms = params['vms']
     try:
+        if vms is not None:
+            check_vms(vms)
+        connections = min(len(vms), MAX_WORKERS) if vms else None
         deadline = _wait.Deadline(max(params['wait_timeout'], 0) if params['wait_for'] != 'none' else 30.0)
-        client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn), deadline,
+        client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn, connections=connections), deadline,
                                     interval=min(params['wait_sleep'] or 1.0, _proxmox.FIRST_RETRY))
-        result = gate(VmProbe(client, params), params)
+        if vms is None:
+            result = gate(VmProbe(client, params), params)
+        else:
+            ok, result, message = many_result(gate_many(client, vms, params), params['wait_for'])
+            if not ok:
+                module.fail_json(msg=message, **result)
     except _errors.ProxtalosError as exc:
         failure = dict(exc.details)
         failure.setdefault('elapsed', round(time.monotonic() - started, 3))

@@ -78,3 +78,102 @@ def test_running_gate_on_a_stopped_vm_times_out(pve, fakepve_cafile, capsys):
 def test_waiting_for_a_missing_vm_fails_at_once(pve, fakepve_cafile, capsys):
     code, result = run(args(pve, fakepve_cafile, vmid=999, wait_for='running', wait_timeout=30), capsys)
     assert code == 1 and result['field'] == 'vmid' and result['elapsed'] < 10
+
+
+# ------------------------------------------------------------------------------- several VMs in one run
+
+def eth0(address):
+    return [{'name': 'eth0', 'ip-addresses': [{'ip-address': address, 'ip-address-type': 'ipv4', 'prefix': 24}]}]
+
+
+@pytest.fixture
+def three(pve):
+    """VMs 101 (cp-1), 102 (w-1), 103 (w-2) running; the agents of 101 and 103 report addresses, 102's does not run."""
+    pve.vm(101).agent = {'interfaces': ETH0}
+    for vmid, name in ((102, 'w-1'), (103, 'w-2')):
+        vm = pve.add_vm(vmid, name, config={'agent': 'enabled=1'})
+        vm.status = vm.qmpstatus = 'running'
+    pve.vm(103).agent = {'interfaces': eth0('10.20.0.103')}
+    return pve
+
+
+def many(pve, cafile, vms, **overrides):
+    values = args(pve, cafile, vms=vms, **overrides)
+    del values['vmid'], values['node']
+    return values
+
+
+VMS = [dict(name='lab-cp-1', vmid=101, node='pve1', expected_address='10.20.0.11'),
+       dict(name='lab-w-1', vmid=102, node='pve1'),
+       dict(name='lab-w-2', vmid=103, node='pve1')]
+
+
+def test_several_vms_one_failing_among_passing_ones_names_only_it(three, fakepve_cafile, capsys):
+    code, result = run(many(three, fakepve_cafile, VMS, wait_for='address'), capsys)
+    assert code == 1
+    assert result['msg'].startswith('1 of 3 VMs did not pass: lab-w-1: VM 102 (w-1) on node pve1: not running with its '
+                                    'guest agent reporting an IPv4 address after 1 s (last seen: VM is running; guest '
+                                    'agent: QEMU guest agent is not running)')
+    assert 'qemu-guest-agent' in result['msg'] and 'lab-cp-1' not in result['msg'] and 'lab-w-2' not in result['msg']
+    # The VMs that passed are in the result, each with the one-VM form's keys; the one that failed apart.
+    assert sorted(result['vms']) == ['lab-cp-1', 'lab-w-2']
+    assert result['vms']['lab-cp-1']['address'] == '10.20.0.11' and result['vms']['lab-w-2']['address'] == '10.20.0.103'
+    assert result['vms']['lab-cp-1']['config']['cipassword'] == '<hidden>' and result['vms']['lab-cp-1']['attempts'] == 1
+    assert list(result['failed_vms']) == ['lab-w-1'] and result['failed_vms']['lab-w-1']['status'] == 'running'
+    assert result['failed_vms']['lab-w-1']['attempts'] > 1
+    gates = dict((g['host'], g) for g in result['gates'])
+    assert (gates['lab-cp-1']['ok'], gates['lab-w-1']['ok'], gates['lab-w-2']['ok']) == (True, False, True)
+    assert gates['lab-w-1']['name'] == 'the VM runs and its guest agent reports its address'
+    assert gates['lab-w-1']['observation'].startswith('lab-w-1: VM 102 (w-1) on node pve1: not running')
+    assert gates['lab-cp-1']['observation'] == 'VM is running; its guest agent reports 10.20.0.11'
+
+
+def test_several_vms_that_all_pass_give_each_vms_part_and_a_gate_each(three, fakepve_cafile, capsys):
+    three.vm(102).agent = {'interfaces': eth0('10.20.0.102')}
+    code, result = run(many(three, fakepve_cafile, VMS, wait_for='address'), capsys)
+    assert code == 0 and result['changed'] is False and result['attempts'] == 1 and result['workers'] >= 1
+    assert dict((name, vm['address']) for name, vm in result['vms'].items()) == {
+        'lab-cp-1': '10.20.0.11', 'lab-w-1': '10.20.0.102', 'lab-w-2': '10.20.0.103'}
+    assert [(g['host'], g['ok'], g['target']) for g in result['gates']] == [
+        ('lab-cp-1', True, 'VM 101 on PVE node pve1'), ('lab-w-1', True, 'VM 102 on PVE node pve1'),
+        ('lab-w-2', True, 'VM 103 on PVE node pve1')]
+    assert 'failed_vms' not in result
+
+
+def test_several_vms_read_once_report_a_missing_vm_and_give_no_gates(three, fakepve_cafile, capsys):
+    vms = VMS[1:] + [dict(name='lab-w-9', vmid=109, node='pve1')]
+    code, result = run(many(three, fakepve_cafile, vms), capsys)
+    assert code == 0 and 'gates' not in result
+    assert result['vms']['lab-w-9']['exists'] is False and result['vms']['lab-w-9']['status'] == 'absent'
+    assert result['vms']['lab-w-1']['agent_error'] == 'QEMU guest agent is not running'
+    assert result['vms']['lab-w-2']['address'] == '10.20.0.103'
+
+
+def test_several_vms_waiting_for_a_missing_one_fails_at_once_naming_it(three, fakepve_cafile, capsys):
+    vms = VMS[2:] + [dict(name='lab-w-9', vmid=109, node='pve1')]
+    code, result = run(many(three, fakepve_cafile, vms, wait_for='running', wait_timeout=30), capsys)
+    assert code == 1 and result['elapsed'] < 10
+    assert result['msg'] == ('1 of 2 VMs did not pass: lab-w-9 (VM 109 on PVE node pve1): vms: VM 109 does not exist '
+                             'on node pve1')
+    assert list(result['vms']) == ['lab-w-2']
+
+
+@pytest.mark.parametrize('extra, message', [
+    (dict(vmid=101), 'parameters are mutually exclusive: vmid|vms'),
+    (dict(expected_address='10.0.0.1'), 'parameters are mutually exclusive: expected_address|vms'),
+])
+def test_the_several_vms_form_refuses_the_one_vm_options(three, fakepve_cafile, capsys, extra, message):
+    code, result = run(dict(many(three, fakepve_cafile, VMS), **extra), capsys)
+    assert code == 1 and message in result['msg']
+
+
+def test_a_name_listed_twice_is_refused_naming_the_field(three, fakepve_cafile, capsys):
+    code, result = run(many(three, fakepve_cafile, [VMS[0], dict(VMS[1], name='lab-cp-1')]), capsys)
+    assert code == 1 and result['msg'] == "vms: item 1: name 'lab-cp-1' is listed twice" and result['field'] == 'vms'
+
+
+def test_neither_vmid_nor_vms_is_refused(pve, fakepve_cafile, capsys):
+    values = args(pve, fakepve_cafile)
+    del values['vmid']
+    code, result = run(values, capsys)
+    assert code == 1 and 'one of the following is required: vmid, vms' in result['msg']

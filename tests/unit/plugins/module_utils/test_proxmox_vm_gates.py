@@ -1,0 +1,189 @@
+"""_proxmox_vm_info.gate_many: several VMs in one run - concurrency, its bound, one deadline, who failed and why.
+
+The probes here are stand-ins for VmProbe (make_probe is the seam); the module's tests run the real probe
+against fakepve.
+"""
+import threading
+
+import pytest
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _proxmox_vm_info, _wait
+
+
+class FakeClient(object):
+    """What gate_many asks of the client directly: the VM list, once a round."""
+
+    def __init__(self):
+        self.lists = 0
+
+    def get(self, path, what, subject=None, **params):
+        assert path == 'cluster/resources' and params == {'type': 'vm'}
+        self.lists += 1
+        return []
+
+
+class Clock(object):
+    """A fake monotonic clock that sleep() moves forward."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def reading(vmid, status='running', addresses=(), agent_error=None, exists=True):
+    return dict(exists=exists, vmid=vmid, node='pve1', name='vm-%s' % vmid, status=status if exists else 'absent',
+                lock=None, agent_addresses=[{'interface': 'eth0', 'address': a, 'prefix': 24} for a in addresses],
+                agent_error=agent_error, address=addresses[0] if addresses else None)
+
+
+class ScriptedProbe(object):
+    """Returns its readings in turn (the last one again when they run out); an exception in the list is raised."""
+
+    def __init__(self, readings):
+        self.readings = list(readings)
+        self.calls = 0
+
+    def read(self, with_agent, resources=None):
+        assert with_agent and resources == []
+        item = self.readings[min(self.calls, len(self.readings) - 1)]
+        self.calls += 1
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+def vms(count):
+    return [dict(name='node-%d' % i, vmid=1000 + i, node='pve1', expected_address=None) for i in range(count)]
+
+
+def params(wait_for='address', timeout=10, sleep=1.0):
+    return dict(wait_for=wait_for, wait=True, wait_timeout=timeout, wait_sleep=sleep)
+
+
+def test_every_vm_is_probed_at_the_same_time():
+    """Each probe waits at a barrier for all the others: probed one after another, the barrier would break."""
+    barrier = threading.Barrier(6, timeout=20)
+
+    class MeetingProbe(object):
+        def __init__(self, vm):
+            self.vm = vm
+
+        def read(self, with_agent, resources=None):
+            barrier.wait()
+            return reading(self.vm['vmid'], addresses=('10.0.0.%d' % (self.vm['vmid'] - 1000),))
+
+    outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(6), params(), make_probe=lambda client, vm: MeetingProbe(vm))
+    assert outcome.failed == [] and outcome.workers == 6 and not barrier.broken
+    assert [w.seen['address'] for w in outcome.watches] == ['10.0.0.%d' % i for i in range(6)]
+
+
+def test_no_more_than_max_workers_probes_run_at_once():
+    """20 VMs, a pool of 16: the first 16 probes wait until 16 are in; the most ever in at once is 16."""
+    state = {'entered': 0, 'inside': 0, 'most': 0}
+    condition = threading.Condition()
+
+    class CountingProbe(object):
+        def __init__(self, vm):
+            self.vm = vm
+
+        def read(self, with_agent, resources=None):
+            with condition:
+                state['entered'] += 1
+                state['inside'] += 1
+                state['most'] = max(state['most'], state['inside'])
+                condition.notify_all()
+                assert condition.wait_for(lambda: state['entered'] >= 16, timeout=20), 'fewer than 16 probes ran at once'
+                state['inside'] -= 1
+            return reading(self.vm['vmid'], status='running')
+
+    outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(20), params('running'), max_workers=16,
+                                         make_probe=lambda client, vm: CountingProbe(vm))
+    assert outcome.failed == [] and state == {'entered': 20, 'inside': 0, 'most': 16} and outcome.workers == 16
+
+
+def test_one_deadline_a_vm_that_passed_is_not_probed_again_and_only_the_failing_vm_is_named():
+    clock = Clock()
+    probes = {
+        1000: ScriptedProbe([reading(1000, addresses=('10.0.0.10',))]),
+        1001: ScriptedProbe([reading(1001, status='stopped'), reading(1001, agent_error='QEMU guest agent is not running'),
+                             reading(1001, addresses=('10.0.0.11',))]),
+        1002: ScriptedProbe([reading(1002, agent_error='QEMU guest agent is not running')]),
+    }
+    client = FakeClient()
+    outcome = _proxmox_vm_info.gate_many(client, vms(3), params(timeout=5), clock=clock, sleep=clock.sleep,
+                                         make_probe=lambda _client, vm: probes[vm['vmid']])
+    # One deadline for all: 5 s at 1 s a round is 6 rounds, the first at 0 s.
+    assert outcome.wait_result.ok is False and outcome.wait_result.attempts == 6 and client.lists == 6
+    assert [probe.calls for probe in (probes[1000], probes[1001], probes[1002])] == [1, 3, 6]
+    assert [w.name for w in outcome.failed] == ['node-2']
+    ok, result, message = _proxmox_vm_info.many_result(outcome, 'address')
+    assert ok is False and sorted(result['vms']) == ['node-0', 'node-1'] and list(result['failed_vms']) == ['node-2']
+    assert result['vms']['node-1']['address'] == '10.0.0.11' and result['vms']['node-1']['elapsed'] == 2.0
+    assert message.startswith('1 of 3 VMs did not pass: node-2: VM 1002 (vm-1002) on node pve1: not running with its '
+                              'guest agent reporting an IPv4 address after 5 s (last seen: VM is running; guest agent: '
+                              'QEMU guest agent is not running). Talos runs the QEMU guest agent only')
+    assert 'node-0' not in message and 'node-1' not in message
+    gates = dict((g['host'], g) for g in result['gates'])
+    assert [gates[h]['ok'] for h in ('node-0', 'node-1', 'node-2')] == [True, True, False]
+    assert set(g['name'] for g in gates.values()) == {'the VM runs and its guest agent reports its address'}
+    assert gates['node-2']['observation'] == message[len('1 of 3 VMs did not pass: '):]
+    assert gates['node-1']['attempts'] == 3 and gates['node-2']['target'] == 'VM 1002 on PVE node pve1'
+
+
+def test_a_permanent_error_ends_only_that_vms_wait_and_transient_errors_are_not_yet():
+    clock = Clock()
+    transient = _errors.TransientApiError('VM 1001: read status failed: Proxmox VE API answered 503 busy')
+    probes = {
+        1000: ScriptedProbe([transient, reading(1000, status='running')]),
+        1001: ScriptedProbe([_errors.ValidationError('node', "VM 1001 (x) is on PVE node 'pve2', not 'pve1'")]),
+    }
+    outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(2), params('running'), clock=clock, sleep=clock.sleep,
+                                         make_probe=lambda _client, vm: probes[vm['vmid']])
+    assert outcome.wait_result.attempts == 2 and probes[1001].calls == 1
+    ok, result, message = _proxmox_vm_info.many_result(outcome, 'running')
+    assert ok is False and list(result['vms']) == ['node-0']
+    assert message == ("1 of 2 VMs did not pass: node-1 (VM 1001 on PVE node pve1): node: VM 1001 (x) is on PVE node "
+                       "'pve2', not 'pve1'")
+    assert [g['name'] for g in result['gates']] == ['the VM runs', 'the VM runs']
+
+
+def test_progress_names_the_vms_still_waiting():
+    clock = Clock()
+    probes = {1000: ScriptedProbe([reading(1000, status='running')]),
+              1001: ScriptedProbe([reading(1001, status='stopped'), reading(1001, status='running')])}
+    lines = []
+
+    class Sink(object):
+        def update(self, observation, elapsed, attempts):
+            lines.append(observation)
+
+        def end(self, observation, elapsed, attempts, ok):
+            lines.append(('end', ok))
+
+    original = _wait.environment_progress_file
+    _wait.environment_progress_file = Sink
+    try:
+        outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(2), params('running'), clock=clock, sleep=clock.sleep,
+                                             make_probe=lambda _client, vm: probes[vm['vmid']])
+    finally:
+        _wait.environment_progress_file = original
+    assert outcome.failed == []
+    assert lines == ['VMs not running yet 1/2: node-1 (VM 1001 on PVE node pve1): VM is stopped', ('end', True)]
+
+
+@pytest.mark.parametrize('bad, message', [
+    ([], 'vms: the list is empty'),
+    ([dict(name='a', vmid=1, node=None, expected_address=None), dict(name='a', vmid=2, node=None, expected_address=None)],
+     "vms: item 1: name 'a' is listed twice"),
+    ([dict(name='a', vmid=1, node=None, expected_address=None), dict(name='b', vmid=1, node=None, expected_address=None)],
+     'vms: item 1 (b): VM id 1 is listed twice'),
+])
+def test_the_list_is_checked(bad, message):
+    with pytest.raises(_errors.ValidationError) as caught:
+        _proxmox_vm_info.check_vms(bad)
+    assert str(caught.value).startswith(message)
