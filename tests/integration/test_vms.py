@@ -63,9 +63,17 @@ def test_three_plus_three_created_started_and_gated_then_a_rerun_is_unchanged(cl
     for index, host in enumerate(CONTROL_PLANES, 1):
         assert rows[host]['address'] == '%s.%d' % (clean_lab.net, 10 + index)
         assert rows[host]['address_source'] == 'static'
-    # The gate read each address; workers got theirs by DHCP and it became node_ip for later stages.
-    gated = dict((host, result['address']) for _n, host, result in run.results('Gate - the VM runs'))
+    # The gate read each address in one module run (run_once, reported on the first host); workers got theirs by
+    # DHCP and it became node_ip for later stages. The report has one gate per host.
+    gate_runs = run.results('Gate - the VM runs')
+    assert [host for _n, host, _r in gate_runs] == ['lab-cp-1'], run.describe()
+    gate = gate_runs[0][2]
+    gated = dict((host, result['address']) for host, result in gate['vms'].items())
     assert gated == dict((host, rows[host]['address']) for host in rows)
+    assert sorted((g['host'], g['ok'], g['name']) for g in gate['gates']) == [
+        (host, True, 'the VM runs and its guest agent reports its address') for host in sorted(rows)]
+    # The gate had every address: discovery had no VM left to read.
+    assert all(result.get('skipped') for _n, _h, result in run.results("Read the VM's address"))
     discovered = dict((host, result['ansible_facts']['node_ip'])
                       for _n, host, result in run.results('Use the address the guest agent reports')
                       if not result.get('skipped'))
