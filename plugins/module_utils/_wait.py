@@ -217,11 +217,11 @@ def wait_for(probe, timeout, interval=1.0, transient=(), backoff=1.0, max_interv
 
 
 def retry(call, timeout, interval=1.0, transient=(), backoff=2.0, max_interval=10.0,
-          on_retry=None, clock=time.monotonic, sleep=time.sleep):
+          on_retry=None, clock=time.monotonic, sleep=time.sleep, sink=FROM_ENVIRONMENT):
     """Run call() until it returns without a transient error; return its value.
 
     The last transient error is raised again when the deadline passes, so the caller reports
-    the real cause. Non-transient errors are raised at once.
+    the real cause. Non-transient errors are raised at once. sink: as for wait_for.
     """
     outcome = {}
 
@@ -238,7 +238,7 @@ def retry(call, timeout, interval=1.0, transient=(), backoff=2.0, max_interval=1
             on_retry(observation, elapsed, attempts)
 
     result = wait_for(probe, timeout, interval=interval, backoff=backoff, max_interval=max_interval,
-                      on_progress=progress, clock=clock, sleep=sleep)
+                      on_progress=progress, clock=clock, sleep=sleep, sink=sink)
     if result.ok:
         return outcome['value']
     raise outcome['error']
