@@ -7,15 +7,23 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: talos_info
-short_description: Read a Talos node's state, and gate on its services
+short_description: Read Talos nodes' state, and gate on their services
 version_added: 0.1.0
 description:
-  - Reads what the stage gates and the report need from one Talos node - whether it is in maintenance mode, its
+  - Reads what the stage gates and the report need from a Talos node - whether it is in maintenance mode, its
     Talos version, its services (state, health, last event) and the etcd members it sees.
   - Waits (up to O(wait_timeout)) until the node's Talos API answers at all; with O(healthy_services), also until
     each of those services is Running and healthy (Talos' own rule - the last event is C(Running) and the health
     check passes). This is the collection's Talos service gate; when it times out, the task fails naming the node,
     each failing service, its state and its last event.
+  - With O(nodes) instead of O(node), one run checks every listed node (a C(run_once) task over the play's hosts
+    instead of one module process per host). The nodes are probed at the same time, each on a thread of its own,
+    under the one deadline of the run (O(wait_timeout) from the start of the run), with the same checks and reads
+    as the single-node form; a slow or silent node does not delay the others. The result has each node's
+    single-node result under its name (RV(nodes)), one gate per node (RV(gates), with O(gate_name)) and the
+    report facts per host (RV(report_facts_by_host)). When any node does not pass by the deadline, the task fails
+    naming every failing node by name and address with its reason; the nodes that passed are still in RV(nodes)
+    and RV(gates).
   - Never changes anything.
 author:
   - proxtalos.cluster contributors (@proxtalos)
@@ -27,9 +35,44 @@ extends_documentation_fragment:
 options:
   node:
     description:
-      - Address of the node.
+      - Address of the node (the single-node form).
+      - Exactly one of O(node) and O(nodes) is required.
     type: str
-    required: true
+  nodes:
+    description:
+      - The nodes to probe in one run (the multi-node form), each by its inventory host name and address. Names
+        must be unique.
+      - O(gather) and O(healthy_services) apply to every node unless the node sets its own.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description:
+          - The node's inventory host name; keys RV(nodes) and RV(report_facts_by_host), the RV(gates) item's C(host),
+            and names the node in messages.
+        type: str
+        required: true
+      address:
+        description:
+          - Address of the node (its Talos API).
+        type: str
+        required: true
+      gather:
+        description:
+          - O(gather) for this node (for example C(etcd) only on control planes).
+        type: list
+        elements: str
+        choices: [version, services, etcd]
+      healthy_services:
+        description:
+          - O(healthy_services) for this node (control planes and workers run different services).
+        type: list
+        elements: str
+  gate_name:
+    description:
+      - With O(nodes), the name of each node's gate record in RV(gates) (the run report shows it per node, as a
+        per-host C(Gate - <name>) task did). Without it RV(gates) is empty (a read that is no gate).
+    type: str
   gather:
     description:
       - What to read besides the mode. V(version) - C(MachineService/Version). V(services) - C(ServiceList).
@@ -48,6 +91,8 @@ options:
     elements: str
     default: []
 notes:
+  - The single-node result keys below (RV(node) to RV(report_facts)) are returned with O(node); with O(nodes) each
+    node's dict in RV(nodes) has them.
   - RV(stage) is derived from the API (COSI C(MachineStatus) is not read) - V(maintenance) when the node serves
     its maintenance API, V(running) when it is configured and lists no service in a starting state (Starting,
     Preparing, Waiting, Initialized), V(booting) otherwise.
@@ -71,53 +116,106 @@ EXAMPLES = r"""
     node: "{{ node_ip }}"
     talosconfig: "artifacts/{{ cluster_name }}/talosconfig"
   register: talos_facts
+
+- name: Gate - the Talos API answers on port 50000 (every node of the play in one run)
+  proxtalos.cluster.talos_info:
+    nodes: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'node_ip')))
+               | dict2items(key_name='name', value_name='address') }}"
+    gather: []
+    gate_name: the Talos API answers on port 50000
+  run_once: true
+
+- name: Gate - Talos services Running and healthy on every node, each node its own services
+  proxtalos.cluster.talos_info:
+    nodes:
+      - {name: cp-1, address: 10.5.0.11, healthy_services: [etcd, apid, trustd, kubelet, containerd]}
+      - {name: w-1, address: 10.5.0.21, healthy_services: [apid, kubelet, containerd]}
+    talosconfig: "artifacts/{{ cluster_name }}/talosconfig"
+    gather: [services]
+    gate_name: Talos services Running and healthy
+  run_once: true
+  register: talos_services
+
+- name: A per-host task takes its node's part of the run_once result
+  ansible.builtin.debug:
+    msg: "{{ talos_services.nodes[inventory_hostname].report_facts.talos_services }}"
 """
 
 RETURN = r"""
 node:
   description: The node as reached (address:port).
-  returned: always
+  returned: with O(node)
   type: str
 mode:
   description: V(maintenance) (no config; served without client certificates) or V(configured) (mutual TLS).
-  returned: always
+  returned: with O(node)
   type: str
 stage:
   description: Derived boot stage (see the notes) - V(maintenance), V(booting) or V(running); empty when the services
     were not read.
-  returned: always
+  returned: with O(node)
   type: str
 version:
   description: Talos version of the node (tag, sha, arch, platform...); empty when not gathered or not readable.
-  returned: always
+  returned: with O(node)
   type: dict
   sample: {tag: v1.13.9, arch: amd64, platform: {name: metal, mode: metal}}
 services:
   description: Each service with its state, health and last event.
-  returned: always
+  returned: with O(node)
   type: list
   elements: dict
   sample: [{service: kubelet, state: Running, healthy: true, health_message: '', last_event: 'Running: Health check successful'}]
 failing_services:
   description: The services of O(healthy_services) that are not Running and healthy (empty when the gate passed).
-  returned: always
+  returned: with O(node)
   type: list
   elements: dict
 etcd:
   description: The etcd members this node sees (id as hex, hostname, peer and client URLs, learner flag), and the
     error text when it could not tell (etcd not running yet, or not a control plane).
-  returned: always
+  returned: with O(node)
   type: dict
   sample: {members: [{id: 3bd0c1a2f4e6d8b0, hostname: cp-1, peer_urls: ['https://10.5.0.11:2380'], is_learner: false}], error: null}
 elapsed:
-  description: Seconds spent, waiting included.
+  description: Seconds spent, waiting included (with O(nodes) the whole run; each node's own in RV(nodes)).
   returned: always
   type: float
+nodes:
+  description:
+    - With O(nodes), each node's result under its name - the keys the single-node form returns (RV(node),
+      RV(mode), RV(stage), RV(version), RV(services), RV(failing_services), RV(etcd), RV(elapsed),
+      RV(report_facts)), also for a node that failed (what was seen until it failed; its RV(report_facts) empty).
+    - A per-host task after a C(run_once) task reads its node's part as C(result.nodes[inventory_hostname]).
+  returned: with O(nodes)
+  type: dict
+  sample: {lab-w-1: {node: '10.5.0.21:50000', mode: configured, stage: running, failing_services: [], elapsed: 0.4}}
+gates:
+  description:
+    - With O(nodes) and O(gate_name), one gate per node, passed or failed, in the order of O(nodes) (the run
+      report's convention 0) - C(name) (O(gate_name)), C(ok), C(host) (the node's name), C(observation) (what was
+      seen last, or why it failed), C(elapsed), C(attempts) (probes), C(target) (address:port), C(diagnosis) (the
+      failing services, one line each).
+  returned: with O(nodes)
+  type: list
+  elements: dict
+  sample: [{name: the Talos API answers on port 50000, ok: true, host: lab-w-1, observation: answers (configured),
+            elapsed: 0.2, attempts: 1, target: '10.5.0.21:50000', diagnosis: []}]
+report_facts_by_host:
+  description: With O(nodes), RV(report_facts) of each node that passed, by its name.
+  returned: with O(nodes)
+  type: dict
+failed_nodes:
+  description: With O(nodes), each node that did not pass, by its name - its name, address and port, and why, as in
+    the failure message; empty when all passed.
+  returned: with O(nodes)
+  type: dict
+  sample: {lab-w-1: "lab-w-1 (10.5.0.21:50000): services not Running and healthy within 600s: kubelet is Waiting"}
 report_facts:
   description:
     - What the run report (the C(proxtalos.cluster.timeline) callback) shows for this host's node - plain values
       only, each key present when it was read.
-  returned: always
+  returned: with O(node)
   type: dict
   sample: {talos_mode: configured, talos_stage: running, talos_version: v1.13.9,
            talos_services: 'apid Running, containerd Running, etcd Running, kubelet Running, trustd Running',
@@ -150,17 +248,24 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, WaitTimeout
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
-from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import health, session
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import health, nodes as talos_nodes, session
 
 STARTING_STATES = ('Initialized', 'Starting', 'Preparing', 'Waiting')
+GATHER_CHOICES = ['version', 'services', 'etcd']
 
 
 def argument_spec():
     return _argspec.spec(
         _argspec.TALOS_AUTH_SPEC, _argspec.WAIT_SPEC,
-        node=dict(type='str', required=True),
-        gather=dict(type='list', elements='str', choices=['version', 'services', 'etcd'],
-                    default=['version', 'services', 'etcd']),
+        node=dict(type='str'),
+        nodes=dict(type='list', elements='dict', options=dict(
+            name=dict(type='str', required=True),
+            address=dict(type='str', required=True),
+            gather=dict(type='list', elements='str', choices=GATHER_CHOICES),
+            healthy_services=dict(type='list', elements='str'),
+        )),
+        gate_name=dict(type='str'),
+        gather=dict(type='list', elements='str', choices=GATHER_CHOICES, default=GATHER_CHOICES),
         healthy_services=dict(type='list', elements='str', default=[]),
     )
 
@@ -200,13 +305,20 @@ def derive_stage(mode, services):
     return 'running'
 
 
+def empty_result():
+    """The per-node result keys, before anything was read."""
+    return dict(node='', mode='', stage='', version={}, services=[], failing_services=[],
+                etcd={'members': [], 'error': None}, elapsed=0.0, report_facts={})
+
+
 class Reader(object):
     """The reads of one node, each retried on transient errors within the shared deadline."""
 
-    def __init__(self, node_session, deadline, interval):
+    def __init__(self, node_session, deadline, interval, sink=_wait.FROM_ENVIRONMENT):
         self.session = node_session
         self.deadline = deadline
         self.interval = interval
+        self.sink = sink
 
     def call(self, maintenance, method):
         def attempt():
@@ -215,10 +327,10 @@ class Reader(object):
             return self.session.call(method)
         try:
             return _wait.retry(attempt, self.deadline.remaining(), interval=self.interval, transient=session.TRANSIENT,
-                               backoff=1.0, max_interval=self.interval)
+                               backoff=1.0, max_interval=self.interval, sink=self.sink)
         except talos_errors.TalosTransientError as exc:
             raise ProxtalosError('talos node %s: %s did not answer within %gs: %s'
-                                 % (self.session.name, method, self.deadline.timeout, exc), node=self.session.name)
+                                 % (self.session.display, method, self.deadline.timeout, exc), node=self.session.name)
 
     def etcd(self):
         try:
@@ -228,8 +340,8 @@ class Reader(object):
         return {'members': [health.member_summary(member) for member in members], 'error': None}
 
 
-def wait_services(node_session, required, deadline, interval):
-    """Wait until the required services are Running and healthy; returns the service list."""
+def wait_services(node_session, required, deadline, interval, sink=_wait.FROM_ENVIRONMENT):
+    """Wait until the required services are Running and healthy; returns (service list, WaitResult)."""
     seen = {'services': None, 'problems': []}
 
     def probe():
@@ -245,55 +357,133 @@ def wait_services(node_session, required, deadline, interval):
             return True, 'all of %s Running and healthy' % ', '.join(required)
         return False, '; '.join(health.describe_service_problem(problem) for problem in seen['problems'])
 
-    result = session.wait_until(probe, deadline, interval)
+    result = session.wait_until(probe, deadline, interval, sink=sink)
     if not result.ok:
         raise WaitTimeout('talos node %s: services not Running and healthy within %gs: %s'
-                          % (node_session.name, deadline.timeout, result.observation), result, node=node_session.name,
+                          % (node_session.display, deadline.timeout, result.observation), result, node=node_session.name,
                           failing_services=seen['problems'])
-    return seen['services']
+    return seen['services'], result
+
+
+def probe_node(node_session, credentials, gather, healthy_services, deadline, interval, result, sink=_wait.FROM_ENVIRONMENT):
+    """The checks and reads of one node into `result` (empty_result(); filled as it goes, so a failure leaves
+    what was seen). Returns the gate's (observation, attempts); raises ProxtalosError when a check fails."""
+    result['node'] = node_session.name
+    mode, reached = node_session.reach(deadline, interval, sink=sink)
+    observation, attempts = reached.observation, reached.attempts
+    result['mode'] = mode
+    maintenance = mode == session.MAINTENANCE
+    services = None
+    if healthy_services:
+        node_session.require_credentials('must report its services over mutual TLS')
+        services, waited = wait_services(node_session, healthy_services, deadline, interval, sink=sink)
+        observation, attempts = waited.observation, attempts + waited.attempts
+    readable = maintenance or credentials is not None
+    reader = Reader(node_session, deadline, interval, sink=sink)
+    if readable and 'services' in gather and services is None:
+        services = reader.call(maintenance, 'service_list')
+    if readable and 'version' in gather:
+        try:
+            result['version'] = reader.call(maintenance, 'version')
+        except talos_errors.TalosApiError as exc:
+            if not (maintenance and exc.unimplemented):  # Talos 1.12 serves no Version in maintenance mode
+                raise
+    if 'etcd' in gather and not maintenance and credentials is not None:
+        result['etcd'] = reader.etcd()
+    if services is not None:
+        result['services'] = [health.describe_service(service) for service in services]
+    result['stage'] = derive_stage(mode, services)
+    result['elapsed'] = round(deadline.elapsed(), 3)
+    result['report_facts'] = report_facts(result, services)
+    return observation, attempts
+
+
+def probe_one(module, credentials):
+    """The single-node form (option node): the module result, or fail_json naming the node."""
+    params = module.params
+    result = dict(changed=False, **empty_result())
+    try:
+        node_session = session.NodeSession.from_params(params, credentials)
+        deadline, interval = session.deadline_for(params)
+        probe_node(node_session, credentials, params['gather'], params['healthy_services'], deadline, interval, result)
+    except ProxtalosError as exc:
+        module.fail_json(msg=str(exc), **dict(exc.details, node=result['node'] or params['node']))
+    module.exit_json(**result)
+
+
+def gate_of(gate_name, name, node_session, ok, observation, elapsed, attempts, diagnosis):
+    return {'name': gate_name, 'ok': ok, 'host': name, 'observation': observation, 'elapsed': round(elapsed, 3),
+            'attempts': attempts, 'target': node_session.name, 'diagnosis': diagnosis}
+
+
+def probe_all(module, credentials):
+    """The multi-node form (option nodes): every node probed at once, one result; fails naming each failing node."""
+    params = module.params
+    targets = talos_nodes.check_targets(params['nodes'])
+    deadline, interval = session.deadline_for(params)
+    sessions = dict((item['name'], session.NodeSession.from_params(params, credentials, host=item['address'],
+                                                                   field='nodes', label=item['name']))
+                    for item in targets)
+    progress = talos_nodes.NodesProgress([item['name'] for item in targets], deadline=deadline)
+    results = dict((item['name'], empty_result()) for item in targets)
+
+    def work(item):
+        name = item['name']
+        gather = item['gather'] if item.get('gather') is not None else params['gather']
+        required = item['healthy_services'] if item.get('healthy_services') is not None else params['healthy_services']
+        try:
+            return probe_node(sessions[name], credentials, gather, required, deadline, interval, results[name],
+                              sink=progress.sink_for(name))
+        finally:
+            results[name]['elapsed'] = round(deadline.elapsed(), 3)
+            progress.done(name)
+
+    gates, facts, failed = [], {}, {}
+    for item, outcome, error in talos_nodes.run_each(targets, work):
+        name, node_session, node_result = item['name'], sessions[item['name']], results[item['name']]
+        node_result['node'] = node_session.name
+        if error is None:
+            facts[name] = node_result['report_facts']
+            if params['gate_name']:
+                gates.append(gate_of(params['gate_name'], name, node_session, True, outcome[0], node_result['elapsed'],
+                                     outcome[1], []))
+            continue
+        failed[name] = talos_nodes.failure_line(name, node_session, error)
+        node_result['failing_services'] = error.details.get('failing_services') or []
+        node_result['report_facts'] = {}
+        if params['gate_name']:
+            gates.append(gate_of(params['gate_name'], name, node_session, False, str(error), node_result['elapsed'],
+                                 error.details.get('attempts') or 0,
+                                 [health.describe_service_problem(problem) for problem in node_result['failing_services']]))
+    outcome = dict(changed=False, nodes=results, gates=gates, report_facts_by_host=facts, failed_nodes=failed,
+                   elapsed=round(deadline.elapsed(), 3))
+    if failed:
+        summary = '%d of %d nodes failed: %s' % (len(failed), len(targets), '; '.join(failed[item['name']] for item in targets
+                                                                                      if item['name'] in failed))
+        progress.finish(False, summary)
+        module.fail_json(msg='talos_info: ' + summary, **outcome)
+    progress.finish(True, 'all %d nodes passed' % len(targets))
+    module.exit_json(**outcome)
 
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'])
+                           mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'] + [['node', 'nodes']],
+                           required_one_of=[['node', 'nodes']])
     missing = session.missing_libraries()
     if missing:
         module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
-    params = module.params
-    result = dict(changed=False, node='', mode='', stage='', version={}, services=[], failing_services=[],
-                  etcd={'members': [], 'error': None}, elapsed=0.0, report_facts={})
     try:
-        credentials = session.load_credentials(params, module)
-        node_session = session.NodeSession.from_params(params, credentials)
-        result['node'] = node_session.name
-        deadline, interval = session.deadline_for(params)
-        mode = node_session.wait_reachable(deadline, interval)
-        result['mode'] = mode
-        maintenance = mode == session.MAINTENANCE
-        services = None
-        if params['healthy_services']:
-            node_session.require_credentials('must report its services over mutual TLS')
-            services = wait_services(node_session, params['healthy_services'], deadline, interval)
-        readable = maintenance or credentials is not None
-        reader = Reader(node_session, deadline, interval)
-        if readable and 'services' in params['gather'] and services is None:
-            services = reader.call(maintenance, 'service_list')
-        if readable and 'version' in params['gather']:
-            try:
-                result['version'] = reader.call(maintenance, 'version')
-            except talos_errors.TalosApiError as exc:
-                if not (maintenance and exc.unimplemented):  # Talos 1.12 serves no Version in maintenance mode
-                    raise
-        if 'etcd' in params['gather'] and not maintenance and credentials is not None:
-            result['etcd'] = reader.etcd()
-        if services is not None:
-            result['services'] = [health.describe_service(service) for service in services]
-        result['stage'] = derive_stage(mode, services)
-        result['elapsed'] = round(deadline.elapsed(), 3)
-        result['report_facts'] = report_facts(result, services)
+        credentials = session.load_credentials(module.params, module)
+        if module.params['nodes'] is not None:
+            probe_all(module, credentials)
+        else:
+            probe_one(module, credentials)
     except ProxtalosError as exc:
-        module.fail_json(msg=str(exc), **dict(exc.details, node=result['node'] or params['node']))
-    module.exit_json(**result)
+        details = dict(exc.details)
+        if module.params['node'] is not None:
+            details['node'] = module.params['node']
+        module.fail_json(msg=str(exc), **details)
 
 
 if __name__ == '__main__':

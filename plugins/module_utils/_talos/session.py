@@ -11,6 +11,10 @@
   is in maintenance mode (storage.StorageService/Disks without a client certificate).
 - wait_until(probe, deadline, interval, what): _wait.wait_for with Talos' transient errors as
   "not yet", raising WaitTimeout that names the node, what was awaited and what was seen last.
+  A session may carry the node's inventory host name (`label`): messages then name the node as
+  "lab-w-1 (10.5.0.21:50000)" (`display`); `name` stays the address. Every wait takes a progress
+  `sink` (_wait.wait_for's), so a module that probes several nodes at once (each on a thread of
+  its own) can send each node's waits to one sink that reports which nodes are still not ready.
 
 A fresh client per probe: a node that reboots drops its connections, and a new TLS session is
 what tells a maintenance node from a configured one.
@@ -81,7 +85,7 @@ class NodeSession(object):
     """One Talos node as a module talks to it."""
 
     def __init__(self, host, port=talos_client.DEFAULT_PORT, api_timeout=talos_client.DEFAULT_TIMEOUT, credentials=None,
-                 field='node', talosconfig_path=None):
+                 field='node', talosconfig_path=None, label=None):
         if not host or not isinstance(host, str):
             raise ValidationError(field, 'the node address is required')
         if api_timeout is None or api_timeout <= 0:
@@ -93,18 +97,20 @@ class NodeSession(object):
         self.field = field
         self.talosconfig_path = talosconfig_path
         self.name = '%s:%d' % (host, port)
+        self.label = label
+        self.display = '%s (%s)' % (label, self.name) if label else self.name
 
     @classmethod
-    def from_params(cls, params, credentials, host=None, field='node'):
-        """A session for params[field] (or host) with the TALOS_AUTH_SPEC options."""
+    def from_params(cls, params, credentials, host=None, field='node', label=None):
+        """A session for params[field] (or host) with the TALOS_AUTH_SPEC options; label: the inventory host."""
         return cls(host if host is not None else params[field], port=params['port'], api_timeout=params['api_timeout'],
-                   credentials=credentials, field=field, talosconfig_path=params.get('talosconfig'))
+                   credentials=credentials, field=field, talosconfig_path=params.get('talosconfig'), label=label)
 
     def require_credentials(self, why):
         if self.credentials is None:
             missing = ' (there is no file at %s yet)' % self.talosconfig_path if self.talosconfig_path else ''
             raise ValidationError('talosconfig', 'is required%s: talos node %s %s, and only mutual TLS with a talosconfig '
-                                                 'client certificate reaches it' % (missing, self.name, why))
+                                                 'client certificate reaches it' % (missing, self.display, why))
 
     def client(self, insecure=False):
         """A new TalosClient (use it as a context manager)."""
@@ -128,28 +134,32 @@ class NodeSession(object):
         with self.client(insecure=True) as connection:
             return getattr(connection, method)(*args, **kwargs)
 
-    def wait_until(self, probe, deadline, interval, what):
+    def wait_until(self, probe, deadline, interval, what, sink=_wait.FROM_ENVIRONMENT):
         """Poll probe() -> (done, observation) until done or the deadline; WaitTimeout names the node."""
-        result = wait_until(probe, deadline, interval)
+        result = wait_until(probe, deadline, interval, sink=sink)
         if not result.ok:
             raise WaitTimeout('talos node %s: gave up after %gs waiting for %s; last seen: %s'
-                              % (self.name, deadline.timeout, what, result.observation), result, node=self.name)
+                              % (self.display, deadline.timeout, what, result.observation), result, node=self.name)
         return result
 
-    def wait_reachable(self, deadline, interval):
-        """The node's mode once it answers at all (maintenance or configured); WaitTimeout otherwise."""
+    def reach(self, deadline, interval, sink=_wait.FROM_ENVIRONMENT):
+        """(mode, WaitResult) once the node answers at all (maintenance or configured); WaitTimeout otherwise."""
         seen = {}
 
         def probe():
             seen['mode'] = self.probe_mode()
             return True, 'answers (%s)' % seen['mode']
-        self.wait_until(probe, deadline, interval, 'the Talos API answering on port %d' % self.port)
-        return seen['mode']
+        result = self.wait_until(probe, deadline, interval, 'the Talos API answering on port %d' % self.port, sink=sink)
+        return seen['mode'], result
+
+    def wait_reachable(self, deadline, interval):
+        """The node's mode once it answers at all (maintenance or configured); WaitTimeout otherwise."""
+        return self.reach(deadline, interval)[0]
 
 
-def wait_until(probe, deadline, interval):
+def wait_until(probe, deadline, interval, sink=_wait.FROM_ENVIRONMENT):
     """_wait.wait_for on the remaining time of a shared deadline; transient Talos errors = not yet."""
-    return _wait.wait_for(probe, deadline.remaining(), interval=interval, transient=TRANSIENT)
+    return _wait.wait_for(probe, deadline.remaining(), interval=interval, transient=TRANSIENT, sink=sink)
 
 
 def deadline_for(params):
