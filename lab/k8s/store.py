@@ -385,7 +385,12 @@ class Store:  # pylint: disable=too-many-public-methods
                 raise not_found(rtype, name)
             created, warnings2 = self.create(rtype, ns, applied, None, dry_run=True, validation='Ignore')
             merged = ssa.apply(None, applied, manager, force, rtype.api_version, self._schema_for(rtype), self.defs)
-            created['metadata']['managedFields'] = merged['metadata'].get('managedFields', [])
+            # an applied config that sets no field beyond the name records no manager (as write_managers does on an
+            # update); an empty list here would differ from what the next, no-op, apply stores
+            if merged['metadata'].get('managedFields'):
+                created['metadata']['managedFields'] = merged['metadata']['managedFields']
+            else:
+                created['metadata'].pop('managedFields', None)
             if dry_run:
                 return created, warnings + warnings2
             return self._commit(rtype, created, None), warnings + warnings2

@@ -321,6 +321,21 @@ def test_server_side_apply_conflicts_force_and_removal(api, namespace):
     assert status == 422
 
 
+def test_a_second_apply_of_a_name_only_object_is_a_no_op(api):
+    """An apply of only the name (a Namespace as a manifests release creates it) creates the object; the same apply
+    again changes nothing, not even its resourceVersion (what kubernetes.core compares to report changed)."""
+    path = '/api/v1/namespaces/name-only-apply?fieldManager=one'
+    headers = {'Content-Type': 'application/apply-patch+yaml'}
+    body = {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': 'name-only-apply'}}
+    status, dummy, first = raw(api, 'PATCH', path, body, headers)
+    assert status in (200, 201), first
+    status, dummy, second = raw(api, 'PATCH', path, body, headers)
+    assert status == 200, second
+    first, second = json.loads(first), json.loads(second)
+    assert second['metadata']['resourceVersion'] == first['metadata']['resourceVersion']
+    assert second['metadata'].get('managedFields') == first['metadata'].get('managedFields')
+
+
 def test_dry_run_changes_nothing(api, kube, namespace):
     core = client.CoreV1Api(kube)
     core.create_namespaced_config_map(namespace, {'metadata': {'name': 'dry'}}, dry_run='All')
