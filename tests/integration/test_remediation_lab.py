@@ -44,9 +44,13 @@ def test_a_talos_reboot_clears_a_kubelet_stuck_on_its_volume_and_the_run_converg
     assert seen['msg'] == 'Waiting for volume "/var/lib/kubelet" to be mounted'
     run = cluster.site('--tags', 'cni', *FAST)
     assert_converged(run)
-    (host, found), = [(name, result) for name, result in run.results('Kubelet on the worker - running, or why not')
-                      if name == 'lab-w-2']
+    # one run diagnosed every worker (run_once); each worker's part is under its inventory name
+    (host, diagnosis), = run.results('Kubelet on the workers - running, or why not')
+    assert sorted(diagnosis['nodes']) == ['lab-w-1', 'lab-w-2', 'lab-w-3']
+    found = diagnosis['nodes']['lab-w-2']
     assert found['classification'] == 'waiting_on_volume' and found['volume'] == '/var/lib/kubelet'
+    assert found['node'] == '%s:50000' % cluster.node_address('lab-w-2')
+    assert diagnosis['nodes_remediable'] == ['lab-w-2'] and diagnosis['nodes_running'] == ['lab-w-1', 'lab-w-3']
     logged = steps(run, 'lab-w-2')
     assert [(step['action'], step['attempt'], step['outcome']) for step in logged] == [('talos reboot', 1, 'kubelet running')]
     assert 'Waiting for volume "/var/lib/kubelet" to be mounted' in logged[0]['reason']

@@ -1,7 +1,9 @@
 """talos_node_diagnosis: the classification of a service from ServiceList answers, and the module against
 the lab's simulated Talos nodes (lab.talos.testing.FleetHarness: real grpclib servers, mutual TLS, the
 talos-kubelet-volume fault)."""
+import asyncio
 import copy
+import json
 
 import pytest
 import yaml
@@ -89,19 +91,27 @@ def test_only_the_newest_events_are_kept():
 
 # ------------------------------------------------------------------------------ run() with a fake node
 
-class FakeSession(object):
-    """Answers ServiceList from a script: a list of service lists or exceptions, one per call (the last repeats)."""
+class FakeNodes(object):
+    """Answers ServiceList per node address from a script: a list of service lists or exceptions, one per read (the
+    last repeats). Stands in for read_service_list, the module's one network seam."""
 
-    name = NODE
+    def __init__(self, answers_by_address):
+        self.answers = dict((address, list(answers)) for address, answers in answers_by_address.items())
+        self.calls = dict((address, 0) for address in answers_by_address)
+        self.in_flight = 0
+        self.most_in_flight = 0
 
-    def __init__(self, answers):
-        self.answers = list(answers)
-        self.calls = 0
-
-    def call(self, method):
-        assert method == 'service_list'
-        answer = self.answers[min(self.calls, len(self.answers) - 1)]
-        self.calls += 1
+    async def read_service_list(self, node_session):
+        address = node_session.host
+        answers = self.answers[address]
+        answer = answers[min(self.calls[address], len(answers) - 1)]
+        self.calls[address] += 1
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0)   # hand the loop to the other reads of the round, as a network read does
+        finally:
+            self.in_flight -= 1
         if isinstance(answer, Exception):
             raise answer
         return copy.deepcopy(answer)
@@ -119,32 +129,20 @@ class FakeClock(object):
 
 
 def params(**overrides):
-    base = dict(node='10.5.0.21', port=50000, api_timeout=5.0, service='kubelet', wait_for='running', events=5,
+    base = dict(node='10.5.0.21', nodes=None, port=50000, api_timeout=5.0, service='kubelet', wait_for='running', events=5,
                 wait=True, wait_timeout=30.0, wait_sleep=5.0, talosconfig=None, talosconfig_content=None, context=None)
     base.update(overrides)
     return base
 
 
-def run_with(monkeypatch, answers, **overrides):
-    fake = FakeSession(answers)
-    monkeypatch.setattr(module.session, 'NodeSession', lambda *args, **kwargs: _Named(fake))
+def run_with(monkeypatch, answers, check_mode=False, **overrides):
+    """run() over a fake network: answers is the script of 10.5.0.21, or {address: script} for several nodes."""
+    fake = FakeNodes(answers if isinstance(answers, dict) else {'10.5.0.21': answers})
+    monkeypatch.setattr(module, 'read_service_list', fake.read_service_list)
     clock = FakeClock()
-    result, failure = module.run(params(**overrides), credentials=object(), clock=clock, sleep=clock.sleep)
+    result, failure = module.run(params(**overrides), credentials=object(), check_mode=check_mode, clock=clock, sleep=clock.sleep)
+    fake.calls_of_one = fake.calls.get('10.5.0.21')
     return result, failure, fake
-
-
-class _Named(object):
-    """A NodeSession stand-in around a FakeSession."""
-
-    def __init__(self, fake):
-        self.fake = fake
-        self.name = fake.name
-
-    def require_credentials(self, why):
-        del why
-
-    def call(self, method):
-        return self.fake.call(method)
 
 
 def test_waiting_follows_a_reboot_until_kubelet_runs_and_records_each_change(monkeypatch):
@@ -153,7 +151,7 @@ def test_waiting_follows_a_reboot_until_kubelet_runs_and_records_each_change(mon
     answers = [[service('kubelet', STUCK)], down, down, [service('kubelet', BOOTING)], [service('kubelet', RUNNING, healthy=True)]]
     result, failure, fake = run_with(monkeypatch, answers)
     assert failure is None
-    assert result['classification'] == 'running' and result['attempts'] == 5 and fake.calls == 5
+    assert result['classification'] == 'running' and result['attempts'] == 5 and fake.calls_of_one == 5
     assert [entry['classification'] for entry in result['timeline']] == ['waiting_on_volume', 'unreachable', 'not_running', 'running']
     assert result['timeline'][1]['evidence'].startswith('talos node 10.5.0.21:50000: does not answer: ')
     assert result['elapsed'] == 20.0 and result['changed'] is False
@@ -170,13 +168,134 @@ def test_a_timeout_fails_with_the_last_evidence_and_keeps_the_classification(mon
 
 def test_wait_for_none_reads_once_and_never_fails(monkeypatch):
     result, failure, fake = run_with(monkeypatch, [[service('kubelet', STUCK)]], wait_for='none', wait_timeout=300.0)
-    assert failure is None and fake.calls == 1 and result['classification'] == 'waiting_on_volume'
+    assert failure is None and fake.calls_of_one == 1 and result['classification'] == 'waiting_on_volume'
 
 
 def test_a_negative_event_count_names_the_option(monkeypatch):
     with pytest.raises(module.ValidationError) as caught:
         run_with(monkeypatch, [[]], events=-1)
     assert str(caught.value) == 'events: must be zero or more, got -1'
+
+
+# ------------------------------------------------------------------------------ the multi-node form (nodes)
+
+W1, W2, W3 = '10.5.0.21', '10.5.0.22', '10.5.0.23'
+WORKERS = [{'name': 'w-1', 'address': W1}, {'name': 'w-2', 'address': W2}, {'name': 'w-3', 'address': W3}]
+
+
+def multi(monkeypatch, answers, **overrides):
+    overrides.setdefault('nodes', WORKERS)
+    return run_with(monkeypatch, answers, node=None, **overrides)
+
+
+def test_every_node_is_diagnosed_by_its_inventory_name_and_a_stuck_one_is_no_failure_of_the_module(monkeypatch):
+    from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors
+    down = errors.TalosTransientError('connection refused', node=W2 + ':50000')
+    answers = {W1: [[service('kubelet', RUNNING, healthy=True)]],
+               W2: [[service('kubelet', STUCK)], down, [service('kubelet', RUNNING, healthy=True)]],
+               W3: [[service('kubelet', STUCK)]]}
+    result, failure, fake = multi(monkeypatch, answers, wait_timeout=12.0)
+    assert failure is None and result['changed'] is False
+    assert sorted(result['nodes']) == ['w-1', 'w-2', 'w-3']
+    first, second, third = (result['nodes'][name] for name in ('w-1', 'w-2', 'w-3'))
+    # a running node is read once and left alone; the others are read each round until they run or time runs out
+    assert fake.calls == {W1: 1, W2: 3, W3: 4}
+    assert (first['classification'], first['attempts'], first['elapsed']) == ('running', 1, 0.0)
+    assert (second['classification'], second['running'], second['attempts'], second['elapsed']) == ('running', True, 3, 10.0)
+    assert [entry['classification'] for entry in second['timeline']] == ['waiting_on_volume', 'unreachable', 'running']
+    assert (third['classification'], third['remediable'], third['volume']) == ('waiting_on_volume', True, '/var/lib/kubelet')
+    assert (third['attempts'], third['elapsed']) == (4, 12.0)
+    # each node's part has the single form's keys, plus its inventory name
+    assert third['name'] == 'w-3' and third['node'] == W3 + ':50000' and third['service'] == 'kubelet'
+    assert third['evidence'] == ('talos node 10.5.0.23:50000: kubelet is Waiting: Waiting for volume "/var/lib/kubelet" '
+                                 'to be mounted (since 2026-11-25T21:14:01Z)')
+    assert (result['nodes_running'], result['nodes_not_running'], result['nodes_remediable']) == (['w-1', 'w-2'], ['w-3'], ['w-3'])
+    assert result['summary'] == ('kubelet running on 2 of 3 nodes; w-3 (10.5.0.23:50000): kubelet did not run within 12s; '
+                                 'last seen: kubelet is Waiting: Waiting for volume "/var/lib/kubelet" to be mounted '
+                                 '(since 2026-11-25T21:14:01Z)')
+    assert (result['attempts'], result['elapsed']) == (4, 12.0)
+
+
+def test_a_round_reads_every_pending_node_at_the_same_time(monkeypatch):
+    answers = {W1: [[service('kubelet', STUCK)]], W2: [[service('kubelet', STUCK)]], W3: [[service('kubelet', BOOTING)]]}
+    result, failure, fake = multi(monkeypatch, answers, wait_timeout=0.0)
+    assert failure is None and fake.calls == {W1: 1, W2: 1, W3: 1}
+    assert fake.most_in_flight == 3, 'the three reads of the round were not in flight together'
+    assert result['nodes_not_running'] == ['w-1', 'w-2', 'w-3'] and result['nodes_remediable'] == ['w-1', 'w-2']
+
+
+def test_wait_for_none_and_check_mode_read_each_node_once(monkeypatch):
+    answers = {W1: [[service('kubelet', STUCK)], [service('kubelet', RUNNING, healthy=True)]],
+               W2: [[service('kubelet', RUNNING, healthy=True)]], W3: [[service('kubelet', RUNNING, healthy=True)]]}
+    result, failure, fake = multi(monkeypatch, answers, wait_for='none', wait_timeout=300.0)
+    assert failure is None and fake.calls == {W1: 1, W2: 1, W3: 1}
+    assert result['summary'].startswith('kubelet running on 2 of 3 nodes; w-1 (10.5.0.21:50000): kubelet is Waiting: '
+                                        'Waiting for volume')
+    checked, failure, fake = multi(monkeypatch, answers, check_mode=True, wait_timeout=300.0)
+    assert failure is None and fake.calls == {W1: 1, W2: 1, W3: 1} and checked['nodes_remediable'] == ['w-1']
+
+
+def test_a_node_that_cannot_be_diagnosed_fails_the_module_naming_it_and_the_others_are_still_reported(monkeypatch):
+    from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors
+    refused = errors.TalosTlsError(W2 + ':50000', 'client_certificate_rejected', method='/machine.MachineService/ServiceList')
+    answers = {W1: [[service('kubelet', STUCK)]], W2: [refused], W3: [[service('kubelet', RUNNING, healthy=True)]]}
+    result, failure, fake = multi(monkeypatch, answers, wait_timeout=30.0)
+    assert failure == 'cannot diagnose kubelet on w-2 (10.5.0.22:50000): w-2: %s' % refused
+    assert fake.calls == {W1: 1, W2: 1, W3: 1}, 'the wait ends at once: the module fails whatever the others do'
+    assert result['nodes']['w-2']['error'] == str(refused) and 'classification' not in result['nodes']['w-2']
+    assert result['nodes']['w-1']['classification'] == 'waiting_on_volume' and result['nodes']['w-3']['running'] is True
+    # the stuck node did not time out: the summary gives its evidence, not "did not run within"
+    assert 'did not run within' not in result['summary'] and 'w-1 (10.5.0.21:50000): kubelet is Waiting: ' in result['summary']
+
+
+def test_a_single_node_that_cannot_be_diagnosed_raises_its_error_as_before(monkeypatch):
+    from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors
+    refused = errors.TalosTlsError(W1 + ':50000', 'client_certificate_rejected')
+    with pytest.raises(errors.TalosTlsError) as caught:
+        run_with(monkeypatch, [refused])
+    assert caught.value is refused
+
+
+@pytest.mark.parametrize('nodes, field, reason', [
+    ([], 'nodes', 'must list at least one node'),
+    ([{'name': 'w-1', 'address': W1}, {'name': 'w-1', 'address': W2}], 'nodes[1].name', 'w-1 is listed twice (also nodes[0])'),
+    ([{'name': 'w-1', 'address': ''}], 'nodes[0].address', 'the address of w-1 is required'),
+    ([{'name': '', 'address': W1}], 'nodes[0].name', 'the inventory host name is required'),
+])
+def test_bad_node_lists_name_the_field_and_why(monkeypatch, nodes, field, reason):
+    with pytest.raises(module.ValidationError) as caught:
+        multi(monkeypatch, {W1: [[]]}, nodes=nodes)
+    assert str(caught.value) == '%s: %s' % (field, reason)
+
+
+def test_node_and_nodes_together_are_refused(monkeypatch):
+    with pytest.raises(module.ValidationError) as caught:
+        run_with(monkeypatch, {W1: [[]]}, nodes=WORKERS)
+    assert str(caught.value) == 'nodes: cannot be combined with node (one node, or the list)'
+
+
+def test_the_module_refuses_node_with_nodes_and_an_entry_without_address(capsys):
+    both, dummy = run_module(module, capsys, node=W1, nodes=WORKERS)
+    assert both['failed'] is True and 'mutually exclusive' in both['msg'] and 'node|nodes' in both['msg']
+    partial, dummy = run_module(module, capsys, nodes=[{'name': 'w-1'}])
+    assert partial['failed'] is True and 'address' in partial['msg'] and 'nodes' in partial['msg']
+    neither, dummy = run_module(module, capsys)
+    assert neither['failed'] is True and 'one of the following is required: node, nodes' in neither['msg']
+
+
+def test_the_live_progress_of_a_multi_node_wait_names_the_nodes_still_waiting(monkeypatch, tmp_path):
+    progress = tmp_path / 'progress.jsonl'
+    monkeypatch.setenv('PROXTALOS_PROGRESS_FILE', str(progress))
+    answers = {W1: [[service('kubelet', RUNNING, healthy=True)]],
+               W2: [[service('kubelet', STUCK)], [service('kubelet', RUNNING, healthy=True)]],
+               W3: [[service('kubelet', RUNNING, healthy=True)]]}
+    result, failure, dummy = multi(monkeypatch, answers)
+    assert failure is None and result['nodes_running'] == ['w-1', 'w-2', 'w-3']
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert [line['event'] for line in lines] == ['progress', 'end']
+    assert lines[0]['summary'] == ('kubelet running on 2 of 3 nodes; not yet: w-2 (10.5.0.22:50000): kubelet is Waiting: '
+                                   'Waiting for volume "/var/lib/kubelet" to be mounted (since 2026-11-25T21:14:01Z)')
+    assert lines[1]['ok'] is True and lines[1]['summary'] == 'kubelet running on 3 of 3 nodes'
 
 
 # ------------------------------------------------------------------------------ against the lab's Talos nodes
@@ -261,3 +380,27 @@ def test_a_node_in_maintenance_mode_is_reported_as_such(fleet, capsys):
 def test_without_a_talosconfig_the_module_says_it_is_required(fleet, capsys):
     result, dummy = run_module(module, capsys, node='127.0.0.1')
     assert result['failed'] is True and result['msg'].startswith('talosconfig: is required')
+
+
+def test_the_multi_node_form_diagnoses_every_worker_in_one_run_and_does_not_fail_for_a_stuck_one(fleet, capsys):
+    stuck = configure_worker(fleet, 'm-stuck', stuck=True)
+    fleet.wait(lambda: 'volume' in stuck.service('kubelet').last_message, what='kubelet waiting for its volume')
+    healthy = configure_worker(fleet, 'm-ok', stuck=False)
+    gone = configure_worker(fleet, 'm-off', stuck=False)
+    fleet.stop('m-off')
+    nodes = [{'name': 'lab-w-1', 'address': stuck.address}, {'name': 'lab-w-2', 'address': healthy.address},
+             {'name': 'lab-w-3', 'address': gone.address}]
+    args = module_args(fleet, stuck, wait_for='running', wait_timeout=0.3, api_timeout=1.0)
+    del args['node']
+    result, out = run_module(module, capsys, nodes=nodes, **args)
+    assert result.get('failed') is not True, result.get('msg')
+    assert dict((name, found['classification']) for name, found in result['nodes'].items()) == {
+        'lab-w-1': 'waiting_on_volume', 'lab-w-2': 'running', 'lab-w-3': 'unreachable'}
+    assert result['nodes']['lab-w-1']['volume'] == '/var/lib/kubelet'
+    assert result['nodes']['lab-w-2']['attempts'] == 1, 'a running kubelet is not read again'
+    assert result['nodes_remediable'] == ['lab-w-1'] and result['nodes_not_running'] == ['lab-w-1', 'lab-w-3']
+    assert 'lab-w-3 (%s:50000): kubelet did not run within 0s; last seen: does not answer' % gone.address in result['summary']
+    assert_no_secret(out, [fleet.talosconfig['contexts']['lab']['key']])
+    fleet.clear('talos-kubelet-volume', 'm-stuck')
+    healed, dummy = run_module(module, capsys, nodes=nodes[:2], **dict(args, wait_timeout=20))
+    assert healed.get('failed') is not True and healed['nodes_running'] == ['lab-w-1', 'lab-w-2']
