@@ -64,7 +64,7 @@ options:
         required: true
         choices: [nodes, workload, pods, crds, condition, api]
       wait_timeout:
-        description: This gate's deadline in seconds (O(wait_timeout) when not set). Check mode and O(wait=false) probe once.
+        description: This gate's deadline in seconds (O(wait_timeout) when not set, also when that is 0). Check mode and O(wait=false) probe once.
         type: float
       kind:
         description: As O(kind).
@@ -500,7 +500,8 @@ def run_several(module, timeout, interval):
     """The `gates` form: every item validated first, then run in order on one client until one fails."""
     try:
         _check_no_gate_options(module.params)
-        gate_steps = steps.build_steps(module.params['gates'], timeout, probe_once=module.check_mode or timeout == 0)
+        # an item's own wait_timeout counts unless nothing may wait (check mode, wait=false)
+        gate_steps = steps.build_steps(module.params['gates'], timeout, probe_once=module.check_mode or not module.params['wait'])
     except _errors.ValidationError as exc:
         module.fail_json(msg=str(exc), field=exc.field, changed=False)
     try:

@@ -51,7 +51,7 @@ def short_tmp():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def write_run(folder, kubeconfig, wait_timeout, temporary):
+def write_run(folder, kubeconfig, wait_timeout, temporary, task=None):
     inventory = folder / 'hosts.yml'
     inventory.write_text(yaml.safe_dump({'all': {'hosts': {'lab-cp-1': {
         'ansible_connection': 'local', 'ansible_python_interpreter': '{{ ansible_playbook_python }}',
@@ -59,7 +59,7 @@ def write_run(folder, kubeconfig, wait_timeout, temporary):
     playbook = folder / 'site.yml'
     playbook.write_text(yaml.safe_dump([{
         'name': 'Stage cni', 'hosts': 'all', 'gather_facts': False, 'tags': ['cni'],
-        'tasks': [{'name': 'Gate - ALL nodes Ready', 'proxtalos.cluster.k8s_gate': {
+        'tasks': [task or {'name': 'Gate - ALL nodes Ready', 'proxtalos.cluster.k8s_gate': {
             'kubeconfig': kubeconfig, 'gate': 'nodes', 'expected_count': 3,
             'wait_timeout': wait_timeout, 'wait_sleep': 0.5}}],
     }], sort_keys=False))
@@ -109,3 +109,37 @@ def test_under_a_json_stdout_callback_nothing_is_added(lab, tmp_path, short_tmp)
     assert result['failed'] and result['summary'] == 'nodes Ready 2/3: w-2 NetworkPluginNotReady'
     assert 'NetworkPluginNotReady (' not in process.stderr
     assert os.listdir(str(temporary)) == []
+
+
+GATES_PROGRESS = '  [lab-cp-1] Gates - API, then nodes: ALL nodes Ready: nodes Ready 2/3: w-2 NetworkPluginNotReady ('
+
+
+def test_with_several_gates_in_one_task_the_progress_line_names_the_gate_being_waited_on(lab, tmp_path, short_tmp):
+    task = {'name': 'Gates - API, then nodes', 'proxtalos.cluster.k8s_gate': {
+        'kubeconfig': lab.kubeconfig, 'wait_sleep': 0.5, 'wait_timeout': 240,
+        'gates': [{'title': 'Kubernetes API ready', 'gate': 'api'},
+                  {'title': 'ALL nodes Ready', 'gate': 'nodes', 'expected_count': 3}]}}
+    command, env, temporary = write_run(tmp_path, lab.kubeconfig, wait_timeout=240, temporary=short_tmp, task=task)
+    output = tmp_path / 'stdout.txt'
+    with open(str(output), 'w') as stdout:
+        running = subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    try:
+        def progress_printed():
+            text = output.read_text()
+            return GATES_PROGRESS in text or running.poll() is not None, text[-2000:]
+        wait_until(progress_printed, timeout=240, interval=0.1, what='the progress line of the second gate on stdout')
+        assert running.poll() is None, output.read_text()   # still waiting: the fault is still there
+        lab.call(lab.cluster.clear_faults)
+        running.wait(timeout=300)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    text = output.read_text()
+    assert running.returncode == 0, text
+    assert text.index('TASK [Gates - API, then nodes]') < text.index(GATES_PROGRESS) < text.index('ok: [lab-cp-1]')
+    # the run report has one gate record per gate of the task, by its title
+    with open(str(tmp_path / 'report' / 'progress' / 'report.json')) as stream:
+        report = json.load(stream)
+    assert [(gate['name'], gate['ok'], gate['host']) for gate in report['gates']] == [
+        ('Kubernetes API ready', True, 'lab-cp-1'), ('ALL nodes Ready', True, 'lab-cp-1')]
+    assert report['gates'][1]['observation'] == 'nodes Ready 3/3'

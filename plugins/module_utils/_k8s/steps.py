@@ -44,9 +44,6 @@ class Step(object):
         self.gate = gate
         self.timeout = timeout
 
-    def where(self):
-        return 'gates[%d] (%s)' % (self.index, self.title)
-
 
 def _validation_text(error):
     if isinstance(error, UnsupportedError):

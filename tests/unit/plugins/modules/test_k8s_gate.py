@@ -255,6 +255,13 @@ def test_each_gate_has_its_own_deadline(kube, clock, capsys):
     assert 'not reached after 2.0s (3 probes)' in result['msg']
 
 
+def test_an_items_own_deadline_counts_also_when_the_modules_is_zero(kube, clock, capsys):
+    kube.at(100, heal_w2)
+    rc, result = run_module(gates_args(API, dict(READY, wait_timeout=3), wait_timeout=0), capsys)
+    assert rc == 1 and [step['attempts'] for step in result['results']] == [1, 4]
+    assert result['results'][1]['elapsed'] == pytest.approx(3)
+
+
 def test_a_later_gate_gets_its_whole_deadline_after_an_earlier_one_waited(kube, clock, capsys):
     kube.at(3, heal_w2)
     slow_first = dict(READY, wait_timeout=4)
