@@ -129,10 +129,14 @@ def test_a_release_whose_workload_stays_pending_fails_naming_it_and_the_next_rel
         assert run.rc != 0
         (task, host, message), = run.failures()
         assert task.endswith('Gate - workloads of the release rolled out')
+        # the release's workloads are gated in one module run: the failed step is named, with what it saw
         (name, gate), = run.results('Gate - workloads of the release rolled out')
+        assert gate['failed_gate'] == 'Deployment stuck-system/stuck-operator rolled out', gate
         (item,) = [item for item in gate['results'] if item.get('passed') is False]
-        assert item['msg'].startswith('Deployment stuck-system/stuck-operator not reached after 2.'), item['msg']
-        assert 'Pending Unschedulable' in item['msg'] and 'Insufficient cpu' in item['msg'], item['msg']
+        assert item['target'] == 'Deployment stuck-system/stuck-operator', item
+        assert message.startswith("gate 'Deployment stuck-system/stuck-operator rolled out' (step 1 of 1) failed: "
+                                  'Deployment stuck-system/stuck-operator not reached after 2.'), message
+        assert 'Pending Unschedulable' in message and 'Insufficient cpu' in message, message
         namespaces = [item['metadata']['name'] for item in cluster.kubectl_json('get', 'namespaces')['items']]
         assert 'stuck-system' in namespaces and 'stuck-demo' not in namespaces, 'the release that needs it was not started'
     finally:
@@ -328,3 +332,71 @@ def test_a_ca_file_that_is_not_a_file_is_named(cluster, sources):
         result.get('msg', '') for name, result in run.results('Check every release') for result in result.get('results', [])]
     assert ('bootstrap_apps_releases[0] (repo-operator): ca_file: %s is not a file on the controller'
             % os.path.join(sources.folder, 'no-such-ca.pem')) in ' | '.join(messages)
+
+
+def crd_document(plural, group='split.lab.proxtalos.dev'):
+    kind = plural[:-1].capitalize()
+    return {'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
+            'metadata': {'name': '%s.%s' % (plural, group)},
+            'spec': {'group': group, 'scope': 'Namespaced',
+                     'names': {'plural': plural, 'singular': plural[:-1], 'kind': kind, 'listKind': kind + 'List'},
+                     'versions': [{'name': 'v1', 'served': True, 'storage': True,
+                                   'schema': {'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}]}}
+
+
+def write_chart(folder, name, files):
+    os.makedirs(folder)
+    with open(os.path.join(folder, 'Chart.yaml'), 'w', encoding='utf-8') as handle:
+        yaml.safe_dump({'apiVersion': 'v2', 'name': name, 'version': '0.1.0'}, handle)
+    for path, documents in files.items():
+        os.makedirs(os.path.dirname(os.path.join(folder, path)), exist_ok=True)
+        with open(os.path.join(folder, path), 'w', encoding='utf-8') as handle:
+            yaml.safe_dump_all(documents, handle, explicit_start=True)
+
+
+def test_one_render_tells_the_crds_folder_of_a_chart_and_its_subchart_from_crds_in_templates(cluster):
+    """One `helm template --include-crds` per chart: documents under a crds/ folder of the chart or of a subchart
+    are applied by the stage before any release; CRDs rendered from templates/ (also templates/crds/) stay Helm's."""
+    chart = os.path.join(cluster.folder, 'split-chart')
+    write_chart(chart, 'split-chart', {
+        'crds/alphas.yaml': [crd_document('alphas'), crd_document('epsilons')],   # two documents in one crds/ file
+        'templates/betas.yaml': [crd_document('betas')],
+        'templates/crds/gammas.yaml': [crd_document('gammas')],
+    })
+    write_chart(os.path.join(chart, 'charts', 'sub'), 'sub', {'crds/deltas.yaml': [crd_document('deltas')]})
+    releases = [{'name': 'split', 'namespace': 'split-system', 'chart': {'ref': chart}}]
+    args = cluster.extra_vars('split', {'bootstrap_apps_releases': releases})
+    run = cluster.site('--tags', 'apps', *args)
+    assert run.rc == 0, run.explain()
+
+    def managers(plural):
+        crd = cluster.kubectl_json('get', 'crd', '%s.split.lab.proxtalos.dev' % plural, '--show-managed-fields')
+        return [entry['manager'] for entry in crd['metadata']['managedFields']]
+    for plural in ('alphas', 'epsilons', 'deltas'):
+        assert managers(plural)[:1] == ['proxtalos-bootstrap-apps'], (plural, managers(plural))
+    for plural in ('betas', 'gammas'):
+        assert 'proxtalos-bootstrap-apps' not in managers(plural), (plural, managers(plural))
+    (name, crd_gate), = run.results("Gate - every release's CRDs Established")
+    assert crd_gate['summary'].startswith('CRDs Established 3/3'), crd_gate['summary']
+    manifest = cluster.helm('-n', 'split-system', 'get', 'manifest', 'split').stdout
+    assert 'betas.split.lab.proxtalos.dev' in manifest and 'gammas.split.lab.proxtalos.dev' in manifest
+    assert 'alphas.split.lab.proxtalos.dev' not in manifest and 'deltas.split.lab.proxtalos.dev' not in manifest
+
+    again = cluster.site('--tags', 'apps', *args)
+    assert again.rc == 0, again.explain()
+    assert set(again.changed().values()) == {0}, again.changed()
+
+
+def test_a_helm_binary_that_does_not_run_is_named_before_anything_is_installed(cluster):
+    releases = [{'name': 'widget-operator', 'namespace': 'no-helm', 'chart': {'ref': CHART}}]
+    missing = os.path.join(cluster.folder, 'no-such-dir', 'helm')
+    since = cluster.lab.last_seq('requests')
+    run = cluster.site('--tags', 'apps', '-e', 'bootstrap_apps_helm_binary=%s' % missing,
+                       *cluster.extra_vars('no-helm', {'bootstrap_apps_releases': releases}))
+    assert run.rc != 0
+    # the render that failed is rescued; the failure the run ends with is the rescue's, naming the helm binary
+    (message,) = [message for task, host, message in run.failures()
+                  if task.endswith('Fail naming the release and the source that cannot be read')] or [run.explain()]
+    assert ('bootstrap_apps_releases has chart releases (widget-operator), which need the helm binary, and '
+            'bootstrap_apps_helm_binary (%s) was not found or does not run' % missing) in message, message
+    assert k8s_writes(cluster, since) == [], 'nothing may be written to the cluster'
