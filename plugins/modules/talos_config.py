@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: talos_config
-short_description: Render a Talos node's machine config and the cluster's talosconfig
+short_description: Render Talos machine configs (one node or every node in one run) and the cluster's talosconfig
 version_added: 0.1.0
 description:
   - Renders what C(talosctl gen config) would, without talosctl, from the secrets bundle kept by
@@ -22,7 +22,13 @@ description:
     named after the cluster, the control planes as endpoints, and an os:admin client certificate from the
     bundle's OS CA. The certificate of an existing file is kept while the OS CA signed it and it has more than
     O(talosconfig_renew_days) left, so a re-run is unchanged.
-  - Run the talosconfig part once (C(run_once)) and the machine config part once per host.
+  - O(nodes) - the multi-node form - every node's machine config in one run (C(run_once)), each item carrying what
+    the single form takes per node (its O(machine_type), O(node), O(patches), O(dest)...). The bundle is read,
+    decrypted and its keys parsed once for all of them. Each node's file is written like O(dest) (mode V(0600),
+    same bytes for the same inputs); C(changed) is true when any node's file (or the talosconfig) was or would be
+    written, and RV(nodes) holds each node's result under its name. When any node fails (a patch that does not
+    apply, a config that breaks Talos' rules), the error names the node and the field, and no file is written.
+  - Without O(nodes), run the talosconfig part once (C(run_once)) and the machine config part once per host.
   - Keys Talos does not know (for example from a patch) are not caught here; the node refuses them when the config
     is applied (see P(proxtalos.cluster.talos_apply#module), whose dry run fails naming the key).
 author:
@@ -41,6 +47,8 @@ attributes:
     support: full
     details:
       - Secrets (keys, tokens, encryption secrets, inline manifest contents) are hidden in the diff.
+      - With O(nodes), the diff is a list with one entry per node whose file changes (its headers name the node and
+        the file), and one for the talosconfig.
 options:
   secrets_path:
     description:
@@ -75,36 +83,58 @@ options:
   kubernetes_version:
     description:
       - Kubernetes version of the control-plane images and kubelet; the release's default when not set.
+      - With O(nodes), the version of every node whose item does not set its own.
     type: str
   machine_type:
     description:
       - V(controlplane) or V(worker). Required with O(dest).
+      - Mutually exclusive with O(nodes).
     type: str
     choices: [controlplane, worker]
   node:
     description:
       - This node's values - V(hostname), V(install_disk) (default V(/dev/sda)), V(ip) with V(prefix) and optional
         V(gateway) for a static address, V(link) (the network link, default the cluster's V(network_link)).
+        None given means no values (the defaults).
+      - Mutually exclusive with O(nodes).
     type: dict
-    default: {}
   patches:
     description:
       - Config patches in three levels, applied in order - V(cluster), V(group) (per machine type) and V(host),
         each a list of patches. A patch is a strategic-merge mapping, a list of RFC 6902 operations, or YAML text
-        of either.
+        of either. None given means no patches.
       - Errors name the patch, for example V(patches.host[0]), and the path.
+      - Mutually exclusive with O(nodes).
     type: dict
-    default: {}
   requires_install:
     description:
       - The node still has to install Talos to its disk (a metal or VM node booted from the ISO), so an install
         disk is required in the config.
+      - With O(nodes), the value of every node whose item does not set its own.
     type: bool
     default: true
   dest:
     description:
       - Where to write the node's machine config.
+      - Mutually exclusive with O(nodes).
     type: path
+  nodes:
+    description:
+      - The multi-node form - every node's machine config rendered and written in this one run, from one reading
+        of the bundle. Each item is a mapping with the keys below; a missing or wrong key fails naming the node
+        and the key, for example V(nodes[lab-w-1].machine_type).
+      - V(name) (required) - the node's name in results and errors (the inventory host name); names are unique.
+      - V(machine_type) (required) - V(controlplane) or V(worker), as O(machine_type).
+      - V(dest) (required) - the node's machine config file, as O(dest); no two items share one.
+      - V(node) - the node's values, as O(node).
+      - V(patches) - the node's V(cluster), V(group) and V(host) patch lists, as O(patches); errors name the node
+        and the patch, for example V(nodes[lab-w-1].patches.host[0]).
+      - V(talos_version), V(kubernetes_version), V(requires_install) - this node's, instead of O(talos_version),
+        O(kubernetes_version) and O(requires_install).
+      - The cluster values (O(cluster)) are the same for every node.
+      - Mutually exclusive with O(machine_type), O(node), O(patches) and O(dest).
+    type: list
+    elements: dict
   talosconfig_dest:
     description:
       - Where to write the talosconfig.
@@ -131,7 +161,7 @@ options:
     type: int
     default: 30
 notes:
-  - At least one of O(dest) and O(talosconfig_dest) is required.
+  - At least one of O(dest), O(nodes) and O(talosconfig_dest) is required.
 seealso:
   - module: proxtalos.cluster.talos_secrets
   - module: proxtalos.cluster.talos_apply
@@ -162,21 +192,61 @@ EXAMPLES = r"""
     patches:
       host: "{{ talos_host_patches | default([]) }}"
     dest: "artifacts/{{ cluster_name }}/{{ inventory_hostname }}.yaml"
+
+- name: Render every node's machine config and the talosconfig in one run
+  proxtalos.cluster.talos_config:
+    secrets_path: "{{ inventory_dir }}/secrets/talos-secrets.yaml"
+    cluster:
+      name: "{{ cluster_name }}"
+      endpoint: "{{ cluster_endpoint }}"
+    nodes:
+      - name: cp-1
+        machine_type: controlplane
+        node: {hostname: cp-1, ip: 10.5.0.11, prefix: 24}
+        dest: "artifacts/{{ cluster_name }}/cp-1.yaml"
+      - name: w-1
+        machine_type: worker
+        node: {hostname: w-1}
+        patches:
+          host: [{machine: {nodeLabels: {zone: b}}}]
+        dest: "artifacts/{{ cluster_name }}/w-1.yaml"
+    talosconfig_dest: "artifacts/{{ cluster_name }}/talosconfig"
+    talosconfig_endpoints: [10.5.0.11]
+  run_once: true
+  register: rendered
+
+- name: Each host reads its own node's result
+  ansible.builtin.debug:
+    msg: "{{ rendered.nodes[inventory_hostname].config_sha256 }}"
 """
 
 RETURN = r"""
 dest:
-  description: The machine config file (when O(dest) is set).
+  description: The machine config file (when O(dest) is set; empty with O(nodes)).
   returned: always
   type: str
 config_sha256:
-  description: SHA-256 (hex) of the rendered machine config; empty without O(dest).
+  description: SHA-256 (hex) of the rendered machine config; empty without O(dest) (with O(nodes), see RV(nodes)).
   returned: always
   type: str
 config_changed:
-  description: Whether the machine config file was (or would be) written.
+  description: Whether the machine config file was (or would be) written; with O(nodes), whether any node's was.
   returned: always
   type: bool
+nodes:
+  description:
+    - With O(nodes), each node's result under its name - the single form's RV(dest), RV(config_sha256),
+      RV(config_changed) and RV(contract) of that node. Empty without O(nodes).
+    - A C(run_once) task's registered result is set on every host, so a host reads its own part as
+      C(result.nodes[inventory_hostname]).
+  returned: always
+  type: dict
+  sample:
+    lab-w-1:
+      dest: artifacts/lab/lab-w-1.yaml
+      config_sha256: 4f0e...
+      config_changed: false
+      contract: '1.13'
 talosconfig_dest:
   description: The talosconfig file (when O(talosconfig_dest) is set).
   returned: always
@@ -202,6 +272,7 @@ import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.common.validation import check_type_path
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _secrets
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
@@ -209,6 +280,12 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import co
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import files, pki, redact, talosyaml
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import secrets as talos_secrets
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import talosconfig as talos_talosconfig
+
+# The keys of a `nodes` item: what the single form takes per node.
+NODE_ITEM_KEYS = ('name', 'machine_type', 'dest', 'node', 'patches', 'talos_version', 'kubernetes_version',
+                  'requires_install')
+# The single form's per-node options, mutually exclusive with `nodes`.
+SINGLE_NODE_OPTIONS = ('machine_type', 'node', 'patches', 'dest')
 
 
 def argument_spec():
@@ -220,10 +297,11 @@ def argument_spec():
         talos_version=dict(type='str', default=talos_config.DEFAULT_TALOS_VERSION),
         kubernetes_version=dict(type='str'),
         machine_type=dict(type='str', choices=list(talos_config.MACHINE_TYPES)),
-        node=dict(type='dict', default={}),
-        patches=dict(type='dict', default={}),
+        node=dict(type='dict'),
+        patches=dict(type='dict'),
         requires_install=dict(type='bool', default=True),
         dest=dict(type='path'),
+        nodes=dict(type='list', elements='dict'),
         talosconfig_dest=dict(type='path'),
         talosconfig_endpoints=dict(type='list', elements='str', default=[]),
         talosconfig_nodes=dict(type='list', elements='str', default=[]),
@@ -250,13 +328,139 @@ def _existing_text(path):
         return None
 
 
-def render_node(params, bundle):
+def _needs_write(path, before, text):
+    """A file is written when its content differs or its mode is not 0600."""
+    return before != text or (before is not None and files.file_mode(path) != files.FILE_MODE)
+
+
+def single_node_spec(params):
+    """The node spec (as node_specs makes them) of the single form's options; None without dest."""
+    if not params['dest']:
+        return None
+    if not params['machine_type']:
+        raise ValidationError('machine_type', 'is required with dest (controlplane or worker)')
+    return dict(name='', machine_type=params['machine_type'], dest=params['dest'], node=params['node'] or {},
+                patches=params['patches'] or {}, talos_version=params['talos_version'],
+                kubernetes_version=params['kubernetes_version'], requires_install=params['requires_install'])
+
+
+def _item_string(item, key, where, required=False):
+    value = item.get(key)
+    if value is None or value == '':
+        if required:
+            raise ValidationError('%s.%s' % (where, key), 'is required')
+        return None
+    if not isinstance(value, str):
+        raise ValidationError('%s.%s' % (where, key), 'must be a string, got %s' % type(value).__name__)
+    return value
+
+
+def _item_mapping(item, key, where):
+    value = item.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError('%s.%s' % (where, key), 'must be a mapping, got %s' % type(value).__name__)
+    return value
+
+
+def node_specs(params):
+    """The validated items of the `nodes` option, each a dict with every key of NODE_ITEM_KEYS (defaults from the
+    module's options). Errors name the item by its name (nodes[NAME].KEY) or, without one, by its index."""
+    specs = []
+    names = set()
+    dests = {}
+    talosconfig_dest = os.path.abspath(params['talosconfig_dest']) if params['talosconfig_dest'] else None
+    for index, item in enumerate(params['nodes']):
+        where = 'nodes[%d]' % index
+        if not isinstance(item, dict):
+            raise ValidationError(where, 'must be a mapping, got %s' % type(item).__name__)
+        name = _item_string(item, 'name', where, required=True)
+        where = 'nodes[%s]' % name
+        if name in names:
+            raise ValidationError(where + '.name', 'two items have this name; every node once')
+        names.add(name)
+        unknown = sorted(str(key) for key in item if key not in NODE_ITEM_KEYS)
+        if unknown:
+            raise ValidationError('%s.%s' % (where, unknown[0]), 'unknown key (expected %s)' % ', '.join(NODE_ITEM_KEYS))
+        machine_type = _item_string(item, 'machine_type', where, required=True)
+        if machine_type not in talos_config.MACHINE_TYPES:
+            raise ValidationError(where + '.machine_type', 'must be controlplane or worker, got %r' % (machine_type,))
+        dest = check_type_path(_item_string(item, 'dest', where, required=True))  # as a type=path option (~, $VAR)
+        if os.path.abspath(dest) in dests:
+            raise ValidationError(where + '.dest', 'is also the dest of nodes[%s]' % dests[os.path.abspath(dest)])
+        if os.path.abspath(dest) == talosconfig_dest:
+            raise ValidationError(where + '.dest', 'is also talosconfig_dest')
+        dests[os.path.abspath(dest)] = name
+        requires_install = item.get('requires_install')
+        if requires_install is None:
+            requires_install = params['requires_install']
+        elif not isinstance(requires_install, bool):
+            raise ValidationError(where + '.requires_install', 'must be true or false')
+        specs.append(dict(
+            name=name, machine_type=machine_type, dest=dest,
+            node=_item_mapping(item, 'node', where), patches=_item_mapping(item, 'patches', where),
+            talos_version=_item_string(item, 'talos_version', where) or params['talos_version'],
+            kubernetes_version=_item_string(item, 'kubernetes_version', where) or params['kubernetes_version'],
+            requires_install=requires_install))
+    if not specs:
+        raise ValidationError('nodes', 'is empty: give at least one node')
+    return specs
+
+
+def render_node(spec, cluster, bundle):
     """The node's machine config text (rendered, patched, checked)."""
-    patches = params['patches'] or {}
     return talos_config.render_machine_config(
-        bundle, params['machine_type'], params['cluster'], node=params['node'] or {}, patches=patches,
-        talos_version=params['talos_version'], kubernetes_version=params['kubernetes_version'],
-        requires_install=params['requires_install'])
+        bundle, spec['machine_type'], cluster, node=spec['node'], patches=spec['patches'],
+        talos_version=spec['talos_version'], kubernetes_version=spec['kubernetes_version'],
+        requires_install=spec['requires_install'])
+
+
+def plan_node(spec, cluster, bundle):
+    """Render one node and compare with its file: {'name', 'dest', 'text', 'write', 'config_sha256', 'contract',
+    'secrets', 'diff'}; 'diff' is None when the file stays as it is."""
+    text = render_node(spec, cluster, bundle)
+    before = _existing_text(spec['dest'])
+    write = _needs_write(spec['dest'], before, text)
+    label = '%s: %s' % (spec['name'], spec['dest']) if spec['name'] else spec['dest']
+    diff = None
+    if write:
+        diff = {'before': redact.config_text(before), 'after': redact.config_text(text),
+                'before_header': '%s (last render)' % label if before is not None else '(none)',
+                'after_header': '%s (this render)' % label}
+    return {'name': spec['name'], 'dest': spec['dest'], 'text': text, 'write': write, 'diff': diff,
+            'config_sha256': hashlib.sha256(text.encode('utf-8')).hexdigest(),
+            'contract': talos_config.contract_of(spec['talos_version']),
+            'secrets': redact.config_secret_values(talos_config.parse_machine_config(text))}
+
+
+def _in_node(spec, exc):
+    """The error of one node of the multi-node form, naming the node: nodes[NAME].FIELD (the single form's field)."""
+    details = dict((key, value) for key, value in exc.details.items() if key != 'field')
+    details.update(node=spec['name'], dest=spec['dest'])
+    if isinstance(exc, ValidationError):
+        return ValidationError('nodes[%s].%s' % (spec['name'], exc.field), exc.reason, **details)
+    return ProxtalosError('nodes[%s] (%s): %s' % (spec['name'], spec['dest'], exc), **details)
+
+
+def plan_nodes(specs, cluster, bundle):
+    """plan_node of every spec. When nodes fail, every node is still tried and the error raised names them all
+    (the first one's field in `field`, each node's message in `failed_nodes`)."""
+    planned = []
+    failures = []
+    for spec in specs:
+        try:
+            planned.append(plan_node(spec, cluster, bundle))
+        except ProxtalosError as exc:
+            failures.append(_in_node(spec, exc) if spec['name'] else exc)
+    if len(failures) == 1:
+        raise failures[0]
+    if failures:
+        first = failures[0]
+        message = '%d nodes cannot be rendered: %s' % (len(failures), '; '.join(str(exc) for exc in failures))
+        details = dict(first.details, failed_nodes=dict((exc.details.get('node'), str(exc)) for exc in failures))
+        raise ProxtalosError(message, **details)
+    return planned
 
 
 def render_talosconfig(params, bundle, existing, now=None):
@@ -273,38 +477,45 @@ def render_talosconfig(params, bundle, existing, now=None):
     return text, reused, key
 
 
-def plan(params, bundle):
-    """Render and compare. Returns {'writes': [(path, text)], 'diffs', 'secrets', 'config_changed',
-    'talosconfig_changed', 'reused', 'config_sha256'}; a file whose mode is not 0600 is rewritten."""
-    decision = {'writes': [], 'config_changed': False, 'talosconfig_changed': False, 'reused': False, 'diffs': [],
-                'secrets': [], 'config_sha256': ''}
-    if params['dest']:
-        if not params['machine_type']:
-            raise ValidationError('machine_type', 'is required with dest (controlplane or worker)')
-        text = render_node(params, bundle)
-        before = _existing_text(params['dest'])
-        decision['secrets'].extend(redact.config_secret_values(talos_config.parse_machine_config(text)))
-        decision['config_sha256'] = hashlib.sha256(text.encode('utf-8')).hexdigest()
-        mode_wrong = before is not None and files.file_mode(params['dest']) != files.FILE_MODE
-        if before != text or mode_wrong:
-            decision['config_changed'] = True
-            decision['writes'].append((params['dest'], text))
-            decision['diffs'].append({'before': redact.config_text(before), 'after': redact.config_text(text),
-                                      'before_header': '%s (last render)' % params['dest'] if before is not None else '(none)',
-                                      'after_header': '%s (this render)' % params['dest']})
+def plan(params, bundle, specs):
+    """Render and compare. Returns {'writes': [(path, text)], 'diffs', 'secrets', 'nodes' (plan_node of each spec),
+    'talosconfig_changed', 'reused'}; a file whose mode is not 0600 is rewritten."""
+    decision = {'writes': [], 'talosconfig_changed': False, 'reused': False, 'diffs': [], 'secrets': [], 'nodes': []}
+    if specs:
+        if len(specs) == 1 and not specs[0]['name']:
+            decision['nodes'] = [plan_node(specs[0], params['cluster'], bundle)]
+        else:
+            # The cluster values are checked once; each node's rendering starts from the same checked values.
+            decision['nodes'] = plan_nodes(specs, talos_config.normalize_cluster(params['cluster']), bundle)
+        for planned in decision['nodes']:
+            decision['secrets'].extend(planned['secrets'])
+            if planned['write']:
+                decision['writes'].append((planned['dest'], planned['text']))
+                decision['diffs'].append(planned['diff'])
     if params['talosconfig_dest']:
         before = _existing_text(params['talosconfig_dest'])
         text, reused, key = render_talosconfig(params, bundle, before)
         decision['secrets'].extend([key.decode('ascii'), pki.b64encode_pem(key)])
         decision['reused'] = reused
-        mode_wrong = before is not None and files.file_mode(params['talosconfig_dest']) != files.FILE_MODE
-        if before != text or mode_wrong:
+        if _needs_write(params['talosconfig_dest'], before, text):
             decision['talosconfig_changed'] = True
             decision['writes'].append((params['talosconfig_dest'], text))
             decision['diffs'].append({'before': redact.talosconfig_text(before), 'after': redact.talosconfig_text(text),
                                       'before_header': params['talosconfig_dest'] if before is not None else '(none)',
                                       'after_header': params['talosconfig_dest']})
     return decision
+
+
+def predict_without_bundle(params, specs):
+    """The decision of a check-mode run before the bundle exists: every file would be written."""
+    nodes = [{'name': spec['name'], 'dest': spec['dest'], 'text': None, 'write': True, 'diff': None,
+              'config_sha256': '', 'contract': talos_config.contract_of(spec['talos_version']), 'secrets': []}
+             for spec in specs]
+    writes = [(planned['dest'], None) for planned in nodes]
+    if params['talosconfig_dest']:
+        writes.append((params['talosconfig_dest'], None))
+    return dict(writes=writes, nodes=nodes, talosconfig_changed=bool(params['talosconfig_dest']), reused=False,
+                diffs=[], secrets=[])
 
 
 def merge_diffs(diffs):
@@ -320,27 +531,33 @@ def merge_diffs(diffs):
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=[('vault_password', 'vault_password_file')],
-                           required_one_of=[('dest', 'talosconfig_dest')])
+                           mutually_exclusive=[('vault_password', 'vault_password_file')]
+                           + [('nodes', option) for option in SINGLE_NODE_OPTIONS],
+                           required_one_of=[('dest', 'nodes', 'talosconfig_dest')])
     if not pki.HAS_CRYPTOGRAPHY:
         module.fail_json(msg=missing_required_lib('cryptography'), exception=str(pki.CRYPTOGRAPHY_IMPORT_ERROR))
     if not talosyaml.HAS_YAML:
         module.fail_json(msg=missing_required_lib('PyYAML'), exception=str(talosyaml.YAML_IMPORT_ERROR))
     params = module.params
+    multi = params['nodes'] is not None
     try:
+        contract = talos_config.contract_of(params['talos_version'])
+        if multi:
+            specs = node_specs(params)
+        else:
+            spec = single_node_spec(params)
+            specs = [spec] if spec else []
         password = files.vault_password(params, module.run_command)
         _secrets.register(module, password)
         if module.check_mode and not os.path.exists(params['secrets_path']):
             # First run in check mode: the secrets task only predicted the bundle. Everything would be written.
             module.warn('%s does not exist yet (check mode): the files would be rendered from the bundle the secrets task '
                         'writes' % params['secrets_path'])
-            decision = dict(writes=[(path, None) for path in (params['dest'], params['talosconfig_dest']) if path],
-                            config_changed=bool(params['dest']), talosconfig_changed=bool(params['talosconfig_dest']),
-                            reused=False, diffs=[], secrets=[], config_sha256='')
+            decision = predict_without_bundle(params, specs)
         else:
             bundle = read_bundle(params, password)
             _secrets.register(module, *bundle.secret_values())
-            decision = plan(params, bundle)
+            decision = plan(params, bundle, specs)
         _secrets.register(module, *decision['secrets'])
         changed = bool(decision['writes'])
         if changed and not module.check_mode:
@@ -351,18 +568,22 @@ def main():
     except (IOError, OSError) as exc:
         module.fail_json(msg='cannot read or write a Talos config file: %s' % exc, exception=traceback.format_exc())
 
+    single = decision['nodes'][0] if decision['nodes'] and not multi else None
     result = dict(
         changed=changed,
-        dest=params['dest'] or '',
-        config_sha256=decision['config_sha256'],
-        config_changed=decision['config_changed'],
+        dest=single['dest'] if single else '',
+        config_sha256=single['config_sha256'] if single else '',
+        config_changed=any(planned['write'] for planned in decision['nodes']),
+        nodes=dict((planned['name'], dict(dest=planned['dest'], config_sha256=planned['config_sha256'],
+                                          config_changed=planned['write'], contract=planned['contract']))
+                   for planned in decision['nodes']) if multi else {},
         talosconfig_dest=params['talosconfig_dest'] or '',
         talosconfig_changed=decision['talosconfig_changed'],
         client_certificate_reused=decision['reused'],
-        contract=talos_config.contract_of(params['talos_version']),
+        contract=contract,
     )
     if module._diff:
-        result['diff'] = merge_diffs(decision['diffs'])
+        result['diff'] = decision['diffs'] if multi else merge_diffs(decision['diffs'])
     module.exit_json(**result)
 
 

@@ -2,8 +2,9 @@
 
 One lab (3 control planes + 3 workers, time scale 0) for the module; the tests run in order on it:
 maintenance -> configured -> bootstrapped -> kubeconfig, a re-run with changed=0, a second bootstrap
-reported ok, a changed host patch applied to exactly that node (diff shown), a config with an unknown key
-refused naming the key, an unreachable node failing after the deadline, and a reboot hang reported.
+reported ok, a changed host patch applied to exactly that node (diff shown), a patch that does not apply failing
+the render naming the node (nothing written), a config with an unknown key refused naming the key, an unreachable
+node failing after the deadline, and a reboot hang reported.
 The secrets bundle is vault-encrypted (ANSIBLE_VAULT_PASSWORD_FILE, the role's default source).
 """
 
@@ -197,20 +198,56 @@ def test_a_changed_host_patch_applies_exactly_that_node_with_a_diff(converged):
     try:
         run = workspace.run('--tags', 'apply', '--diff')
         assert run.rc == 0, run.describe()
-        assert changed_hosts(run) == ['lab-w-1']
+        # The render task runs once for every node (its change is counted on the host that ran it, the first).
+        assert changed_hosts(run) == ['lab-cp-1', 'lab-w-1']
         applied = results_by_host(run, 'Apply the machine config')
         assert applied['lab-w-1']['changed'] is True and applied['lab-w-1']['applied_mode'] == 'no_reboot'
         assert '+    zone: b' in applied['lab-w-1']['diff']['prepared']
         assert all(result['changed'] is False for host, result in applied.items() if host != 'lab-w-1')
-        rendered = results_by_host(run, 'Machine config of every node')['lab-w-1']
-        assert 'zone: b' in rendered['diff']['after'] and 'zone: b' not in rendered['diff']['before']
+        rendered = results_by_host(run, 'Machine config of every node')
+        assert list(rendered) == ['lab-cp-1']
+        rendered = rendered['lab-cp-1']
+        assert sorted(rendered['nodes']) == sorted(CONTROL_PLANES + WORKERS)
+        assert [host for host, node in rendered['nodes'].items() if node['config_changed']] == ['lab-w-1']
+        assert rendered['talosconfig_changed'] is False
+        assert [diff['after_header'] for diff in rendered['diff']] == [
+            'lab-w-1: %s (this render)' % os.path.join(workspace.artifacts, 'lab-w-1.yaml')]
+        diff = rendered['diff'][0]
+        assert 'zone: b' in diff['after'] and 'zone: b' not in diff['before']
 
         again = workspace.run('--tags', 'apply')
         assert again.rc == 0 and again.changed == 0, again.describe()
     finally:
         workspace.host_patch('lab-w-1', None)
     restored = workspace.run('--tags', 'apply')
-    assert restored.rc == 0 and changed_hosts(restored) == ['lab-w-1'], restored.describe()
+    assert restored.rc == 0 and changed_hosts(restored) == ['lab-cp-1', 'lab-w-1'], restored.describe()
+    assert [host for host, result in results_by_host(restored, 'Apply the machine config').items() if result['changed']] == ['lab-w-1']
+
+
+def test_a_patch_that_does_not_apply_fails_naming_the_node_and_writes_nothing(converged):
+    workspace = converged
+    names = ['talosconfig'] + ['%s.yaml' % host for host in CONTROL_PLANES + WORKERS]
+
+    def files():
+        out = {}
+        for name in names:
+            with open(os.path.join(workspace.artifacts, name), 'rb') as handle:
+                out[name] = handle.read()
+        return out
+
+    kept = files()
+    workspace.host_patch('lab-w-2', [[{'op': 'replace', 'path': '/machine/nope', 'value': 1}]])
+    try:
+        run = workspace.run('--tags', 'secrets')
+        assert run.rc != 0
+        # One run renders every node: it fails on the host that ran it, naming the node and the patch.
+        message = '\n'.join(run.failures().values())
+        assert 'nodes[lab-w-2].patches.host[0]' in message and '/machine/nope' in message, message
+        assert files() == kept
+    finally:
+        workspace.host_patch('lab-w-2', None)
+    restored = workspace.run('--tags', 'secrets')
+    assert restored.rc == 0 and restored.changed == 0, restored.describe()
 
 
 def test_a_config_with_an_unknown_key_fails_naming_the_key(converged):

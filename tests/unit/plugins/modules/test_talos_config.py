@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import config, secrets, talosconfig, talosyaml
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import config, pki, secrets, talosconfig, talosyaml
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_config
 
 from talos_module_helpers import assert_no_secret, run_module
@@ -130,3 +130,180 @@ def test_check_mode_before_the_bundle_exists_predicts_the_writes(capsys, tmp_pat
     assert 'does not exist yet' in str(result['warnings'])
     result, _out = run_module(talos_config, capsys, **node_args(str(tmp_path / 'secrets' / 'not-yet.yaml'), dest))
     assert result['failed'] is True and result['field'] == 'secrets_path'
+
+
+# --- the multi-node form (nodes) ---------------------------------------------------------------------------
+
+def node_items(tmp_path, **host_patches):
+    """Three nodes: a control plane with a static address and two workers; host_patches: {name: [patch, ...]}."""
+    items = [dict(name='cp-1', machine_type='controlplane', dest=str(tmp_path / 'artifacts' / 'cp-1.yaml'),
+                  node={'hostname': 'cp-1', 'ip': '10.5.0.11', 'prefix': 24, 'gateway': '10.5.0.1'}),
+             dict(name='w-1', machine_type='worker', dest=str(tmp_path / 'artifacts' / 'w-1.yaml'),
+                  node={'hostname': 'w-1'}, patches={'group': [{'machine': {'nodeLabels': {'role': 'worker'}}}]}),
+             dict(name='w-2', machine_type='worker', dest=str(tmp_path / 'artifacts' / 'w-2.yaml'),
+                  node={'hostname': 'w-2'}, kubernetes_version='1.33.4')]
+    for item in items:
+        if item['name'] in host_patches:
+            item.setdefault('patches', {})['host'] = host_patches[item['name']]
+    return items
+
+
+def multi_args(secrets_path, tmp_path, items=None, **extra):
+    args = dict(secrets_path=secrets_path, cluster=CLUSTER, nodes=items if items is not None else node_items(tmp_path),
+                talosconfig_dest=str(tmp_path / 'artifacts' / 'talosconfig'), talosconfig_endpoints=['10.5.0.11'])
+    args.update(extra)
+    return args
+
+
+def read(path):
+    with open(path, encoding='utf-8') as handle:
+        return handle.read()
+
+
+def test_multi_node_renders_what_the_single_form_renders_then_is_unchanged(capsys, secrets_path, tmp_path, bundle):
+    result, out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path))
+    assert result['changed'] is True and result['config_changed'] is True and result['talosconfig_changed'] is True
+    assert sorted(result['nodes']) == ['cp-1', 'w-1', 'w-2']
+    assert_no_secret(out, bundle.secret_values())
+    for item in node_items(tmp_path):
+        node_result = result['nodes'][item['name']]
+        assert node_result['dest'] == item['dest'] and node_result['config_changed'] is True
+        assert node_result['contract'] == '1.13'
+        assert stat.S_IMODE(os.stat(item['dest']).st_mode) == 0o600
+        # The same bytes the single form writes for this node.
+        single_dest = str(tmp_path / 'single' / ('%s.yaml' % item['name']))
+        single, _out = run_module(talos_config, capsys, secrets_path=secrets_path, cluster=CLUSTER, dest=single_dest,
+                                  **dict((key, value) for key, value in item.items() if key not in ('name', 'dest')))
+        assert read(single_dest) == read(item['dest'])
+        assert single['config_sha256'] == node_result['config_sha256']
+    documents = config.validate_machine_config(read(str(tmp_path / 'artifacts' / 'w-2.yaml')), '1.13')
+    assert documents[0]['machine']['kubelet']['image'].endswith(':v1.33.4')
+    documents = config.validate_machine_config(read(str(tmp_path / 'artifacts' / 'w-1.yaml')), '1.13')
+    assert documents[0]['machine']['nodeLabels'] == {'role': 'worker'}
+    assert talosconfig.parse_talosconfig(read(str(tmp_path / 'artifacts' / 'talosconfig'))).endpoints == ['10.5.0.11']
+
+    before = dict((name, read(str(tmp_path / 'artifacts' / name))) for name in ('cp-1.yaml', 'w-1.yaml', 'w-2.yaml'))
+    again, _out = run_module(talos_config, capsys, _ansible_diff=True, **multi_args(secrets_path, tmp_path))
+    assert again['changed'] is False and again['config_changed'] is False and again['talosconfig_changed'] is False
+    assert all(node['config_changed'] is False for node in again['nodes'].values())
+    assert again['diff'] == []
+    assert dict((name, read(str(tmp_path / 'artifacts' / name))) for name in before) == before
+
+
+def test_multi_node_reads_the_bundle_and_parses_its_keys_once(capsys, secrets_path, tmp_path, monkeypatch):
+    reads = []
+    real_read_bundle = talos_config.read_bundle
+    monkeypatch.setattr(talos_config, 'read_bundle', lambda *args: reads.append(args) or real_read_bundle(*args))
+    parsed = []
+    real_load = pki.serialization.load_pem_private_key
+    monkeypatch.setattr(pki, '_PARSED_KEYS', {})
+    monkeypatch.setattr(pki.serialization, 'load_pem_private_key',
+                        lambda pem, **kwargs: parsed.append(pem) or real_load(pem, **kwargs))
+    result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path))
+    assert result['changed'] is True and len(result['nodes']) == 3
+    assert len(reads) == 1
+    # Every key is parsed at most once, however many nodes (the RSA service account key among them).
+    assert parsed and len(parsed) == len(set(parsed))
+
+
+def test_multi_node_a_bad_patch_names_that_node_and_writes_nothing(capsys, secrets_path, tmp_path):
+    bad = [[{'op': 'replace', 'path': '/machine/nope', 'value': 1}]]
+    result, out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, node_items(tmp_path, **{'w-1': bad})))
+    assert result['failed'] is True
+    assert result['field'] == 'nodes[w-1].patches.host[0]' and result['node'] == 'w-1'
+    assert result['msg'].startswith('nodes[w-1].patches.host[0]: ') and '/machine/nope' in result['msg']
+    assert 'cp-1' not in result['msg'] and 'w-2' not in result['msg']
+    assert not os.path.exists(str(tmp_path / 'artifacts'))
+
+
+def test_multi_node_every_failing_node_is_named(capsys, secrets_path, tmp_path):
+    bad = [[{'op': 'replace', 'path': '/machine/nope', 'value': 1}]]
+    items = node_items(tmp_path, **{'w-1': bad})
+    items[2]['node'] = {'hostname': 'w-2', 'install_disk': 'sdb'}
+    result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, items))
+    assert result['failed'] is True and result['msg'].startswith('2 nodes cannot be rendered: ')
+    assert result['field'] == 'nodes[w-1].patches.host[0]'
+    assert sorted(result['failed_nodes']) == ['w-1', 'w-2']
+    assert result['failed_nodes']['w-2'].startswith('nodes[w-2].node.install_disk: must be a device path')
+    assert not os.path.exists(str(tmp_path / 'artifacts'))
+
+
+def test_multi_node_check_mode_writes_nothing_and_diffs_each_node_without_secrets(capsys, secrets_path, tmp_path, bundle):
+    result, out = run_module(talos_config, capsys, _ansible_check_mode=True, _ansible_diff=True,
+                             **multi_args(secrets_path, tmp_path))
+    assert result['changed'] is True and all(node['config_changed'] for node in result['nodes'].values())
+    assert not os.path.exists(str(tmp_path / 'artifacts'))
+    assert [diff['after_header'] for diff in result['diff']] == [
+        'cp-1: %s (this render)' % (tmp_path / 'artifacts' / 'cp-1.yaml'),
+        'w-1: %s (this render)' % (tmp_path / 'artifacts' / 'w-1.yaml'),
+        'w-2: %s (this render)' % (tmp_path / 'artifacts' / 'w-2.yaml'),
+        str(tmp_path / 'artifacts' / 'talosconfig')]
+    assert_no_secret(out, bundle.secret_values())
+
+    # After a real run, a host patch of one node: check mode predicts exactly that node, diff shows the patch.
+    run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path))
+    patched = multi_args(secrets_path, tmp_path, node_items(tmp_path, **{'w-2': [{'machine': {'nodeLabels': {'zone': 'b'}}}]}))
+    before = read(str(tmp_path / 'artifacts' / 'w-2.yaml'))
+    result, out = run_module(talos_config, capsys, _ansible_check_mode=True, _ansible_diff=True, **patched)
+    assert result['changed'] is True
+    assert [name for name, node in result['nodes'].items() if node['config_changed']] == ['w-2']
+    assert len(result['diff']) == 1 and result['diff'][0]['before_header'].startswith('w-2: ')
+    changed = set(result['diff'][0]['after'].splitlines()) - set(result['diff'][0]['before'].splitlines())
+    assert changed == {'  nodeLabels:', '    zone: b'}  # a worker has no node labels of its own
+    assert read(str(tmp_path / 'artifacts' / 'w-2.yaml')) == before
+    assert_no_secret(out, bundle.secret_values())
+
+
+def test_multi_node_mode_drift_is_rewritten(capsys, secrets_path, tmp_path):
+    run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path))
+    os.chmod(str(tmp_path / 'artifacts' / 'w-1.yaml'), 0o644)
+    result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path))
+    assert result['changed'] is True
+    assert [name for name, node in result['nodes'].items() if node['config_changed']] == ['w-1']
+    assert stat.S_IMODE(os.stat(str(tmp_path / 'artifacts' / 'w-1.yaml')).st_mode) == 0o600
+
+
+@pytest.mark.parametrize('change, field, reason', [
+    (lambda items: items[1].pop('machine_type'), 'nodes[w-1].machine_type', 'is required'),
+    (lambda items: items[1].update(machine_type='master'), 'nodes[w-1].machine_type', 'must be controlplane or worker'),
+    (lambda items: items[2].pop('dest'), 'nodes[w-2].dest', 'is required'),
+    (lambda items: items[2].update(dest=items[0]['dest']), 'nodes[w-2].dest', 'is also the dest of nodes[cp-1]'),
+    (lambda items: items[2].update(name='w-1'), 'nodes[w-1].name', 'two items have this name'),
+    (lambda items: items[0].pop('name'), 'nodes[0].name', 'is required'),
+    (lambda items: items[1].update(host_patches=[]), 'nodes[w-1].host_patches', 'unknown key'),
+    (lambda items: items[1].update(node='w-1'), 'nodes[w-1].node', 'must be a mapping'),
+    (lambda items: items[1].update(requires_install='yes'), 'nodes[w-1].requires_install', 'must be true or false'),
+    (lambda items: items[1].update(node={'hostname': 'W_1'}), 'nodes[w-1].node.hostname', 'must be lower-case'),
+    (lambda items: items[0].update(talos_version='v1.9.0'), 'nodes[cp-1].talos_version', ''),
+    (lambda items: items.clear(), 'nodes', 'is empty'),
+])
+def test_multi_node_bad_items_name_the_node_and_the_key(capsys, secrets_path, tmp_path, change, field, reason):
+    items = node_items(tmp_path)
+    change(items)
+    result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, items))
+    assert result['failed'] is True and result['field'] == field and reason in result['msg'], result
+    assert not os.path.exists(str(tmp_path / 'artifacts'))
+
+
+def test_multi_node_is_exclusive_with_the_single_form(capsys, secrets_path, tmp_path):
+    result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, dest=str(tmp_path / 'x.yaml')))
+    assert result['failed'] is True and 'mutually exclusive' in result['msg'] and 'nodes' in result['msg']
+    assert not os.path.exists(str(tmp_path / 'artifacts'))
+
+
+def test_multi_node_check_mode_before_the_bundle_exists_predicts_every_node(capsys, tmp_path):
+    missing = str(tmp_path / 'secrets' / 'not-yet.yaml')
+    result, _out = run_module(talos_config, capsys, _ansible_check_mode=True, **multi_args(missing, tmp_path))
+    assert result['changed'] is True and result['talosconfig_changed'] is True
+    assert all(node['config_changed'] for node in result['nodes'].values()) and len(result['nodes']) == 3
+    assert 'does not exist yet' in str(result['warnings'])
+    assert not os.path.exists(str(tmp_path / 'artifacts'))
+
+
+def test_multi_node_dest_is_expanded_like_a_path_option(capsys, secrets_path, tmp_path, monkeypatch):
+    monkeypatch.setenv('CONFIGS_DIR', str(tmp_path / 'from-env'))
+    items = node_items(tmp_path)[:1]
+    items[0]['dest'] = '$CONFIGS_DIR/cp-1.yaml'
+    result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, items))
+    assert result['nodes']['cp-1']['dest'] == str(tmp_path / 'from-env' / 'cp-1.yaml')
+    assert os.path.exists(str(tmp_path / 'from-env' / 'cp-1.yaml'))
