@@ -231,8 +231,8 @@ def gates_from_result(task_name, result, status, host):
     result key `gates` is a list of gate dicts (`name`, `ok`, optional `host` - the inventory host the gate is
     about, default the task's host -, `observation`, `elapsed`, `attempts`, `target`, `diagnosis`, and
     `started_at`/`ended_at`, the wall clock (seconds since the epoch) when the module began and finished
-    checking it: the record's start and end, kept inside the task's); each becomes one record. A failed task whose listed gates all passed (it failed before or after them) marks
-    them failed with the task's message. Without a `gates` list, the single-gate conventions apply.
+    checking it: the record's start and end, kept inside the task's); each becomes one record. A failed task
+    whose listed gates all passed (it failed before or after them) marks them failed with the task's message. Without a `gates` list, the single-gate conventions apply.
     """
     if status == 'skipped':
         return []
@@ -255,9 +255,9 @@ def gates_from_result(task_name, result, status, host):
             'started_at': _number(item.get('started_at')),
             'ended_at': _number(item.get('ended_at')),
         }))
-    if status in FAILED_STATUSES and all(record['ok'] for _, record in records):
+    if status in FAILED_STATUSES and all(record['ok'] for _gate_host, record in records):
         message = clip(result_message(result) or 'failed')
-        for _, record in records:
+        for _gate_host, record in records:
             record.update(ok=False, observation=message)
     return records
 
