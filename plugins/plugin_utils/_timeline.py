@@ -232,7 +232,8 @@ def gates_from_result(task_name, result, status, host):
     about, default the task's host -, `observation`, `elapsed`, `attempts`, `target`, `diagnosis`, and
     `started_at`/`ended_at`, the wall clock (seconds since the epoch) when the module began and finished
     checking it: the record's start and end, kept inside the task's); each becomes one record. A failed task
-    whose listed gates all passed (it failed before or after them) marks them failed with the task's message. Without a `gates` list, the single-gate conventions apply.
+    whose listed gates all passed (it failed before or after them) marks them failed with the task's message.
+    Without a `gates` list, the single-gate conventions apply.
     """
     if status == 'skipped':
         return []
