@@ -402,5 +402,6 @@ def test_the_multi_node_form_diagnoses_every_worker_in_one_run_and_does_not_fail
     assert 'lab-w-3 (%s:50000): kubelet did not run within 0s; last seen: does not answer' % gone.address in result['summary']
     assert_no_secret(out, [fleet.talosconfig['contexts']['lab']['key']])
     fleet.clear('talos-kubelet-volume', 'm-stuck')
-    healed, dummy = run_module(module, capsys, nodes=nodes[:2], **dict(args, wait_timeout=20))
+    args['wait_timeout'] = 20
+    healed, dummy = run_module(module, capsys, nodes=nodes[:2], **args)
     assert healed.get('failed') is not True and healed['nodes_running'] == ['lab-w-1', 'lab-w-2']
