@@ -16,8 +16,9 @@ pytestmark = [
     pytest.mark.skipif(not os.access(os.path.join(TOOLS, 'helm'), os.X_OK), reason='no helm in .tools/bin (make setup)'),
 ]
 
-CNI_GATES = ['Gate - Kubernetes API ready', 'Gate - ALL nodes registered', 'Gate - a Ready Cilium agent on every node',
-             'Gate - ALL nodes Ready', 'Gate - Cilium operator available']
+CNI_GATES = ['Kubernetes API ready', 'ALL nodes registered', 'a Ready Cilium agent on every node', 'ALL nodes Ready',
+             'Cilium operator available (as many replicas as can be scheduled now)']
+GATES_TASK = 'Gates - Kubernetes API ready, ALL nodes registered'
 
 
 @pytest.fixture(scope='module')
@@ -32,36 +33,55 @@ def cluster(tmp_path_factory):
 
 
 def gate_order(run):
-    """The names of the gates of the cni play, in the order they ran."""
+    """The names of the gates of the cni play, in the order they ran: a `Gate - ` task's name, or each gate a
+    task lists in its result's `gates` (the run report's convention 0)."""
     names = []
     for play in run.data['plays']:
         if not play['play']['name'].startswith('Stage cni'):
             continue
         for task in play['tasks']:
             name = task['task']['name'].split(' : ', 1)[-1]   # the JSON callback may prefix the role
-            if name.startswith('Gate - '):
-                names.append(name)
+            listed = [result.get('gates') for result in task['hosts'].values() if isinstance(result.get('gates'), list)]
+            if listed:
+                names.extend(gate['name'] for gate in listed[0])
+            elif name.startswith('Gate - '):
+                names.append(name[len('Gate - '):])
     return names
+
+
+def changed_tasks(run):
+    """[(task name, host)] of every result that reported changed: what a re-run that should change nothing did."""
+    return [(task['task']['name'], host) for play in run.data['plays'] for task in play['tasks']
+            for host, result in task['hosts'].items() if result.get('changed')]
+
+
+def gate_result(run, title):
+    """[(host, result)] of the cni gate with that title, from the result of the stage's one gates task."""
+    return [(host, step) for host, result in run.results(GATES_TASK) for step in result.get('results', [])
+            if step['title'] == title]
 
 
 def test_inline_cilium_passes_the_gates_in_order_and_a_rerun_changes_nothing(cluster):
     first = cluster.first
     assert first.rc == 0, first.explain()
-    assert [name.split(' (')[0] for name in gate_order(first)] == CNI_GATES
+    assert gate_order(first) == CNI_GATES
+    (host, gates), = first.results(GATES_TASK)   # one module run for the five gates
+    assert [gate['ok'] for gate in gates['gates']] == [True] * 5
     (host, report), = first.results('Cilium operator replicas - available, and schedulable now')
     assert report['msg'] == ('cilium-operator: Deployment kube-system/cilium-operator available 2/2; 2 of 2 schedulable now')
-    (host, agents), = first.results('Gate - a Ready Cilium agent on every node')
+    (host, agents), = gate_result(first, 'a Ready Cilium agent on every node')
     assert agents['passed'] is True and agents['summary'].startswith('pods k8s-app=cilium Ready 6/6')
 
     again = cluster.site('--tags', 'cni,apps')
     assert again.rc == 0, again.explain()
-    assert set(again.changed().values()) == {0}, again.changed()
+    assert set(again.changed().values()) == {0}, changed_tasks(again)
 
     # check mode over the healthy cluster: every gate probes once and passes, nothing would change
     checked = cluster.site('--tags', 'cni,apps', '--check')
     assert checked.rc == 0, checked.explain()
-    assert set(checked.changed().values()) == {0}, checked.changed()
-    assert all(result['attempts'] == 1 for name, result in checked.results('Gate - ALL nodes Ready'))
+    assert set(checked.changed().values()) == {0}, changed_tasks(checked)
+    (host, gates), = checked.results(GATES_TASK)
+    assert [step['attempts'] for step in gates['results']] == [1] * 5
 
 
 def test_kubectl_and_helm_from_the_npm_package_read_the_lab_cluster(cluster):
@@ -84,10 +104,14 @@ def test_a_crashlooping_cilium_agent_fails_the_cni_gate_naming_the_node_and_the_
         failed = cluster.site('--tags', 'cni', '-e', 'cni_agents_timeout=2', '-e', 'cni_wait_sleep=1')
         assert failed.rc != 0
         (task, host, message), = failed.failures()
-        assert task.endswith('Gate - a Ready Cilium agent on every node')
+        assert GATES_TASK in task
         first, rest = message.split('\n', 1)
-        assert first.startswith('pods k8s-app=cilium in namespace kube-system not reached after 2.')
+        assert first.startswith("gate 'a Ready Cilium agent on every node' (step 3 of 5) failed: "
+                                'pods k8s-app=cilium in namespace kube-system not reached after 2.')
         assert 'on nodes 5/6' in first
+        assert rest.endswith('not run: ALL nodes Ready, Cilium operator available (as many replicas as can be scheduled now)')
+        (host, gates), = failed.results(GATES_TASK)
+        assert [(gate['name'], gate['ok']) for gate in gates['gates']] == [(name, name != CNI_GATES[2]) for name in CNI_GATES[:3]]
         assert re.search(r'- lab-w-3: cilium-\w+ CrashLoopBackOff \(container cilium-agent, \d+ restarts, last exit code 1 Error\)',
                          rest), rest
         assert 'lab-w-1' not in rest and 'lab-w-2' not in rest
@@ -120,7 +144,7 @@ def single(tmp_path_factory):
 def test_single_control_plane_passes_with_one_operator_replica_of_two_schedulable(single):
     run = single.first
     assert run.rc == 0, run.explain()
-    (host, gate), = run.results('Gate - Cilium operator available')
+    (host, gate), = gate_result(run, CNI_GATES[4])
     assert gate['passed'] is True
     assert gate['summary'].startswith('Deployment kube-system/cilium-operator available 1/2 (1 required: 1 of 2 replicas can be '
                                       'scheduled on 1 eligible node(s) (required pod anti-affinity on kubernetes.io/hostname allows 1)')

@@ -15,7 +15,7 @@ middle of the stage's work rather than between stages:
                   has --forks 2, at time scale 0 all six would take their configs at the same moment)
   bootstrap       the Bootstrap call reached the first control plane (etcd forming, services gate not run)
   kubeconfig      the Kubeconfig call reached the control plane (file maybe written, readyz gate not run)
-  cni             its API gate reported (the node, agent and operator gates not run)
+  cni             its kubelet check of the workers reported (the gates - one k8s_gate run - not run)
   apps            the first write of the stage reached the API server (CRDs first, then the releases)
   sealed_secrets  the keypair was written (the key Secret not necessarily applied)
   flux            the first write into flux-system reached the API server
@@ -114,7 +114,7 @@ def trigger(stage, workspace, running, requests):
         return bool(hits), 'writes into flux-system: %d' % len(hits)
     results = stage_results(running.events(), stage)
     if stage == 'cni':
-        results = [r for r in results if 'Gate - Kubernetes API ready' in r[1]]
+        results = [r for r in results if 'Kubelet on the workers' in r[1]]
     return bool(results), 'results of stage %s: %d' % (stage, len(results))
 
 
