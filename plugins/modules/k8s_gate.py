@@ -412,7 +412,8 @@ gates:
   description:
     - With O(gates), the run report's gate records (proxtalos.cluster docs/report.md, convention 0), one per gate
       that ran, in order - C(name) (the title), C(ok), C(observation) (the summary), C(elapsed), C(attempts),
-      C(target), C(diagnosis).
+      C(target), C(diagnosis), and C(started_at) and C(ended_at), the wall clock (seconds since the epoch) when the
+      gate began and finished.
   type: list
   elements: dict
   returned: with O(gates)

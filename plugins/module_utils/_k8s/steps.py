@@ -13,6 +13,7 @@ own deadline, and stops at the first step that does not pass: the steps after it
 from __future__ import annotations
 
 import copy
+import time
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
@@ -112,10 +113,14 @@ def gate_result(gate, gate_run, timeline):
 class StepOutcome(object):
     """What one step did: its result dict (`results` item), and the failure text when it did not pass."""
 
-    def __init__(self, step, result, failure=None):
+    def __init__(self, step, result, failure=None, started_at=None, ended_at=None):
         self.step = step
         self.result = result
         self.failure = failure
+        # wall clock (seconds since the epoch) when the gate began and finished: the run report places each
+        # gate of the task at its own time (docs/report.md, convention 0)
+        self.started_at = started_at
+        self.ended_at = ended_at
 
     @property
     def passed(self):
@@ -131,10 +136,13 @@ class StepOutcome(object):
             'attempts': self.result['attempts'],
             'target': self.result['target'],
             'diagnosis': self.result.get('diagnosis', []),
+            'started_at': self.started_at,
+            'ended_at': self.ended_at,
         }
 
 
-def _run_step(step, client, interval, progress_file):
+def _run_step(step, client, interval, progress_file, wall_clock):
+    started_at = wall_clock()
     requests_before = client.requests
     timeline = progress.Progress('k8s_gate %s (%s)' % (step.title, step.gate.target()), progress_file, step=step.title)
     gate_run = None
@@ -162,14 +170,14 @@ def _run_step(step, client, interval, progress_file):
         failure = gates.explain(gate_run, client)
         result['diagnosis'] = failure.splitlines()[1:]
     result['api_requests'] = client.requests - requests_before
-    return StepOutcome(step, result, failure)
+    return StepOutcome(step, result, failure, round(started_at, 3), round(wall_clock(), 3))
 
 
-def run_steps(steps, client, interval, progress_file=None):
+def run_steps(steps, client, interval, progress_file=None, wall_clock=time.time):
     """Run the steps in order on one client; stop after the first that does not pass. Returns the outcomes."""
     outcomes = []
     for step in steps:
-        outcome = _run_step(step, client, interval, progress_file)
+        outcome = _run_step(step, client, interval, progress_file, wall_clock)
         outcomes.append(outcome)
         if not outcome.passed:
             break

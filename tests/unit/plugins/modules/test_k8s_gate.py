@@ -209,6 +209,10 @@ def test_gates_run_in_order_on_one_client(kube, clock, capsys):
     assert [call[:2] for call in kube.calls[:3]] == [('readyz', False), ('list', 'Node'), ('list', 'Node')]
     assert len(kube.built_with) == 1 and result['api_requests'] == kube.requests == 6
     assert [step['api_requests'] for step in result['results']] == [1, 1, 4]
+    # each gate's wall-clock span, in order and not overlapping (the fake clock does not move the wall clock)
+    spans = [(gate.pop('started_at'), gate.pop('ended_at')) for gate in result['gates']]
+    assert all(isinstance(value, float) for span in spans for value in span)
+    assert all(start <= end for start, end in spans) and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
     assert result['gates'] == [
         {'name': 'API ready', 'ok': True, 'observation': 'API /readyz ok', 'elapsed': 0.0, 'attempts': 1,
          'target': 'API /readyz', 'diagnosis': []},
