@@ -66,10 +66,38 @@ def test_the_report_stage_alone_reads_and_changes_nothing(converged_cluster, mod
     assert [(stage, task) for stage, task, _host, _result, _event in run.results()
             if stage not in ('always', 'report') and 'Validating arguments' not in task] == []
     assert run.changed() == []
-    talos = [host for _stage, task, host, _result, _event in run.results('report', task='Talos version')]
+    # one talos_info run reads every node (run_once): one result, with every node's facts in report_facts_by_host
+    talos = [result for _stage, task, _host, result, _event in run.results('report', task='Talos version')]
     nodes = [host for _stage, task, host, _result, _event in run.results('report', task='registered in Kubernetes')]
-    assert sorted(talos) == ['lab-cp-1', 'lab-cp-2', 'lab-cp-3', 'lab-w-1', 'lab-w-2', 'lab-w-3'] and len(nodes) == 1
+    assert len(talos) == 1 and len(nodes) == 1
+    assert sorted(talos[0]['report_facts_by_host']) == ['lab-cp-1', 'lab-cp-2', 'lab-cp-3', 'lab-w-1', 'lab-w-2', 'lab-w-3']
+    assert talos[0]['failed_nodes'] == {} and talos[0]['gates'] == []
+    assert [host for _stage, task, host, _result, event in run.results('report', task='did not answer the read')
+            if event != 'v2_runner_on_skipped'] == []
     report = load_report(converged_cluster.artifacts)
     assert report['check_mode'] is bool(mode)
     assert [stage['name'] for stage in report['stages']] == ['report']
     assert_node_facts(report, ['lab-cp-1', 'lab-cp-2', 'lab-cp-3'])
+
+
+def test_a_node_that_does_not_answer_fails_its_own_host_and_the_others_are_reported(converged_cluster):
+    lab = converged_cluster.lab
+    address = next(row['address'] for row in lab.vms() if row['name'] == 'lab-w-2')
+    lab.fault('talos-unreachable', 'lab-w-2')
+    try:
+        run = converged_cluster.run('--tags', 'report', label='report-unreachable',
+                                    extra_vars={'report_wait_timeout': 2, 'report_call_timeout': 1, 'report_wait_sleep': 0.5})
+    finally:
+        lab.clear('talos-unreachable', 'lab-w-2')
+    assert not run.ok
+    failures = [(host, message) for stage, _task, host, message in run.failures() if stage == 'report']
+    assert len(failures) == 1 and failures[0][0] == 'lab-w-2', run.explain()
+    assert failures[0][1].startswith('lab-w-2 (%s:50000): gave up after 2s waiting for the Talos API answering on port '
+                                     '50000' % address), failures[0][1]
+    # the other nodes were read, and the Kubernetes nodes listing still ran on a host that did not fail
+    talos = [result for _stage, _task, _host, result, _event in run.results('report', task='Talos version')]
+    assert sorted(talos[0]['report_facts_by_host']) == ['lab-cp-1', 'lab-cp-2', 'lab-cp-3', 'lab-w-1', 'lab-w-3']
+    assert [event for _stage, _task, _host, _result, event in run.results('report', task='registered in Kubernetes')] == [
+        'v2_runner_on_ok']
+    observed = dict((node['name'], node.get('observed') or {}) for node in load_report(converged_cluster.artifacts)['facts']['nodes'])
+    assert observed['lab-w-1']['talos_stage'] == 'running' and 'talos_mode' not in observed['lab-w-2']
