@@ -188,10 +188,11 @@ class VmWatch(object):
 class ManyResult(object):
     """The outcome of gate_many: each VM's watch, the rounds, elapsed seconds, the largest pool used."""
 
-    def __init__(self, watches, wait_result, workers):
+    def __init__(self, watches, wait_result, workers, started_at=None):
         self.watches = watches
         self.wait_result = wait_result
         self.workers = workers
+        self.started_at = started_at  # wall clock (time.time()) when the first round began
 
     @property
     def failed(self):
@@ -233,6 +234,7 @@ def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic
     timeout, interval = _argspec.wait_params(params)
     wait_for = params['wait_for']
     watches = [VmWatch(vm, make_probe(client, vm)) for vm in vms]
+    started_at = time.time()
     start = clock()
     workers = max(1, min(len(watches), max_workers))
     busy = {'now': 0, 'most': 0}
@@ -276,7 +278,7 @@ def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic
     for watch in watches:
         if watch.elapsed is None:
             watch.elapsed = result.elapsed
-    return ManyResult(watches, result, busy['most'])
+    return ManyResult(watches, result, busy['most'], started_at)
 
 
 def failure_text(watch, wait_for):
@@ -310,6 +312,9 @@ def gate_records(outcome, wait_for):
             'target': 'VM %s%s' % (watch.vm['vmid'], ' on PVE node %s' % node if node else ''),
             'diagnosis': [],
         })
+        if outcome.started_at is not None:
+            records[-1].update(started_at=round(outcome.started_at, 3),
+                               ended_at=round(outcome.started_at + watch.elapsed, 3))
     return records
 
 

@@ -191,7 +191,9 @@ gates:
   description:
     - With O(vms) and O(wait_for) running or address, one gate per VM for the run report (convention 0 of
       docs/report.md) - name (C(the VM runs and its guest agent reports its address), or C(the VM runs)), ok,
-      host (the VM's O(vms[].name)), observation, elapsed, attempts, target (VM id and PVE node), diagnosis.
+      host (the VM's O(vms[].name)), observation, elapsed, attempts, target (VM id and PVE node), diagnosis,
+      started_at and ended_at (wall clock, seconds since the epoch - from the first round until this VM passed or
+      the wait ended).
   returned: with O(vms), when waiting (also on failure)
   type: list
   elements: dict

@@ -133,6 +133,9 @@ def test_one_deadline_a_vm_that_passed_is_not_probed_again_and_only_the_failing_
     assert set(g['name'] for g in gates.values()) == {'the VM runs and its guest agent reports its address'}
     assert gates['node-2']['observation'] == message[len('1 of 3 VMs did not pass: '):]
     assert gates['node-1']['attempts'] == 3 and gates['node-2']['target'] == 'VM 1002 on PVE node pve1'
+    # each gate's own span on the wall clock: from the first round to when that VM passed (or the deadline)
+    assert all(g['started_at'] == round(outcome.started_at, 3) for g in gates.values())
+    assert [round(gates[h]['ended_at'] - gates[h]['started_at'], 1) for h in ('node-0', 'node-1', 'node-2')] == [0.0, 2.0, 5.0]
 
 
 def test_a_permanent_error_ends_only_that_vms_wait_and_transient_errors_are_not_yet():
