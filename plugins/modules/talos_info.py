@@ -195,12 +195,15 @@ gates:
     - With O(nodes) and O(gate_name), one gate per node, passed or failed, in the order of O(nodes) (the run
       report's convention 0) - C(name) (O(gate_name)), C(ok), C(host) (the node's name), C(observation) (what was
       seen last, or why it failed), C(elapsed), C(attempts) (probes), C(target) (address:port), C(diagnosis) (the
-      failing services, one line each).
+      failing services, one line each), C(started_at) and C(ended_at) (wall clock, seconds since the epoch - when
+      the run began probing and when this node's checks ended, so the report places each node's gate inside the
+      task).
   returned: with O(nodes)
   type: list
   elements: dict
   sample: [{name: the Talos API answers on port 50000, ok: true, host: lab-w-1, observation: answers (configured),
-            elapsed: 0.2, attempts: 1, target: '10.5.0.21:50000', diagnosis: []}]
+            elapsed: 0.2, attempts: 1, target: '10.5.0.21:50000', diagnosis: [], started_at: 1796263200.101,
+            ended_at: 1796263200.301}]
 report_facts_by_host:
   description: With O(nodes), RV(report_facts) of each node that passed, by its name.
   returned: with O(nodes)
@@ -242,6 +245,8 @@ report_facts:
       description: The number of etcd members the node sees, when etcd was read without an error.
       type: int
 """
+
+import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
@@ -411,9 +416,10 @@ def probe_one(module, credentials):
     module.exit_json(**result)
 
 
-def gate_of(gate_name, name, node_session, ok, observation, elapsed, attempts, diagnosis):
-    return {'name': gate_name, 'ok': ok, 'host': name, 'observation': observation, 'elapsed': round(elapsed, 3),
-            'attempts': attempts, 'target': node_session.name, 'diagnosis': diagnosis}
+def gate_of(gate_name, name, node_session, ok, observation, node_result, attempts, diagnosis, span):
+    return {'name': gate_name, 'ok': ok, 'host': name, 'observation': observation, 'elapsed': node_result['elapsed'],
+            'attempts': attempts, 'target': node_session.name, 'diagnosis': diagnosis,
+            'started_at': round(span[0], 3), 'ended_at': round(span[1], 3)}
 
 
 def probe_all(module, credentials):
@@ -426,6 +432,8 @@ def probe_all(module, credentials):
                     for item in targets)
     progress = talos_nodes.NodesProgress([item['name'] for item in targets], deadline=deadline)
     results = dict((item['name'], empty_result()) for item in targets)
+    started_at = time.time()
+    ended_at = {}
 
     def work(item):
         name = item['name']
@@ -436,25 +444,26 @@ def probe_all(module, credentials):
                               sink=progress.sink_for(name))
         finally:
             results[name]['elapsed'] = round(deadline.elapsed(), 3)
+            ended_at[name] = time.time()
             progress.done(name)
 
     gates, facts, failed = [], {}, {}
     for item, outcome, error in talos_nodes.run_each(targets, work):
         name, node_session, node_result = item['name'], sessions[item['name']], results[item['name']]
         node_result['node'] = node_session.name
+        span = (started_at, ended_at[name])
         if error is None:
             facts[name] = node_result['report_facts']
             if params['gate_name']:
-                gates.append(gate_of(params['gate_name'], name, node_session, True, outcome[0], node_result['elapsed'],
-                                     outcome[1], []))
+                gates.append(gate_of(params['gate_name'], name, node_session, True, outcome[0], node_result, outcome[1], [], span))
             continue
         failed[name] = talos_nodes.failure_line(name, node_session, error)
         node_result['failing_services'] = error.details.get('failing_services') or []
         node_result['report_facts'] = {}
         if params['gate_name']:
-            gates.append(gate_of(params['gate_name'], name, node_session, False, str(error), node_result['elapsed'],
+            gates.append(gate_of(params['gate_name'], name, node_session, False, str(error), node_result,
                                  error.details.get('attempts') or 0,
-                                 [health.describe_service_problem(problem) for problem in node_result['failing_services']]))
+                                 [health.describe_service_problem(problem) for problem in node_result['failing_services']], span))
     outcome = dict(changed=False, nodes=results, gates=gates, report_facts_by_host=facts, failed_nodes=failed,
                    elapsed=round(deadline.elapsed(), 3))
     if failed:

@@ -236,12 +236,16 @@ def test_a_slow_node_does_not_delay_the_others_probes(capsys, monkeypatch, talos
         fast.append(node)
     FakeCluster(slow, *fast).install(monkeypatch)
     result, _out = run_module(talos_info, capsys, nodes=node_items([slow] + fast), talosconfig_content=talosconfig[0],
-                              gather=['services', 'version'], wait_timeout=30, wait_sleep=0.01)
+                              gather=['services', 'version'], gate_name='read', wait_timeout=30, wait_sleep=0.01)
     assert 'failed' not in result, result['msg']
     # the slow node's service list was answered only after the three others had read their versions (their last read)
     assert slow.released is True
     assert sorted(read) == ['10.5.0.21', '10.5.0.22', '10.5.0.23']
     assert result['nodes']['cp-1']['elapsed'] >= max(result['nodes'][name]['elapsed'] for name in ('w-1', 'w-2', 'w-3'))
+    # each node's gate spans its own check: one start for all, the slow node's end after every other node's
+    gates = dict((gate['host'], gate) for gate in result['gates'])
+    assert len(set(gate['started_at'] for gate in gates.values())) == 1
+    assert all(gate['started_at'] <= gate['ended_at'] <= gates['cp-1']['ended_at'] for gate in gates.values())
 
 
 def test_the_nodes_wait_at_the_same_time(capsys, monkeypatch):
