@@ -4,8 +4,9 @@ A lab (1 control plane + 2 workers, time scale 0) is taken through site.yml up t
 the stage's waiting gates, N times over:
 
 1. the gate's condition is made false in the lab (a fault);
-2. the gate runs (k8s_gate through ansible-playbook, exactly as the role calls it, with a progress file) and is
-   seen polling (its first "progress" line: it observed the condition false);
+2. the gate runs (k8s_gate through ansible-playbook with the options the role gives that gate, and a progress
+   file) and is seen polling (its first "progress" line: it observed the condition false). The role runs the
+   stage's gates as the steps of one `gates` run; here each runs alone, so its latency is its own;
 3. the fault is cleared; a watch on the lab API (the kubernetes client, on this machine) records the moment the
    condition became true in the API's objects;
 4. the module's "end" line in the progress file is the moment the gate returned.
