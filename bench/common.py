@@ -68,12 +68,22 @@ class Stopwatch(object):
         return False
 
 
+# The lab's PVE storage holds 100 GiB a node and a VM's disk is 10 GiB (Talos' minimum, which preflight checks):
+# a larger lab spreads its VMs over more PVE nodes, as a cluster of that size would be.
+VMS_PER_PVE_NODE = 8
+
+
+def pve_nodes_for(vms):
+    """PVE node names for a lab of `vms` VMs: pve1 up to 8 VMs, then one more node for every 8."""
+    return ['pve%d' % number for number in range(1, max(1, -(-vms // VMS_PER_PVE_NODE)) + 1)]
+
+
 def start_lab(control_planes, workers, time_scale, profile='realistic', seed=1):
     """A lab of its own (free net, temporary run dir) for one measurement; stop it with .stop()."""
     from lab.testing import start_lab as start  # pylint: disable=import-outside-toplevel
     run_dir = tempfile.mkdtemp(prefix='bench-lab-')
     return start(run_dir, control_planes=control_planes, workers=workers, time_scale=time_scale, profile=profile,
-                 seed=seed)
+                 seed=seed, extra_args=['--pve-nodes', ','.join(pve_nodes_for(control_planes + workers))])
 
 
 def machine():
