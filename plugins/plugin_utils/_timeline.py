@@ -26,7 +26,7 @@ GENERATOR = 'proxtalos.cluster.timeline'
 DEFAULT_STAGES = ('preflight', 'vms', 'secrets', 'apply', 'bootstrap', 'kubeconfig', 'cni', 'remediate', 'apps',
                   'sealed_secrets', 'flux', 'gitops', 'report')
 
-GATE_NAME_PREFIXES = ('Gate - ', 'Gate: ')
+GATE_NAME_PREFIXES = ('Gate - ', 'Gate: ', 'Gates - ')
 REMEDIATION_NAME_PREFIXES = ('Remediate - ', 'Remediate: ')
 NO_LOG_TEXT = '(hidden: no_log task)'
 MASK = '$REDACTED$'
@@ -232,23 +232,29 @@ def gates_from_result(task_name, result, status, host):
     about, default the task's host -, `observation`, `elapsed`, `attempts`, `target`, `diagnosis`, and
     `started_at`/`ended_at`, the wall clock (seconds since the epoch) when the module began and finished
     checking it: the record's start and end, kept inside the task's); each becomes one record. A failed task
-    whose listed gates all passed (it failed before or after them) marks them failed with the task's message.
-    Without a `gates` list, the single-gate conventions apply.
+    whose listed gates all passed (it failed before or after them) marks them failed with the task's message;
+    an item without a bool `ok` is a failed gate. Without a `gates` list, or with an empty one, the single-gate
+    conventions apply (a "Gate - " or "Gates - " task that failed before any gate ran is a failed gate).
     """
     if status == 'skipped':
         return []
     listed = result.get('gates')
-    if not isinstance(listed, list):
-        single = gate_from_result(task_name, result, status)
+    single = None if isinstance(listed, list) and listed else gate_from_result(task_name, result, status)
+    if not isinstance(listed, list) or (not listed and single is not None):
+        # no list, or an empty one from a task that failed before any gate ran (a kubeconfig that does not
+        # load): the single-gate conventions, so a failed "Gate - " task is still a failed gate
         return [] if single is None else [(host, single)]
     records = []
+    fallback_name = _strip_prefix(task_name or '', GATE_NAME_PREFIXES) or task_name or 'gate'
     for item in listed[:1000]:
-        if not isinstance(item, dict) or not item.get('name') or not isinstance(item.get('ok'), bool):
+        if not isinstance(item, dict):
             continue
+        # an item without a bool `ok` is a gate whose outcome the module did not say: failed, never dropped
+        ok = item.get('ok') if isinstance(item.get('ok'), bool) else False
         records.append((str(item.get('host') or host), {
-            'name': clip(item['name'], 200),
-            'ok': item['ok'],
-            'observation': clip(item.get('observation') or ('passed' if item['ok'] else 'failed')),
+            'name': clip(item.get('name') or fallback_name, 200),
+            'ok': ok,
+            'observation': clip(item.get('observation') or ('passed' if ok else 'failed')),
             'elapsed': _number(item.get('elapsed')),
             'attempts': _number(item.get('attempts')),
             'target': clip(item.get('target'), 300),

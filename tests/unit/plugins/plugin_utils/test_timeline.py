@@ -230,12 +230,14 @@ def test_a_gates_list_gives_one_record_per_node_or_condition_under_its_own_host(
         {'name': 'Talos API on port 50000', 'ok': True, 'host': 'cp-1', 'observation': 'apid answers', 'elapsed': 0.2},
         {'name': 'Talos API on port 50000', 'ok': True, 'host': 'w-1', 'attempts': 3},
         {'name': 'Talos API on port 50000', 'ok': False, 'host': 'w-2', 'observation': 'connection refused'},
-        {'name': 'no ok flag: not a gate', 'host': 'w-2'},
+        {'name': 'no ok flag: an outcome not said is a failure', 'host': 'w-2'},
+        'not a dict: ignored',
     ]}
     recorder.task_result('cp-1', 'Gate - the Talos API answers', ['vms'], 'p', 'proxtalos.cluster.talos_info',
                          1.0, 2.0, 'failed', result)
     gates = recorder.build('lab')['gates']
-    assert [(gate['host'], gate['ok']) for gate in gates] == [('cp-1', True), ('w-1', True), ('w-2', False)]
+    assert [(gate['host'], gate['ok']) for gate in gates] == [('cp-1', True), ('w-1', True), ('w-2', False), ('w-2', False)]
+    assert gates[3]['name'] == 'no ok flag: an outcome not said is a failure' and gates[3]['observation'] == 'failed'
     assert gates[2]['observation'] == 'connection refused' and gates[1]['attempts'] == 3
     assert all(gate['stage'] == 'vms' and gate['task'] == 'Gate - the Talos API answers' for gate in gates)
 
@@ -282,3 +284,22 @@ def test_a_listed_gate_spans_its_own_check_inside_the_task():
     assert spans == [('ALL nodes registered', 1.2, 1.5), ('ALL nodes Ready', 1.5, 9.0), ('operator', 1.0, 10.0),
                      ('no clock', 1.0, 10.0)]
     assert all('started_at' not in gate and 'ended_at' not in gate for gate in recorder.build('lab')['gates'])
+
+
+@pytest.mark.parametrize('task_name, expected', [
+    ('cni : Gates - Kubernetes API ready, ALL nodes Ready', 'Kubernetes API ready, ALL nodes Ready'),
+    ('bootstrap_apps : Gate - workloads of the release rolled out', 'workloads of the release rolled out'),
+])
+def test_a_gates_task_that_failed_before_any_gate_ran_is_still_a_failed_gate(task_name, expected):
+    recorder = _timeline.Recorder(started=0.0)
+    recorder.set_cluster('cp-1', 'lab')
+    result = {'msg': 'kubeconfig /x/kubeconfig: no such file', 'gates': [], 'results': []}
+    recorder.task_result('cp-1', task_name, ['cni'], 'p', 'proxtalos.cluster.k8s_gate', 1.0, 2.0, 'failed', result)
+    gates = recorder.build('lab')['gates']
+    assert [(gate['name'], gate['ok'], gate['observation']) for gate in gates] == [
+        (expected, False, 'kubeconfig /x/kubeconfig: no such file')]
+    # an empty list from a task that is no gate by name adds nothing
+    other = _timeline.Recorder(started=0.0)
+    other.set_cluster('cp-1', 'lab')
+    other.task_result('cp-1', 'Read every node', ['report'], 'p', 'x', 1.0, 2.0, 'ok', {'gates': []})
+    assert other.build('lab')['gates'] == []
