@@ -23,7 +23,8 @@ description:
     bundle's OS CA. The certificate of an existing file is kept while the OS CA signed it and it has more than
     O(talosconfig_renew_days) left, so a re-run is unchanged.
   - O(nodes) - the multi-node form - every node's machine config in one run (C(run_once)), each item carrying what
-    the single form takes per node (its O(machine_type), O(node), O(patches), O(dest)...). The bundle is read,
+    the single form takes per node (its O(machine_type), O(node), O(patches), O(dest)..., and its own cluster
+    values when they differ from another node's). The bundle is read,
     decrypted and its keys parsed once for all of them. Each node's file is written like O(dest) (mode V(0600),
     same bytes for the same inputs); C(changed) is true when any node's file (or the talosconfig) was or would be
     written, and RV(nodes) holds each node's result under its name. When any node fails (a patch that does not
@@ -72,6 +73,8 @@ options:
         V(installer_image), V(installer_schematic), V(install_wipe), V(kubeprism_port),
         V(forward_kube_dns_to_host), V(discovery).
       - An unknown key fails naming it, for example V(cluster.pod_subnet).
+      - With O(nodes), the talosconfig's (its context name) and the values of every node whose item does not set
+        its own V(cluster).
     type: dict
     required: true
   talos_version:
@@ -131,7 +134,10 @@ options:
         and the patch, for example V(nodes[lab-w-1].patches.host[0]).
       - V(talos_version), V(kubernetes_version), V(requires_install) - this node's, instead of O(talos_version),
         O(kubernetes_version) and O(requires_install).
-      - The cluster values (O(cluster)) are the same for every node.
+      - V(cluster) - this node's cluster values, as O(cluster), instead of O(cluster) (for example a host's own
+        V(network_link) or a group's V(installer_schematic)); its V(name) and V(endpoint) must be those of
+        O(cluster). Errors name the node, for example V(nodes[lab-w-1].cluster.network_link). Each distinct value
+        is checked once, however many nodes share it; the bundle is read once either way.
       - Mutually exclusive with O(machine_type), O(node), O(patches) and O(dest).
     type: list
     elements: dict
@@ -268,6 +274,7 @@ contract:
 
 import datetime
 import hashlib
+import json
 import os
 import traceback
 
@@ -283,7 +290,7 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import ta
 
 # The keys of a `nodes` item: what the single form takes per node.
 NODE_ITEM_KEYS = ('name', 'machine_type', 'dest', 'node', 'patches', 'talos_version', 'kubernetes_version',
-                  'requires_install')
+                  'requires_install', 'cluster')
 # The single form's per-node options, mutually exclusive with `nodes`.
 SINGLE_NODE_OPTIONS = ('machine_type', 'node', 'patches', 'dest')
 
@@ -339,7 +346,7 @@ def single_node_spec(params):
         return None
     if not params['machine_type']:
         raise ValidationError('machine_type', 'is required with dest (controlplane or worker)')
-    return dict(name='', machine_type=params['machine_type'], dest=params['dest'], node=params['node'] or {},
+    return dict(name='', machine_type=params['machine_type'], dest=params['dest'], cluster=None, node=params['node'] or {},
                 patches=params['patches'] or {}, talos_version=params['talos_version'],
                 kubernetes_version=params['kubernetes_version'], requires_install=params['requires_install'])
 
@@ -397,8 +404,11 @@ def node_specs(params):
             requires_install = params['requires_install']
         elif not isinstance(requires_install, bool):
             raise ValidationError(where + '.requires_install', 'must be true or false')
+        cluster = item.get('cluster')
+        if cluster is not None and not isinstance(cluster, dict):
+            raise ValidationError(where + '.cluster', 'must be a mapping, got %s' % type(cluster).__name__)
         specs.append(dict(
-            name=name, machine_type=machine_type, dest=dest,
+            name=name, machine_type=machine_type, dest=dest, cluster=cluster,
             node=_item_mapping(item, 'node', where), patches=_item_mapping(item, 'patches', where),
             talos_version=_item_string(item, 'talos_version', where) or params['talos_version'],
             kubernetes_version=_item_string(item, 'kubernetes_version', where) or params['kubernetes_version'],
@@ -443,14 +453,42 @@ def _in_node(spec, exc):
     return ProxtalosError('nodes[%s] (%s): %s' % (spec['name'], spec['dest'], exc), **details)
 
 
+def _cluster_key(cluster):
+    return json.dumps(cluster, sort_keys=True, default=str)
+
+
+def node_cluster(spec, cluster, checked):
+    """The checked cluster values of one node: its own (spec['cluster']) or the module's (cluster, already
+    checked). checked caches each distinct value's result (values or error), so each is checked once. A node's own
+    values must keep the cluster's name and endpoint (the talosconfig and every node are of one cluster)."""
+    if spec['cluster'] is None:
+        return cluster
+    key = _cluster_key(spec['cluster'])
+    if key not in checked:
+        try:
+            own = talos_config.normalize_cluster(spec['cluster'])
+            for field in ('name', 'endpoint'):
+                if own[field] != cluster[field]:
+                    raise ValidationError('cluster.' + field, 'is %r, the cluster option has %r: every node is of one '
+                                          'cluster' % (own[field], cluster[field]))
+            checked[key] = own
+        except ValidationError as exc:
+            checked[key] = exc
+    if isinstance(checked[key], ValidationError):
+        raise checked[key]
+    return checked[key]
+
+
 def plan_nodes(specs, cluster, bundle):
-    """plan_node of every spec. When nodes fail, every node is still tried and the error raised names them all
-    (the first one's field in `field`, each node's message in `failed_nodes`)."""
+    """plan_node of every spec, each with its own cluster values when its item has them (cluster: the module's,
+    checked). When nodes fail, every node is still tried and the error raised names them all (the first one's field
+    in `field`, each node's message in `failed_nodes`)."""
     planned = []
     failures = []
+    checked = {}
     for spec in specs:
         try:
-            planned.append(plan_node(spec, cluster, bundle))
+            planned.append(plan_node(spec, node_cluster(spec, cluster, checked), bundle))
         except ProxtalosError as exc:
             failures.append(_in_node(spec, exc) if spec['name'] else exc)
     if len(failures) == 1:
@@ -485,7 +523,7 @@ def plan(params, bundle, specs):
         if len(specs) == 1 and not specs[0]['name']:
             decision['nodes'] = [plan_node(specs[0], params['cluster'], bundle)]
         else:
-            # The cluster values are checked once; each node's rendering starts from the same checked values.
+            # Each distinct cluster value is checked once (the module's here, a node's own in plan_nodes).
             decision['nodes'] = plan_nodes(specs, talos_config.normalize_cluster(params['cluster']), bundle)
         for planned in decision['nodes']:
             decision['secrets'].extend(planned['secrets'])

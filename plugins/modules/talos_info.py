@@ -187,7 +187,9 @@ nodes:
       RV(mode), RV(stage), RV(version), RV(services), RV(failing_services), RV(etcd), RV(elapsed),
       RV(report_facts)), also for a node that failed (what was seen until it failed; its RV(report_facts) empty).
     - A per-host task after a C(run_once) task reads its node's part as C(result.nodes[inventory_hostname]).
-  returned: with O(nodes)
+    - Absent, like RV(gates), RV(report_facts_by_host) and RV(failed_nodes), when the run fails before any node is
+      probed.
+  returned: with O(nodes), once the nodes are probed
   type: dict
   sample: {lab-w-1: {node: '10.5.0.21:50000', mode: configured, stage: running, failing_services: [], elapsed: 0.4}}
 gates:
@@ -198,7 +200,7 @@ gates:
       failing services, one line each), C(started_at) and C(ended_at) (wall clock, seconds since the epoch - when
       the run began probing and when this node's checks ended, so the report places each node's gate inside the
       task).
-  returned: with O(nodes)
+  returned: with O(nodes), once the nodes are probed
   type: list
   elements: dict
   sample: [{name: the Talos API answers on port 50000, ok: true, host: lab-w-1, observation: answers (configured),
@@ -206,12 +208,15 @@ gates:
             ended_at: 1796263200.301}]
 report_facts_by_host:
   description: With O(nodes), RV(report_facts) of each node that passed, by its name.
-  returned: with O(nodes)
+  returned: with O(nodes), once the nodes are probed
   type: dict
 failed_nodes:
-  description: With O(nodes), each node that did not pass, by its name - its name, address and port, and why, as in
-    the failure message; empty when all passed.
-  returned: with O(nodes)
+  description:
+    - With O(nodes), each node that did not pass, by its name - its name, address and port, and why, as in the
+      failure message; empty when all passed.
+    - Absent when the run fails before any node is probed (a bad O(nodes) list, a talosconfig that does not load) -
+      that failure names the option or file, no node.
+  returned: with O(nodes), once the nodes are probed
   type: dict
   sample: {lab-w-1: "lab-w-1 (10.5.0.21:50000): services not Running and healthy within 600s: kubelet is Waiting"}
 report_facts:

@@ -228,6 +228,53 @@ def test_multi_node_every_failing_node_is_named(capsys, secrets_path, tmp_path):
     assert not os.path.exists(str(tmp_path / 'artifacts'))
 
 
+def test_multi_node_each_node_renders_with_its_own_cluster_values(capsys, secrets_path, tmp_path, bundle):
+    # A host-level value (one node's NIC) and a group-level one (a schematic for some workers) must reach that node
+    # only; a node without its own values keeps the module's cluster option.
+    schematic = 'a' * 64
+    items = node_items(tmp_path)
+    items[0]['cluster'] = dict(CLUSTER, network_link='enp6s18')
+    items[1]['cluster'] = dict(CLUSTER, installer_schematic=schematic)
+    result, out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, items))
+    assert result['changed'] is True and sorted(result['nodes']) == ['cp-1', 'w-1', 'w-2'], result
+    assert_no_secret(out, bundle.secret_values())
+    for item in items:
+        # The same bytes the single form writes with that node's own cluster values.
+        single_dest = str(tmp_path / 'single' / ('%s.yaml' % item['name']))
+        run_module(talos_config, capsys, secrets_path=secrets_path, dest=single_dest,
+                   **dict(dict((key, value) for key, value in item.items() if key not in ('name', 'dest', 'cluster')),
+                          cluster=item.get('cluster', CLUSTER)))
+        assert read(single_dest) == read(item['dest']), item['name']
+    cp1, w1, w2 = (read(str(tmp_path / 'artifacts' / name)) for name in ('cp-1.yaml', 'w-1.yaml', 'w-2.yaml'))
+    assert 'enp6s18' in cp1 and 'enp6s18' not in w1 + w2
+    assert 'factory.talos.dev/installer/%s:' % schematic in w1 and schematic not in cp1 + w2
+
+
+def test_multi_node_a_nodes_own_cluster_values_are_checked_and_name_the_node(capsys, secrets_path, tmp_path, monkeypatch):
+    items = node_items(tmp_path)
+    items[1]['cluster'] = dict(CLUSTER, pod_subnet='x')
+    result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, items))
+    assert result['failed'] is True and result['field'] == 'nodes[w-1].cluster.pod_subnet' and result['node'] == 'w-1'
+    assert not os.path.exists(str(tmp_path / 'artifacts'))
+    # Two nodes sharing one bad value: checked once, both named.
+    items[2]['cluster'] = dict(CLUSTER, pod_subnet='x')
+    checks = []
+    real = config.normalize_cluster
+    monkeypatch.setattr(config, 'normalize_cluster', lambda *args, **kwargs: checks.append(args) or real(*args, **kwargs))
+    result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, items))
+    assert result['failed'] is True and sorted(result['failed_nodes']) == ['w-1', 'w-2']
+    assert len([args for args in checks if args[0].get('pod_subnet') == 'x']) == 1
+    # A node's own values are of the same cluster: another name or endpoint fails naming the node.
+    items = node_items(tmp_path)
+    items[2]['cluster'] = dict(CLUSTER, endpoint='https://10.9.9.9:6443')
+    result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, items))
+    assert result['failed'] is True and result['field'] == 'nodes[w-2].cluster.endpoint', result
+    items[2]['cluster'] = ['not', 'a', 'mapping']
+    result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, items))
+    assert result['failed'] is True and result['field'] == 'nodes[w-2].cluster' and 'must be a mapping' in result['msg']
+    assert not os.path.exists(str(tmp_path / 'artifacts'))
+
+
 def test_multi_node_check_mode_writes_nothing_and_diffs_each_node_without_secrets(capsys, secrets_path, tmp_path, bundle):
     result, out = run_module(talos_config, capsys, _ansible_check_mode=True, _ansible_diff=True,
                              **multi_args(secrets_path, tmp_path))

@@ -1,5 +1,6 @@
 """talos_info: mode, services, etcd; the services gate names the failing service and its last event."""
 import pytest
+import yaml
 
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_info
 
@@ -319,3 +320,22 @@ def test_bad_nodes_are_refused_naming_the_field(capsys, monkeypatch, args, messa
     FakeCluster(FakeNode('10.5.0.21')).install(monkeypatch)
     result, _out = run_module(talos_info, capsys, **args)
     assert result['failed'] is True and message in result['msg'], result['msg']
+
+
+PROBED_ONLY = ('nodes', 'gates', 'report_facts_by_host', 'failed_nodes')
+
+
+@pytest.mark.parametrize('args', [
+    {'nodes': [{'name': 'w-1', 'address': '10.5.0.21'}, {'name': 'w-1', 'address': '10.5.0.22'}]},
+    {'nodes': [{'name': 'w-1', 'address': '10.5.0.21'}], 'talosconfig_content': 'context: [not a talosconfig'},
+], ids=['bad-nodes-list', 'talosconfig-does-not-load'])
+def test_a_run_that_fails_before_probing_returns_no_node_results_as_documented(capsys, monkeypatch, args):
+    FakeCluster(FakeNode('10.5.0.21')).install(monkeypatch)
+    result, _out = run_module(talos_info, capsys, gather=['services'], **args)
+    assert result['failed'] is True, result
+    assert [key for key in PROBED_ONLY if key in result] == []
+    # The RETURN documentation says so (it once claimed them for every run with nodes).
+    documented = yaml.safe_load(talos_info.RETURN)
+    for key in PROBED_ONLY:
+        assert documented[key]['returned'] == 'with O(nodes), once the nodes are probed', key
+    assert 'before any node is probed' in ' '.join(documented['failed_nodes']['description'])

@@ -1,0 +1,65 @@
+"""talos_machines secrets stage through ansible-playbook on local hosts (the real task files, vars and modules; no
+Talos node): each host's config renders with its own cluster values (a host's talos_machines_cluster_values, a group's
+talos_schematic_id), and a patch's credentials are not printed at -v by the per-host inputs task."""
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ANSIBLE_PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+SCHEMATIC = 'b' * 64
+REGISTRY_PASSWORD = 'fixtalos-registry-pass-7f3a'
+
+PLAYBOOK = """---
+- name: Stage secrets, as site.yml runs it
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: The secrets entry point
+      ansible.builtin.include_role:
+        name: proxtalos.cluster.talos_machines
+        tasks_from: secrets
+"""
+
+
+def run_stage(tmp_path, *extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'),
+               PROXTALOS_REPORT_DIR=str(tmp_path / 'report'))
+    return subprocess.run([ANSIBLE_PLAYBOOK, '-i', str(tmp_path / 'inventory' / 'hosts.yml'), str(tmp_path / 'play.yml')]
+                          + list(extra), capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
+def test_each_host_renders_with_its_own_cluster_values_and_patch_credentials_stay_hidden(tmp_path):
+    registry_patch = {'machine': {'registries': {'config': {'registry.example.com': {
+        'auth': {'username': 'puller', 'password': REGISTRY_PASSWORD}}}}}}
+    inventory = {'all': {
+        'vars': {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
+                 'cluster_name': 'demo', 'cluster_endpoint': 'https://10.5.0.10:6443', 'node_prefix': 24,
+                 'proxtalos_artifacts_dir': str(tmp_path / 'artifacts'), 'talos_machines_vault_password_file': ''},
+        'children': {
+            'controlplane': {'hosts': {
+                'cp-1': {'node_ip': '10.5.0.11'},
+                # Not the first host: its own NIC name must still reach its config.
+                'cp-2': {'node_ip': '10.5.0.12', 'talos_machines_cluster_values': {'network_link': 'enp6s18'},
+                         'talos_host_patches': [registry_patch]}}},
+            'worker': {
+                'vars': {'talos_schematic_id': SCHEMATIC},
+                'hosts': {'w-1': {'node_ip': '10.5.0.21'}}}}}}
+    (tmp_path / 'inventory').mkdir()
+    (tmp_path / 'inventory' / 'hosts.yml').write_text(yaml.safe_dump(inventory))
+    (tmp_path / 'play.yml').write_text(PLAYBOOK)
+    run = run_stage(tmp_path, '-v')
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert REGISTRY_PASSWORD not in run.stdout + run.stderr
+    configs = dict((name, (tmp_path / 'artifacts' / ('%s.yaml' % name)).read_text()) for name in ('cp-1', 'cp-2', 'w-1'))
+    assert REGISTRY_PASSWORD in configs['cp-2']  # the patch did reach the config: the check above is not vacuous
+    assert 'enp6s18' in configs['cp-2'] and 'enp6s18' not in configs['cp-1'] + configs['w-1']
+    assert 'factory.talos.dev/installer/%s:' % SCHEMATIC in configs['w-1']
+    assert SCHEMATIC not in configs['cp-1'] + configs['cp-2']
+
+    again = run_stage(tmp_path)
+    assert again.returncode == 0 and 'changed=0' in again.stdout, again.stdout[-3000:]
