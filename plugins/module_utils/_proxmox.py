@@ -330,10 +330,14 @@ def find_vm(client, vmid, subject=None):
     return vm_in_resources(list_vms(client, subject), vmid)
 
 
-def read_config_and_pending(client, node, vmid, subject=None):
-    """(config, pending) of a VM from GET .../pending: pending maps key -> new value, or None for a delete."""
+def read_config_and_pending(client, node, vmid, subject=None, retry=True):
+    """(config, pending) of a VM from GET .../pending: pending maps key -> new value, or None for a delete.
+
+    retry: as for PveClient.request (False: a transient error is raised at once).
+    """
     config, pending = {}, {}
-    for item in client.get('nodes/%s/qemu/%s/pending' % (node, vmid), 'read config', subject) or []:
+    for item in client.request('get', 'nodes/%s/qemu/%s/pending' % (node, vmid), 'read config', subject,
+                               retry=retry) or []:
         key = item.get('key')
         if key is None:
             continue

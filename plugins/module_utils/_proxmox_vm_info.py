@@ -7,8 +7,10 @@ Used by the module proxmox_vm_info, in its two forms:
 - one VM (`gate`): read once, or wait (wait_for running/address) until it passes or the deadline passes;
 - several VMs (`gate_many`): every VM probed concurrently by a small thread pool (proxmoxer is synchronous),
   under one deadline and one poll interval; a round lists the VMs once (/cluster/resources) and probes
-  every VM that has not passed yet; a VM that passed is not probed again. The progress sink sees one
-  line per round naming the VMs still waiting. The outcome names, for every VM that did not pass, its
+  every VM that has not passed yet; a VM that passed is not probed again. A probe reads its VM once, without
+  retries: a transient error is "not yet" for that VM in that round (the next round reads it again), so one VM
+  whose PVE answers keep failing cannot hold up a round. The progress sink sees one line per round naming the
+  VMs still waiting, written by the main thread only. The outcome names, for every VM that did not pass, its
   inventory name, VM id, PVE node and what was seen last.
 
 Both forms judge a VM with the same code (VmProbe.read, describe, verdict, timeout_message).
@@ -28,6 +30,8 @@ AGENT_HINT = ('Talos runs the QEMU guest agent only when its image has the sider
               'extension (Image Factory schematic), and the VM needs agent enabled in PVE')
 # At most this many VMs are probed at the same time (threads, and HTTP connections to PVE).
 MAX_WORKERS = 16
+# wait_for=none: how long transient PVE errors are ridden out (the single form's request retries; gate_many's rounds).
+READ_RETRY_SECONDS = 30.0
 # The report's gate name per wait_for (the role's gate task had this name when it ran once per VM).
 GATE_NAMES = {
     'running': 'the VM runs',
@@ -51,10 +55,13 @@ class VmProbe(object):
     def subject(self):
         return 'VM %s%s' % (self.vmid, ' on node %s' % self.node if self.node else '')
 
-    def read(self, with_agent, resources=None):
+    def read(self, with_agent, resources=None, retry=True):
         """The VM's state as a dict (the single form's result keys).
 
         resources: the /cluster/resources VM list when the caller already read it (one list for many VMs).
+        retry: False reads each item once - a transient error is raised at once instead of being retried
+          until the module's deadline (gate_many: the next round reads the VM again, and no pool thread
+          retries, so none writes to the progress file or holds up the round).
         """
         if resources is None:
             entry = _proxmox.find_vm(self.client, self.vmid, self.subject)
@@ -68,9 +75,10 @@ class VmProbe(object):
             raise _errors.ValidationError('node', 'VM %s (%s) is on PVE node %r, not %r'
                                           % (self.vmid, entry.get('name'), entry.get('node'), self.node))
         self.node = entry.get('node')
-        config, pending = _proxmox.read_config_and_pending(self.client, self.node, self.vmid, self.subject)
-        status = self.client.get('nodes/%s/qemu/%s/status/current' % (self.node, self.vmid), 'read status',
-                                 self.subject) or {}
+        config, pending = _proxmox.read_config_and_pending(self.client, self.node, self.vmid, self.subject,
+                                                           retry=retry)
+        status = self.client.request('get', 'nodes/%s/qemu/%s/status/current' % (self.node, self.vmid),
+                                     'read status', self.subject, retry=retry) or {}
         for key in HIDDEN_CONFIG_KEYS:
             if config.get(key):
                 config[key] = '<hidden>'
@@ -216,7 +224,7 @@ def check_vms(vms):
 def round_summary(watches, wait_for):
     """One line for the progress sink: the VMs still waiting and what each shows."""
     waiting = [w for w in watches if w.waiting]
-    goal = 'running' if wait_for == 'running' else 'running with an agent address'
+    goal = {'none': 'read', 'running': 'running'}.get(wait_for, 'running with an agent address')
     parts = ['%s: %s' % (w.label(), w.observation or 'not probed yet') for w in waiting]
     return 'VMs not %s yet %d/%d: %s' % (goal, len(waiting), len(watches), '; '.join(parts))
 
@@ -227,6 +235,8 @@ def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic
 
     vms: list of dicts name, vmid, node, expected_address (checked by check_vms).
     make_probe(client, vm): the probe of one VM (VmProbe; tests inject others).
+    Each VM is read once a round, without request retries (see VmProbe.read): a transient error is "not yet"
+    for that VM until the next round; with wait_for=none rounds go on only for such VMs, up to READ_RETRY_SECONDS.
     Returns a ManyResult; never raises for a VM that did not pass (each watch says why). Errors that are
     about every VM (listing the VMs fails for good) are raised.
     """
@@ -247,7 +257,9 @@ def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic
         try:
             watch.attempts += 1
             try:
-                info = watch.probe.read(with_agent=True, resources=resources)
+                # Read once (no retry until the deadline): a VM whose reads keep failing is "not yet" for this
+                # round and does not hold up the round, and pool threads never write to the progress file.
+                info = watch.probe.read(with_agent=True, resources=resources, retry=False)
                 watch.seen = info
                 passed, watch.observation = verdict(info, watch.vm, wait_for, field='vms')
             except _errors.TransientApiError as exc:
@@ -273,7 +285,9 @@ def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic
             done = not any(w.waiting for w in watches)
             return done, round_summary(watches, wait_for)
 
-        result = _wait.wait_for(one_round, timeout=timeout if wait_for != 'none' else 0, interval=interval,
+        # wait_for=none passes a VM at its first reading; only a VM whose reading met a transient error is read
+        # again, in the next round, for up to READ_RETRY_SECONDS (the single form's requests retry as long).
+        result = _wait.wait_for(one_round, timeout=timeout if wait_for != 'none' else READ_RETRY_SECONDS, interval=interval,
                                 backoff=1.0, transient=(_errors.TransientApiError,), clock=clock, sleep=sleep)
     for watch in watches:
         if watch.elapsed is None:

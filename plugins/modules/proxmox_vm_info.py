@@ -13,7 +13,10 @@ description:
   - Reads one VM's power state, lock, config and the IPv4 addresses its QEMU guest agent reports.
   - With O(vms) it reads several VMs in one module run (for a C(run_once) task over every node) - each VM is
     probed concurrently (at most 16 at a time) under the same rules as the one-VM form, with one deadline and
-    one poll interval; a VM that passed is not probed again. The result has each VM's part under its name
+    one poll interval; a VM that passed is not probed again. A round lists the VMs (that request is retried) and
+    reads each VM once, without retries - a transient PVE error (a 5xx answer, a dropped connection) is "not yet"
+    for that VM until the next round, so one VM whose reads keep failing does not hold up the others (with
+    O(wait_for=none), only such VMs are read again, for up to 30 s). The result has each VM's part under its name
     (RV(vms)) and, when waiting, one gate per VM (RV(gates)) for the run report. When some VM does not pass,
     the module fails naming every such VM (its name, VM id, PVE node and what was seen last); the VMs that
     passed are still in RV(vms).
@@ -210,7 +213,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _errors, _proxmox, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._proxmox_vm_info import (
-    MAX_WORKERS, VmProbe, check_vms, gate, gate_many, many_result)
+    MAX_WORKERS, READ_RETRY_SECONDS, VmProbe, check_vms, gate, gate_many, many_result)
 
 
 def argument_spec():
@@ -244,7 +247,7 @@ def main():
         if vms is not None:
             check_vms(vms)
         connections = min(len(vms), MAX_WORKERS) if vms else None
-        deadline = _wait.Deadline(max(params['wait_timeout'], 0) if params['wait_for'] != 'none' else 30.0)
+        deadline = _wait.Deadline(max(params['wait_timeout'], 0) if params['wait_for'] != 'none' else READ_RETRY_SECONDS)
         client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn, connections=connections), deadline,
                                     interval=min(params['wait_sleep'] or 1.0, _proxmox.FIRST_RETRY))
         if vms is None:

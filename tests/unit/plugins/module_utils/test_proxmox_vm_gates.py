@@ -3,11 +3,13 @@
 The probes here are stand-ins for VmProbe (make_probe is the seam); the module's tests run the real probe
 against fakepve.
 """
+import json
 import threading
 
 import pytest
+from proxmoxer.core import ResourceException
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _proxmox_vm_info, _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _proxmox, _proxmox_vm_info, _wait
 
 
 class FakeClient(object):
@@ -48,8 +50,8 @@ class ScriptedProbe(object):
         self.readings = list(readings)
         self.calls = 0
 
-    def read(self, with_agent, resources=None):
-        assert with_agent and resources == []
+    def read(self, with_agent, resources=None, retry=True):
+        assert with_agent and resources == [] and retry is False
         item = self.readings[min(self.calls, len(self.readings) - 1)]
         self.calls += 1
         if isinstance(item, Exception):
@@ -73,7 +75,7 @@ def test_every_vm_is_probed_at_the_same_time():
         def __init__(self, vm):
             self.vm = vm
 
-        def read(self, with_agent, resources=None):
+        def read(self, with_agent, resources=None, retry=True):
             barrier.wait()
             return reading(self.vm['vmid'], addresses=('10.0.0.%d' % (self.vm['vmid'] - 1000),))
 
@@ -91,7 +93,7 @@ def test_no_more_than_max_workers_probes_run_at_once():
         def __init__(self, vm):
             self.vm = vm
 
-        def read(self, with_agent, resources=None):
+        def read(self, with_agent, resources=None, retry=True):
             with condition:
                 state['entered'] += 1
                 state['inside'] += 1
@@ -177,6 +179,103 @@ def test_progress_names_the_vms_still_waiting():
         _wait.environment_progress_file = original
     assert outcome.failed == []
     assert lines == ['VMs not running yet 1/2: node-1 (VM 1001 on PVE node pve1): VM is stopped', ('end', True)]
+
+
+class ScriptedPve(object):
+    """A ProxmoxAPI stand-in for the real VmProbe and PveClient: (method, path) -> answers in turn, the last repeats."""
+
+    def __init__(self, script):
+        self.script = dict((key, list(answers)) for key, answers in script.items())
+        self.calls = []
+        self.lock = threading.Lock()
+
+    def __call__(self, path):
+        api = self
+
+        class Resource(object):
+            def get(self, **params):
+                with api.lock:
+                    api.calls.append(path)
+                    answers = api.script[('get', path)]
+                    answer = answers.pop(0) if len(answers) > 1 else answers[0]
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+        return Resource()
+
+
+def test_a_vm_whose_pve_reads_keep_failing_holds_up_no_round_and_pool_threads_write_no_progress(monkeypatch, tmp_path):
+    """VM 1001 answers 503 to every status read; 1000 and 1002 run from round 2 and pass then.
+
+    Before: the probe of 1001 retried its read until the module's deadline inside round 1, so round 2 never came
+    (1000 and 1002 failed as 'stopped'), and that pool thread wrote its retries to the live-progress file.
+    """
+    clock = Clock()
+    progress = tmp_path / 'progress.jsonl'
+    monkeypatch.setenv(_wait.PROGRESS_FILE_ENV, str(progress))
+    listing = [dict(vmid=vmid, name='vm-%s' % vmid, node='pve1', type='qemu') for vmid in (1000, 1001, 1002)]
+    script = {('get', 'cluster/resources'): [listing]}
+    for vmid in (1000, 1001, 1002):
+        script[('get', 'nodes/pve1/qemu/%s/pending' % vmid)] = [[{'key': 'name', 'value': 'vm-%s' % vmid}]]
+        script[('get', 'nodes/pve1/qemu/%s/status/current' % vmid)] = [{'status': 'stopped'}, {'status': 'running'}]
+        script[('get', 'nodes/pve1/qemu/%s/agent/network-get-interfaces' % vmid)] = [{'result': []}]
+    script[('get', 'nodes/pve1/qemu/1001/status/current')] = [ResourceException(503, 'Service Unavailable', 'busy')]
+    api = ScriptedPve(script)
+    client = _proxmox.PveClient(lambda: api, _wait.Deadline(10, clock=clock), interval=1.0, clock=clock,
+                                sleep=clock.sleep)
+    outcome = _proxmox_vm_info.gate_many(client, vms(3), params('running', timeout=10), clock=clock, sleep=clock.sleep)
+    assert [w.name for w in outcome.failed] == ['node-1']
+    assert [(w.name, w.elapsed, w.attempts) for w in outcome.watches if w.passed] == [('node-0', 1.0, 2), ('node-2', 1.0, 2)]
+    # one read of 1001's status a round (11 rounds in 10 s at 1 s), none retried inside a round
+    assert api.calls.count('nodes/pve1/qemu/1001/status/current') == outcome.wait_result.attempts == 11
+    assert client.retried == []
+    ok, _result, message = _proxmox_vm_info.many_result(outcome, 'running')
+    assert ok is False and message == ('1 of 3 VMs did not pass: node-1: VM 1001 on node pve1: not running after 10 s '
+                                       '(last seen: TransientApiError: VM 1001 on node pve1: read status failed: '
+                                       'Proxmox VE API answered 503 busy)')
+    # the progress file has the main thread's round summaries only
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert [line['event'] for line in lines] == ['progress', 'progress', 'end'], lines
+    assert all(line['summary'].startswith('VMs not running yet ') for line in lines), lines
+    assert lines[1]['summary'].startswith('VMs not running yet 1/3: node-1 (VM 1001 on PVE node pve1): TransientApiError')
+
+
+def test_only_the_round_summary_reaches_the_progress_file_when_a_read_fails_once(monkeypatch, tmp_path):
+    """Before: the pool thread retried the 503 itself and wrote that retry to the shared, unlocked progress file."""
+    clock = Clock()
+    progress = tmp_path / 'progress.jsonl'
+    monkeypatch.setenv(_wait.PROGRESS_FILE_ENV, str(progress))
+    api = ScriptedPve({
+        ('get', 'cluster/resources'): [[dict(vmid=1000, name='vm-1000', node='pve1', type='qemu')]],
+        ('get', 'nodes/pve1/qemu/1000/pending'): [[]],
+        ('get', 'nodes/pve1/qemu/1000/status/current'): [ResourceException(503, 'Service Unavailable', 'busy'),
+                                                         {'status': 'running'}],
+        ('get', 'nodes/pve1/qemu/1000/agent/network-get-interfaces'): [{'result': []}],
+    })
+    client = _proxmox.PveClient(lambda: api, _wait.Deadline(10, clock=clock), interval=1.0, clock=clock,
+                                sleep=clock.sleep)
+    outcome = _proxmox_vm_info.gate_many(client, vms(1), params('running'), clock=clock, sleep=clock.sleep)
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert [(line['event'], line['summary'].split(':')[0]) for line in lines] == [
+        ('progress', 'VMs not running yet 1/1'), ('end', 'VMs not running yet 0/1')], lines
+    assert outcome.failed == [] and outcome.wait_result.attempts == 2
+
+
+def test_reading_without_waiting_reads_again_only_a_vm_whose_read_met_a_transient_error():
+    """wait_for=none: probes do not retry, so a 503 is ridden out by rounds - for that VM only, up to 30 s."""
+    clock = Clock()
+    transient = _errors.TransientApiError('VM 1001: read status failed: Proxmox VE API answered 503 busy')
+    probes = {1000: ScriptedProbe([reading(1000, status='stopped')]),
+              1001: ScriptedProbe([transient, transient, reading(1001, status='stopped')]),
+              1002: ScriptedProbe([_errors.TransientApiError('VM 1002: read config failed: Proxmox VE API not reachable')])}
+    outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(3), params('none', sleep=2.0), clock=clock, sleep=clock.sleep,
+                                         make_probe=lambda _client, vm: probes[vm['vmid']])
+    assert [probe.calls for probe in (probes[1000], probes[1001], probes[1002])] == [1, 3, 16]
+    assert outcome.wait_result.elapsed == _proxmox_vm_info.READ_RETRY_SECONDS == 30.0
+    ok, result, message = _proxmox_vm_info.many_result(outcome, 'none')
+    assert ok is False and sorted(result['vms']) == ['node-0', 'node-1'] and result['vms']['node-1']['status'] == 'stopped'
+    assert message == ('1 of 3 VMs did not pass: node-2 (VM 1002 on PVE node pve1): could not be read (TransientApiError: '
+                       'VM 1002: read config failed: Proxmox VE API not reachable)')
 
 
 @pytest.mark.parametrize('bad, message', [
