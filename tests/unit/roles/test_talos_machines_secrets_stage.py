@@ -63,3 +63,6 @@ def test_each_host_renders_with_its_own_cluster_values_and_patch_credentials_sta
 
     again = run_stage(tmp_path)
     assert again.returncode == 0 and 'changed=0' in again.stdout, again.stdout[-3000:]
+    # The debugging switch shows the inputs (so the hiding above is the task's no_log, not an accident of the output).
+    shown = run_stage(tmp_path, '-v', '-e', 'talos_machines_unsafe_show_logs=true')
+    assert shown.returncode == 0 and REGISTRY_PASSWORD in shown.stdout, shown.stdout[-3000:]
