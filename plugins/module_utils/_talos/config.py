@@ -59,6 +59,9 @@ CONFIG_SECRET_PATHS = (
     'cluster.secretboxEncryptionSecret', 'cluster.aescbcEncryptionSecret', 'cluster.ca.key',
     'cluster.aggregatorCA.key', 'cluster.serviceAccount.key', 'cluster.etcd.ca.key',
     'cluster.inlineManifests.*.contents',
+    # a private registry's credentials and client key (machine.registries.config is a map: registry host -> settings)
+    'machine.registries.config.*.auth.password', 'machine.registries.config.*.auth.auth',
+    'machine.registries.config.*.auth.identityToken', 'machine.registries.config.*.tls.clientIdentity.key',
 )
 
 # Keys Talos accepts but leaves out of its JSON schema (`docgen:nodoc`), per contract.

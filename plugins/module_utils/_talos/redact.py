@@ -21,8 +21,8 @@ def _values_at(node, parts):
     if not parts:
         return [node] if isinstance(node, str) and node else []
     head, rest = parts[0], parts[1:]
-    if isinstance(node, list) and head == '*':
-        return [value for item in node for value in _values_at(item, rest)]
+    if head == '*' and isinstance(node, (list, dict)):
+        return [value for item in (node.values() if isinstance(node, dict) else node) for value in _values_at(item, rest)]
     if isinstance(node, dict) and head in node:
         return _values_at(node[head], rest)
     return []

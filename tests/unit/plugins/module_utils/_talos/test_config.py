@@ -480,3 +480,19 @@ def test_secret_paths_hide_every_secret_of_a_rendered_config(bundle):
     assert 'kind: Namespace' in text and 'kind: Namespace' not in hidden
     # Certificates and names stay visible for the diff.
     assert pki.b64encode_pem(bundle.certs['os']['crt']) in hidden and 'clusterName: lab' in hidden
+
+
+def test_a_private_registrys_credentials_and_client_key_are_hidden_and_masked():
+    from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import redact
+    document = {'version': 'v1alpha1', 'machine': {'type': 'worker', 'registries': {'config': {
+        'registry.example.com': {'auth': {'username': 'puller', 'password': 'pw-registry-one',
+                                          'auth': 'YXV0aC10b2tlbg==', 'identityToken': 'id-token-two'},
+                                 'tls': {'clientIdentity': {'crt': 'Y3J0', 'key': 'client-key-three'}}},
+        'mirror.example.org': {'auth': {'password': 'pw-mirror-four'}}}}}, 'cluster': {}}
+    secrets_of_it = ('pw-registry-one', 'YXV0aC10b2tlbg==', 'id-token-two', 'client-key-three', 'pw-mirror-four')
+    shown = redact.config_documents_text([document])
+    for value in secrets_of_it:
+        assert value not in shown
+    # the user name and the client certificate stay visible for the diff
+    assert 'puller' in shown and 'Y3J0' in shown
+    assert sorted(redact.config_secret_values([document])) == sorted(secrets_of_it)
