@@ -91,6 +91,36 @@ def test_three_plus_three_created_started_and_gated_then_a_rerun_is_unchanged(cl
     assert writes(clean_lab, since) == []
 
 
+def test_the_gate_lists_only_hosts_whose_own_state_is_started_whatever_the_first_hosts_state(clean_lab):
+    """The gate is one run_once task: the first host's proxmox_vms_state must neither skip nor widen it for the others."""
+    host_vars = os.path.join(clean_lab.inventory_dir, 'host_vars')
+    os.makedirs(host_vars, exist_ok=True)
+    written = []
+    try:
+        for host, state in (('lab-w-1', 'present'), ('lab-w-3', 'stopped')):
+            written.append(os.path.join(host_vars, '%s.yml' % host))
+            with open(written[-1], 'w', encoding='utf-8') as handle:
+                handle.write('---\nproxmox_vms_state: %s\n' % state)
+        run = converge(clean_lab, '--tags', 'vms', '--limit', ','.join(WORKERS),
+                       extra_vars={'proxmox_vms_address_timeout': 20})
+    finally:
+        for path in written:
+            os.remove(path)
+    rows = vm_rows(clean_lab)
+    assert dict((h, rows[h]['status']) for h in WORKERS) == {'lab-w-1': 'stopped', 'lab-w-2': 'running',
+                                                             'lab-w-3': 'stopped'}
+    gate_runs = run.results('Gate - the VM runs')
+    assert [host for _n, host, _r in gate_runs] == ['lab-w-1'], run.describe()
+    gate = gate_runs[0][2]
+    assert not gate.get('skipped'), run.describe()
+    assert list(gate['vms']) == ['lab-w-2'] and [g['host'] for g in gate['gates']] == ['lab-w-2']
+    assert gate['vms']['lab-w-2']['address'] == rows['lab-w-2']['address']
+    # the hosts that were not gated are read by discovery: their VMs exist, stopped, without an address
+    discovered = run.results("Read the VM's address")[0][2]
+    assert sorted(discovered['vms']) == ['lab-w-1', 'lab-w-3'], run.describe()
+    assert all(vm['exists'] and vm['status'] == 'stopped' and vm['address'] is None for vm in discovered['vms'].values())
+
+
 def test_drift_in_cores_and_memory_is_detected_diffed_and_fixed(clean_lab):
     converge(clean_lab, '--tags', 'vms')
     pve = clean_lab.proxmox()
