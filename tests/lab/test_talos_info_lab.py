@@ -11,11 +11,10 @@ import json
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_info
 from lab.talos import testing
+from talos_lab_nodes import configure
 
-ENDPOINT = 'https://127.0.0.10:6443'
 RUNNING_SERVICES = ['apid', 'containerd']   # what runs on a configured node before any etcd bootstrap
 
 
@@ -29,15 +28,6 @@ def lab():
 @pytest.fixture(scope='module')
 def secrets():
     return testing.ClusterSecrets(os_key_type='ecdsa')
-
-
-def configure(lab, name, secrets):
-    node = lab.start(name)
-    lab.wait(lambda: node.mode == 'maintenance', what='%s in maintenance mode' % name)
-    with client.TalosClient(node.address, insecure=True, timeout=5) as talos:
-        talos.apply_configuration(testing.render_config(secrets, 'controlplane', ENDPOINT))
-    lab.wait(lambda: node.mode == 'configured', what='%s configured' % name)
-    return node
 
 
 def run(capsys, **options):

@@ -14,8 +14,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
 from lab.talos import testing
-
-ENDPOINT = 'https://127.0.0.10:6443'
+from talos_lab_nodes import ENDPOINT, configure
 
 
 @pytest.fixture(scope='module')
@@ -28,15 +27,6 @@ def lab():
 @pytest.fixture
 def secrets():
     return testing.ClusterSecrets(os_key_type='ecdsa')
-
-
-def configure(lab, name, secrets):
-    node = lab.start(name)
-    lab.wait(lambda: node.mode == 'maintenance', what='%s in maintenance mode' % name)
-    with client.TalosClient(node.address, insecure=True, timeout=5) as talos:
-        talos.apply_configuration(testing.render_config(secrets, 'controlplane', ENDPOINT))
-    lab.wait(lambda: node.mode == 'configured', what='%s configured' % name)
-    return node
 
 
 def with_sans(secrets, *sans):
