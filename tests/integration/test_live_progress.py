@@ -71,16 +71,16 @@ def write_run(folder, kubeconfig, wait_timeout, temporary, task=None):
     return [PLAYBOOK_BIN, '-i', str(inventory), str(playbook)], env, temporary
 
 
-def test_the_progress_line_is_printed_while_the_gate_waits_and_before_its_result(lab, tmp_path, short_tmp):
-    command, env, temporary = write_run(tmp_path, lab.kubeconfig, wait_timeout=240, temporary=short_tmp)
-    output = tmp_path / 'stdout.txt'
+def run_until_progress_then_clear(lab, command, env, output, line, what):
+    """Run the playbook; once `line` is on its stdout (the gate still waiting on the fault), clear the lab's
+    faults and let it finish. Returns its stdout; the run must have passed."""
     with open(str(output), 'w') as stdout:
         running = subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     try:
         def progress_printed():
             text = output.read_text()
-            return PROGRESS in text or running.poll() is not None, text[-2000:]
-        wait_until(progress_printed, timeout=240, interval=0.1, what='the progress line on stdout')
+            return line in text or running.poll() is not None, text[-2000:]
+        wait_until(progress_printed, timeout=240, interval=0.1, what=what)
         assert running.poll() is None, output.read_text()   # still waiting: the fault is still there
         lab.call(lab.cluster.clear_faults)
         running.wait(timeout=300)
@@ -89,6 +89,13 @@ def test_the_progress_line_is_printed_while_the_gate_waits_and_before_its_result
             running.kill()
     text = output.read_text()
     assert running.returncode == 0, text
+    return text
+
+
+def test_the_progress_line_is_printed_while_the_gate_waits_and_before_its_result(lab, tmp_path, short_tmp):
+    command, env, temporary = write_run(tmp_path, lab.kubeconfig, wait_timeout=240, temporary=short_tmp)
+    text = run_until_progress_then_clear(lab, command, env, tmp_path / 'stdout.txt', PROGRESS,
+                                         'the progress line on stdout')
     progress_at = text.index(PROGRESS)
     result_at = text.index('ok: [lab-cp-1]')
     assert text.index('TASK [Gate - ALL nodes Ready]') < progress_at < result_at
@@ -119,23 +126,9 @@ def test_with_several_gates_in_one_task_the_progress_line_names_the_gate_being_w
         'kubeconfig': lab.kubeconfig, 'wait_sleep': 0.5, 'wait_timeout': 240,
         'gates': [{'title': 'Kubernetes API ready', 'gate': 'api'},
                   {'title': 'ALL nodes Ready', 'gate': 'nodes', 'expected_count': 3}]}}
-    command, env, temporary = write_run(tmp_path, lab.kubeconfig, wait_timeout=240, temporary=short_tmp, task=task)
-    output = tmp_path / 'stdout.txt'
-    with open(str(output), 'w') as stdout:
-        running = subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    try:
-        def progress_printed():
-            text = output.read_text()
-            return GATES_PROGRESS in text or running.poll() is not None, text[-2000:]
-        wait_until(progress_printed, timeout=240, interval=0.1, what='the progress line of the second gate on stdout')
-        assert running.poll() is None, output.read_text()   # still waiting: the fault is still there
-        lab.call(lab.cluster.clear_faults)
-        running.wait(timeout=300)
-    finally:
-        if running.poll() is None:
-            running.kill()
-    text = output.read_text()
-    assert running.returncode == 0, text
+    command, env, _temporary = write_run(tmp_path, lab.kubeconfig, wait_timeout=240, temporary=short_tmp, task=task)
+    text = run_until_progress_then_clear(lab, command, env, tmp_path / 'stdout.txt', GATES_PROGRESS,
+                                         'the progress line of the second gate on stdout')
     assert text.index('TASK [Gates - API, then nodes]') < text.index(GATES_PROGRESS) < text.index('ok: [lab-cp-1]')
     # the run report has one gate record per gate of the task, by its title
     with open(str(tmp_path / 'report' / 'progress' / 'report.json')) as stream:
