@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: talos_apply
-short_description: Apply a machine config to a Talos node and wait until it runs it
+short_description: Apply machine configs to Talos nodes and wait until they run them
 version_added: 0.1.0
 description:
   - Applies one node's machine config through the Talos API (C(MachineService/ApplyConfiguration)), like
@@ -27,6 +27,14 @@ description:
     node before it went down does not count.
   - A node that does not answer, or does not come back, fails the task after O(wait_timeout) naming the node and
     what was seen last.
+  - With O(nodes) instead of O(node), one run applies every listed node's config (a C(run_once) task over the
+    play's hosts instead of one module process per host). Each node goes through the same steps as the single-node
+    form (reach, dry run, apply, wait until it runs the config), on a thread of its own, all at the same time,
+    under the one deadline of the run (O(wait_timeout) from its start); a slow or silent node does not hold up the
+    others. The result has each node's single-node result under its inventory name (RV(nodes)), one gate per node
+    (RV(gates)), and C(changed) when any node changed (or, in check mode, would change). When any node fails, the
+    task fails naming every failing node by inventory name and address with its reason; the other nodes are still
+    applied and verified, and their results are in RV(nodes).
 attributes:
   check_mode:
     support: full
@@ -38,6 +46,8 @@ attributes:
       - The diff is the node's own config diff from the dry run; secret values are shown as placeholders by Talos,
         and every secret value of the config is also masked by the module.
       - In maintenance mode the node has no config yet; the diff shows the whole config with its secrets hidden.
+      - With O(nodes), one diff per node that changes (or would change), each headed by the node's inventory name and
+        address; nodes without a change have none.
 author:
   - proxtalos.cluster contributors (@proxtalos)
 extends_documentation_fragment:
@@ -47,17 +57,41 @@ extends_documentation_fragment:
 options:
   node:
     description:
-      - Address of the node (its apid is reached on O(port)).
+      - Address of the node (its apid is reached on O(port)); the single-node form.
+      - Exactly one of O(node) and O(nodes) is required.
     type: str
-    required: true
+  nodes:
+    description:
+      - The nodes to apply in one run (the multi-node form), each by its inventory host name, its address and its
+        rendered config. Names must be unique. O(talosconfig), O(mode), O(try_timeout), O(api_timeout) and the wait
+        options are shared by every node.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description:
+          - The node's inventory host name; keys RV(nodes) and RV(failed_nodes), the RV(gates) item's C(host), and
+            names the node in messages and diffs.
+        type: str
+        required: true
+      address:
+        description:
+          - Address of the node (its apid is reached on O(port)).
+        type: str
+        required: true
+      config_path:
+        description:
+          - The node's machine config file (as P(proxtalos.cluster.talos_config#module) renders it).
+        type: path
+        required: true
   config_path:
     description:
-      - The machine config file (as P(proxtalos.cluster.talos_config#module) renders it).
-      - Exactly one of O(config_path) and O(config) is required.
+      - With O(node), the machine config file (as P(proxtalos.cluster.talos_config#module) renders it).
+      - With O(node), exactly one of O(config_path) and O(config) is required.
     type: path
   config:
     description:
-      - The machine config itself (multi-document YAML text). Never logged.
+      - With O(node), the machine config itself (multi-document YAML text). Never logged.
     type: str
   mode:
     description:
@@ -89,18 +123,32 @@ notes:
   - O(wait=false) still makes one attempt to reach the node and does not wait for it to come back after the apply.
   - The wait after the apply needs O(talosconfig) or O(talosconfig_content) (mutual TLS), also when the node was
     in maintenance mode.
+  - With O(nodes), the nodes are applied on up to 128 threads at once (more nodes take turns).
 seealso:
   - module: proxtalos.cluster.talos_config
   - module: proxtalos.cluster.talos_info
 """
 
 EXAMPLES = r"""
-- name: Apply each node's config (every host at once)
+- name: Apply one node's config
   proxtalos.cluster.talos_apply:
     node: "{{ node_ip }}"
     config_path: "artifacts/{{ cluster_name }}/{{ inventory_hostname }}.yaml"
     talosconfig: "artifacts/{{ cluster_name }}/talosconfig"
     wait_timeout: 900
+
+- name: Apply every node's config in one run (each node from its own host's values)
+  proxtalos.cluster.talos_apply:
+    nodes: "{{ ansible_play_hosts | map('extract', hostvars, 'apply_target') | list }}"
+    talosconfig: "artifacts/{{ cluster_name }}/talosconfig"
+    wait_timeout: 900
+  run_once: true
+  register: applied
+  # with, set on each host before: apply_target: {name: inventory_hostname, address: node_ip, config_path: its file}
+
+- name: What happened on this node
+  ansible.builtin.debug:
+    msg: "{{ applied.nodes[inventory_hostname].applied_mode }}"
 
 - name: Only show what would change
   proxtalos.cluster.talos_apply:
@@ -113,7 +161,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 node:
-  description: The node as reached (address:port).
+  description:
+    - The node as reached (address:port).
+    - The single-node result keys RV(node) to RV(warnings_from_talos) are returned with O(node); with O(nodes) each
+      node's dict in RV(nodes) has them.
   returned: always
   type: str
   sample: 10.5.0.11:50000
@@ -147,12 +198,42 @@ warnings_from_talos:
   type: list
   elements: str
 elapsed:
-  description: Seconds the module spent reaching, applying and waiting.
+  description: Seconds the module spent reaching, applying and waiting (with O(nodes) the whole run; each node's own in
+    RV(nodes)).
   returned: always
   type: float
+nodes:
+  description:
+    - With O(nodes), each node's result under its inventory name - the keys the single-node form returns (RV(node),
+      RV(node_mode), RV(applied_mode), RV(summary), RV(rebooted), RV(verified), RV(warnings_from_talos), RV(elapsed))
+      and C(changed), that node's own. A failed node's dict holds what was seen before it failed.
+    - A per-host task after a C(run_once) task reads its node's part as C(result.nodes[inventory_hostname]).
+    - Absent, like RV(gates) and RV(failed_nodes), when the run fails before any node is reached (a bad O(nodes)
+      list, a config file that cannot be read, a talosconfig that does not load).
+  returned: with O(nodes), once the nodes are reached
+  type: dict
+  sample: {lab-w-1: {changed: true, node: 10.5.0.21:50000, node_mode: maintenance, applied_mode: auto, rebooted: true,
+           verified: true, summary: Applied configuration without a reboot, warnings_from_talos: [], elapsed: 31.2}}
+gates:
+  description:
+    - With O(nodes), one gate record per node that was verified or failed, in the order of O(nodes) (the run
+      report's convention 0) - C(name) (the node runs its machine config, over mTLS), C(ok), C(host) (the
+      inventory name), C(observation), C(elapsed), C(attempts), C(target) (address:port), C(diagnosis),
+      C(started_at), C(ended_at).
+    - A node that was not verified has no record - in check mode a node with a change (nothing applied), and a node
+      applied with O(mode=staged) or O(wait=false).
+  returned: with O(nodes), once the nodes are reached
+  type: list
+  elements: dict
+failed_nodes:
+  description:
+    - With O(nodes), each node that failed, by its name - its name, address and port, and why, as in the message.
+  returned: with O(nodes), once the nodes are reached
+  type: dict
+  sample: {lab-w-3: "lab-w-3 (10.5.0.23:50000): gave up after 900s waiting for the Talos API answering on port 50000; ..."}
 """
 
-import traceback
+import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
@@ -161,14 +242,22 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import P
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import config as talos_config
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import files, health, redact, session
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import nodes as talos_nodes
 
 MODES = {'auto': 'auto', 'no_reboot': 'no-reboot', 'reboot': 'reboot', 'staged': 'staged', 'try': 'try'}
+# The name of each node's gate record (multi-node form): what the apply verified on that node.
+GATE_NAME = 'the node runs its machine config, over mTLS'
 
 
 def argument_spec():
     return _argspec.spec(
         _argspec.TALOS_AUTH_SPEC, _argspec.WAIT_SPEC,
-        node=dict(type='str', required=True),
+        node=dict(type='str'),
+        nodes=dict(type='list', elements='dict', options=dict(
+            name=dict(type='str', required=True),
+            address=dict(type='str', required=True),
+            config_path=dict(type='path', required=True),
+        )),
         config_path=dict(type='path'),
         config=dict(type='str', no_log=True),
         mode=dict(type='str', choices=sorted(MODES), default='auto'),
@@ -176,17 +265,17 @@ def argument_spec():
     )
 
 
-def read_config(params):
-    """The config bytes and their secret values (to mask)."""
-    if params['config_path']:
-        try:
-            data = files.read_bytes(params['config_path'])
-        except (IOError, OSError) as exc:
-            raise ValidationError('config_path', 'cannot read %s: %s' % (params['config_path'], exc.strerror or exc))
-        field = 'config_path'
-    else:
-        data = (params['config'] or '').encode('utf-8')
-        field = 'config'
+class MachineConfig(object):
+    """One node's machine config: the bytes sent, the parsed documents, the secret values (to mask), its label."""
+
+    def __init__(self, data, documents, secret_values, label):
+        self.data = data
+        self.documents = documents
+        self.secret_values = secret_values
+        self.label = label
+
+
+def parse_config(data, field, label):
     if not data.strip():
         raise ValidationError(field, 'is empty; expected the machine config YAML')
     try:
@@ -194,19 +283,46 @@ def read_config(params):
     except UnicodeDecodeError:
         raise ValidationError(field, 'is not UTF-8 text')
     documents = talos_config.parse_machine_config(text, field)
-    return data, documents, redact.config_secret_values(documents)
+    return MachineConfig(data, documents, redact.config_secret_values(documents), label)
+
+
+def read_config_file(path, field):
+    """The MachineConfig of the file at path; `field` names the option in errors."""
+    try:
+        data = files.read_bytes(path)
+    except (IOError, OSError) as exc:
+        raise ValidationError(field, 'cannot read %s: %s' % (path, exc.strerror or exc))
+    return parse_config(data, field, path)
+
+
+def read_config(params):
+    """The single-node form's MachineConfig, from config_path or config."""
+    if params['config_path']:
+        return read_config_file(params['config_path'], 'config_path')
+    return parse_config((params['config'] or '').encode('utf-8'), 'config', 'config')
+
+
+class ApplyOptions(object):
+    """What every node of a run is applied with: the module's mode options, check and diff mode."""
+
+    def __init__(self, params, check_mode, diff):
+        self.mode = params['mode']
+        self.try_timeout = params['try_timeout']
+        self.wait = params['wait']
+        self.check_mode = check_mode
+        self.diff = diff
 
 
 class Applier(object):
     """Observe, decide, apply and verify one node."""
 
-    def __init__(self, module, node_session, data, deadline, interval):
-        self.module = module
+    def __init__(self, node_session, data, deadline, interval, try_timeout=None, sink=_wait.FROM_ENVIRONMENT):
         self.session = node_session
         self.data = data
         self.deadline = deadline
         self.interval = interval
-        self.params = module.params
+        self.try_timeout = try_timeout
+        self.sink = sink
 
     # ---- calls with the shared deadline ----
 
@@ -214,10 +330,10 @@ class Applier(object):
         """call() until it does not raise a transient Talos error, within the deadline."""
         try:
             return _wait.retry(call, self.deadline.remaining(), interval=self.interval, transient=session.TRANSIENT,
-                               backoff=1.0, max_interval=self.interval)
+                               backoff=1.0, max_interval=self.interval, sink=self.sink)
         except talos_errors.TalosTransientError as exc:
             raise ProxtalosError('talos node %s: %s failed within %gs; last error: %s'
-                                 % (self.session.name, what, self.deadline.timeout, exc), node=self.session.name,
+                                 % (self.session.display, what, self.deadline.timeout, exc), node=self.session.name,
                                  last_observation=str(exc))
 
     def dry_run(self, maintenance, mode):
@@ -225,7 +341,7 @@ class Applier(object):
             if maintenance:
                 return self.session.call_insecure('apply_configuration', self.data, mode='auto', dry_run=True)
             return self.session.call('apply_configuration', self.data, mode=mode, dry_run=True,
-                                     try_timeout=self.params['try_timeout'] if mode == 'try' else None)
+                                     try_timeout=self.try_timeout if mode == 'try' else None)
         return self._retry(call, 'the dry run of the config')
 
     def apply(self, maintenance, mode):
@@ -233,7 +349,7 @@ class Applier(object):
             if maintenance:
                 return self.session.call_insecure('apply_configuration', self.data, mode='auto')
             return self.session.call('apply_configuration', self.data, mode=mode,
-                                     try_timeout=self.params['try_timeout'] if mode == 'try' else None)
+                                     try_timeout=self.try_timeout if mode == 'try' else None)
         return self._retry(call, 'applying the config')
 
     def boot_marker(self):
@@ -245,7 +361,7 @@ class Applier(object):
         """Until the node answers over mTLS, booted anew when previous_boot is set, and runs the config.
 
         verify_mode: the mode of the verifying dry runs - 'try' after a try apply, since Talos cancels a
-        pending try revert on any ApplyConfiguration in another mode, dry runs included.
+        pending try revert on any ApplyConfiguration in another mode, dry runs included. Returns the WaitResult.
         """
         def probe():
             try:
@@ -267,82 +383,186 @@ class Applier(object):
             if unchanged:
                 return True, 'answers over mTLS and runs the applied config'
             return False, 'answers over mTLS but does not run the applied config yet (dry run: %s)' % summary
-        return self.session.wait_until(probe, self.deadline, self.interval, 'the node back over mTLS with the applied config')
+        return self.session.wait_until(probe, self.deadline, self.interval, 'the node back over mTLS with the applied config',
+                                       sink=self.sink)
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=[('config_path', 'config')] + _argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'],
-                           required_one_of=[('config_path', 'config')])
-    missing = session.missing_libraries()
-    if missing:
-        module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
+def empty_result():
+    """One node's result keys, before anything was seen (filled as the apply goes)."""
+    return dict(changed=False, node='', node_mode='', applied_mode='', summary='', rebooted=False, verified=False,
+                warnings_from_talos=[], elapsed=0.0)
+
+
+def node_diff(node_session, config, maintenance, changed, diff_text):
+    """The diff of one node: the whole config (secrets hidden) in maintenance mode, else the node's own config diff."""
+    if maintenance:
+        return {'before': '', 'after': redact.config_documents_text(config.documents),
+                'before_header': '%s (maintenance mode: no config)' % node_session.display, 'after_header': config.label}
+    if changed:
+        body = '\n'.join(line for line in diff_text.splitlines() if not line.startswith(('--- ', '+++ ')))
+        return {'prepared': '--- %s (running config)\n+++ %s\n%s\n' % (node_session.display, config.label, body)}
+    return {'before': '', 'after': ''}
+
+
+def apply_node(node_session, config, options, deadline, interval, result, sink=_wait.FROM_ENVIRONMENT):
+    """Reach one node, decide with its dry run, apply (unless check mode) and verify, filling `result` (empty_result())
+    as it goes, so a failure leaves what was seen. `changed` is the prediction in check mode, else True once the
+    node took the config. Returns the gate's (observation, attempts) when the node was seen running the config
+    (unchanged, or applied and verified), None otherwise (check mode with a change, staged, wait=false).
+    Raises ProxtalosError naming the node when a step fails."""
+    result['node'] = node_session.name
+    applier = Applier(node_session, config.data, deadline, interval, try_timeout=options.try_timeout, sink=sink)
+    mode = MODES[options.mode]
+
+    node_mode, reached = node_session.reach(deadline, interval, sink=sink)
+    result['node_mode'] = node_mode
+    maintenance = node_mode == session.MAINTENANCE
+    if not maintenance:
+        node_session.require_credentials('runs with a machine config')
+
+    dry = applier.dry_run(maintenance, mode)
+    unchanged, summary, diff_text = health.dry_run_outcome(dry['mode_details'])
+    changed = maintenance or not unchanged
+    result['changed'] = changed and options.check_mode
+    result['summary'] = summary
+    if changed:
+        result['applied_mode'] = 'auto' if maintenance else dry['mode'].replace('-', '_')
+    if options.diff:
+        result['diff'] = node_diff(node_session, config, maintenance, changed, diff_text)
+
+    if not changed:
+        result['verified'] = True
+        return 'answers over mTLS and runs this config (dry run: No changes.)', reached.attempts + 1
+    if options.check_mode:
+        return None
+    if options.wait:
+        # Checked before applying: verifying the node afterwards needs mTLS.
+        node_session.require_credentials('is checked over mutual TLS after the apply')
+    previous_boot = applier.boot_marker() if not maintenance and options.wait else None
+    reply = applier.apply(maintenance, mode)
+    result['changed'] = True
+    applied = reply['mode'].replace('-', '_')
+    result['applied_mode'] = 'auto' if maintenance else applied
+    result['summary'] = ' '.join(line.strip() for line in reply['mode_details'].splitlines() if line.strip()) or summary
+    result['warnings_from_talos'] = list(reply['warnings'])
+    rebooting = maintenance or applied == 'reboot'
+    if not options.wait or applied == 'staged':
+        return None
+    waited = applier.wait_applied(previous_boot if rebooting else None, verify_mode='try' if applied == 'try' else 'auto')
+    result['verified'] = True
+    result['rebooted'] = rebooting
+    return waited.observation, reached.attempts + waited.attempts
+
+
+def apply_one(module, credentials, options):
+    """The single-node form (option node): the module result, or fail_json naming the node."""
     params = module.params
-    result = dict(changed=False, node='', node_mode='', applied_mode='', summary='', rebooted=False, verified=False,
-                  warnings_from_talos=[], elapsed=0.0)
+    result = empty_result()
     try:
-        data, documents, secret_values = read_config(params)
-        _secrets.register(module, *secret_values)
-        if params['try_timeout'] is not None and params['mode'] != 'try':
-            raise ValidationError('try_timeout', 'is only used with mode=try')
-        credentials = session.load_credentials(params, module)
+        if not params['config_path'] and params['config'] is None:
+            raise ValidationError('config_path', 'one of config_path and config is required with node')
+        config = read_config(params)
+        _secrets.register(module, *config.secret_values)
         node_session = session.NodeSession.from_params(params, credentials)
-        result['node'] = node_session.name
         deadline, interval = session.deadline_for(params)
-        applier = Applier(module, node_session, data, deadline, interval)
-        mode = MODES[params['mode']]
-
-        node_mode = node_session.wait_reachable(deadline, interval)
-        result['node_mode'] = node_mode
-        maintenance = node_mode == session.MAINTENANCE
-        if not maintenance:
-            node_session.require_credentials('runs with a machine config')
-
-        dry = applier.dry_run(maintenance, mode)
-        unchanged, summary, diff_text = health.dry_run_outcome(dry['mode_details'])
-        changed = maintenance or not unchanged
-        result['changed'] = changed
-        result['summary'] = summary
-        if changed:
-            result['applied_mode'] = 'auto' if maintenance else dry['mode'].replace('-', '_')
-        if module._diff:
-            if maintenance:
-                result['diff'] = {'before': '', 'after': redact.config_documents_text(documents),
-                                  'before_header': '%s (maintenance mode: no config)' % node_session.name,
-                                  'after_header': params['config_path'] or 'config'}
-            elif changed:
-                body = '\n'.join(line for line in diff_text.splitlines() if not line.startswith(('--- ', '+++ ')))
-                result['diff'] = {'prepared': '--- %s (running config)\n+++ %s\n%s\n'
-                                  % (node_session.name, params['config_path'] or 'config', body)}
-            else:
-                result['diff'] = {'before': '', 'after': ''}
-
-        if changed and not module.check_mode:
-            if params['wait']:
-                # Checked before applying: verifying the node afterwards needs mTLS.
-                node_session.require_credentials('is checked over mutual TLS after the apply')
-            if not maintenance and params['wait']:
-                previous_boot = applier.boot_marker()
-            else:
-                previous_boot = None
-            reply = applier.apply(maintenance, mode)
-            applied = reply['mode'].replace('-', '_')
-            result['applied_mode'] = 'auto' if maintenance else applied
-            result['summary'] = ' '.join(line.strip() for line in reply['mode_details'].splitlines() if line.strip()) or summary
-            result['warnings_from_talos'] = list(reply['warnings'])
-            rebooting = maintenance or applied == 'reboot'
-            if params['wait'] and applied != 'staged':
-                applier.wait_applied(previous_boot if rebooting else None, verify_mode='try' if applied == 'try' else 'auto')
-                result['verified'] = True
-                result['rebooted'] = rebooting
-        elif not changed:
-            result['verified'] = True
+        apply_node(node_session, config, options, deadline, interval, result)
         result['elapsed'] = round(deadline.elapsed(), 3)
     except ProxtalosError as exc:
         module.fail_json(msg=str(exc), **dict(exc.details, node=result['node'] or params['node']))
     except (IOError, OSError) as exc:
-        module.fail_json(msg='talos node %s: %s' % (params['node'], exc), exception=traceback.format_exc())
+        module.fail_json(msg='talos node %s: %s' % (params['node'], exc))
     module.exit_json(**result)
+
+
+def gate_of(name, node_session, ok, observation, attempts, node_result, span):
+    return {'name': GATE_NAME, 'ok': ok, 'host': name, 'observation': observation, 'elapsed': node_result['elapsed'],
+            'attempts': attempts, 'target': node_session.name, 'diagnosis': [],
+            'started_at': round(span[0], 3), 'ended_at': round(span[1], 3)}
+
+
+def apply_all(module, credentials, options):
+    """The multi-node form (option nodes): every node applied and verified at once, one result; fails naming each
+    failing node, the others' results kept."""
+    params = module.params
+    for option in ('node', 'config_path', 'config'):
+        if params[option] is not None:
+            raise ValidationError(option, 'is for one node; with nodes, each node gives its address and config_path')
+    targets = talos_nodes.check_targets(params['nodes'])
+    configs = {}
+    for item in targets:
+        config = read_config_file(item['config_path'], 'nodes[%s].config_path' % item['name'])
+        _secrets.register(module, *config.secret_values)
+        configs[item['name']] = config
+    deadline, interval = session.deadline_for(params)
+    sessions = dict((item['name'], session.NodeSession.from_params(params, credentials, host=item['address'],
+                                                                   field='nodes', label=item['name']))
+                    for item in targets)
+    progress = talos_nodes.NodesProgress([item['name'] for item in targets], deadline=deadline)
+    results = dict((item['name'], empty_result()) for item in targets)
+    started_at = time.time()
+    ended_at = {}
+
+    def work(item):
+        name = item['name']
+        try:
+            return apply_node(sessions[name], configs[name], options, deadline, interval, results[name],
+                              sink=progress.sink_for(name))
+        except (IOError, OSError) as exc:
+            raise ProxtalosError('talos node %s: %s' % (sessions[name].display, exc), node=sessions[name].name)
+        finally:
+            results[name]['elapsed'] = round(deadline.elapsed(), 3)
+            ended_at[name] = time.time()
+            progress.done(name)
+
+    gates, failed, diffs = [], {}, []
+    for item, verification, error in talos_nodes.run_each(targets, work):
+        name, node_session, node_result = item['name'], sessions[item['name']], results[item['name']]
+        node_result['node'] = node_session.name
+        span = (started_at, ended_at[name])
+        diff = node_result.pop('diff', None)
+        if diff and any(diff.get(key) for key in ('prepared', 'before', 'after')):
+            diffs.append(diff)
+        if error is None:
+            if verification is not None:
+                gates.append(gate_of(name, node_session, True, verification[0], verification[1], node_result, span))
+            continue
+        failed[name] = talos_nodes.failure_line(name, node_session, error)
+        gates.append(gate_of(name, node_session, False, str(error), error.details.get('attempts') or 0, node_result, span))
+    outcome = dict(changed=any(node_result['changed'] for node_result in results.values()), nodes=results, gates=gates,
+                   failed_nodes=failed, elapsed=round(deadline.elapsed(), 3))
+    if options.diff:
+        outcome['diff'] = diffs
+    if failed:
+        summary = '%d of %d nodes failed: %s' % (len(failed), len(targets), '; '.join(failed[item['name']] for item in targets
+                                                                                      if item['name'] in failed))
+        progress.finish(False, summary)
+        module.fail_json(msg='talos_apply: ' + summary, **outcome)
+    progress.finish(True, 'all %d nodes run their config' % len(targets))
+    module.exit_json(**outcome)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
+                           mutually_exclusive=[('config_path', 'config'), ('node', 'nodes')] + _argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'],
+                           required_one_of=[('node', 'nodes')])
+    missing = session.missing_libraries()
+    if missing:
+        module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
+    params = module.params
+    try:
+        if params['try_timeout'] is not None and params['mode'] != 'try':
+            raise ValidationError('try_timeout', 'is only used with mode=try')
+        options = ApplyOptions(params, module.check_mode, module._diff)
+        credentials = session.load_credentials(params, module)
+        if params['nodes'] is not None:
+            apply_all(module, credentials, options)
+        else:
+            apply_one(module, credentials, options)
+    except ProxtalosError as exc:
+        details = dict(exc.details)
+        if params['node'] is not None:
+            details['node'] = params['node']
+        module.fail_json(msg=str(exc), **details)
 
 
 if __name__ == '__main__':

@@ -115,6 +115,18 @@ def changed_hosts(run):
     return sorted(host for host, stats in run.stats.items() if stats.get('changed'))
 
 
+def apply_result(run):
+    """(host that ran it, result) of the apply task: one talos_apply run (run_once) applies every node of the play."""
+    applied = results_by_host(run, 'Apply the machine config')
+    assert len(applied) == 1, applied
+    return next(iter(applied.items()))
+
+
+def applied_nodes(run):
+    """Each node's own result in the apply task's one run, by inventory host."""
+    return apply_result(run)[1]['nodes']
+
+
 @pytest.fixture(scope='module')
 def workspace(tmp_path_factory):
     if not os.access(PLAYBOOK_BIN, os.X_OK):
@@ -139,11 +151,15 @@ def test_maintenance_to_kubeconfig_then_rerun_unchanged(converged):
     workspace = converged
     first = workspace.first
 
-    applied = results_by_host(first, 'Apply the machine config')
+    applied = applied_nodes(first)
     assert sorted(applied) == sorted(CONTROL_PLANES + WORKERS)
     for host, result in applied.items():
         assert result['changed'] is True, host
         assert result['node_mode'] == 'maintenance' and result['rebooted'] is True and result['verified'] is True, host
+        assert result['node'] == '%s:50000' % workspace.address(host)
+    # one module run applied every node; its gates list carries one passed gate per node, under the node's host
+    assert sorted((gate['host'], gate['ok']) for gate in apply_result(first)[1]['gates']) == [
+        (host, True) for host in sorted(CONTROL_PLANES + WORKERS)]
     nodes = workspace.talos_nodes()
     assert all(nodes[host]['mode'] == 'configured' for host in CONTROL_PLANES + WORKERS), nodes
 
@@ -208,11 +224,17 @@ def test_a_changed_host_patch_applies_exactly_that_node_with_a_diff(converged):
         rendered = results_by_host(run, 'Machine config of every node')
         assert len(rendered) == 1, rendered
         render_host = next(iter(rendered))
-        assert changed_hosts(run) == sorted({render_host, 'lab-w-1'})
-        applied = results_by_host(run, 'Apply the machine config')
+        # the apply task, too, runs once for every node: its change is counted on the host that ran it
+        apply_host, applied_all = apply_result(run)
+        assert applied_all['changed'] is True
+        assert changed_hosts(run) == sorted({render_host, apply_host})
+        applied = applied_all['nodes']
         assert applied['lab-w-1']['changed'] is True and applied['lab-w-1']['applied_mode'] == 'no_reboot'
-        assert '+    zone: b' in applied['lab-w-1']['diff']['prepared']
         assert all(result['changed'] is False for host, result in applied.items() if host != 'lab-w-1')
+        # one diff, lab-w-1's own, headed by its name and address
+        assert len(applied_all['diff']) == 1, applied_all['diff']
+        assert applied_all['diff'][0]['prepared'].startswith('--- lab-w-1 (%s:50000) (running config)' % workspace.address('lab-w-1'))
+        assert '+    zone: b' in applied_all['diff'][0]['prepared']
         rendered = rendered[render_host]
         assert sorted(rendered['nodes']) == sorted(CONTROL_PLANES + WORKERS)
         assert [host for host, node in rendered['nodes'].items() if node['config_changed']] == ['lab-w-1']
@@ -228,8 +250,8 @@ def test_a_changed_host_patch_applies_exactly_that_node_with_a_diff(converged):
         workspace.host_patch('lab-w-1', None)
     restored = workspace.run('--tags', 'apply')
     render_host = next(iter(results_by_host(restored, 'Machine config of every node')))
-    assert restored.rc == 0 and changed_hosts(restored) == sorted({render_host, 'lab-w-1'}), restored.describe()
-    assert [host for host, result in results_by_host(restored, 'Apply the machine config').items() if result['changed']] == ['lab-w-1']
+    assert restored.rc == 0 and changed_hosts(restored) == sorted({render_host, apply_result(restored)[0]}), restored.describe()
+    assert [host for host, result in applied_nodes(restored).items() if result['changed']] == ['lab-w-1']
 
 
 def test_a_patch_that_does_not_apply_fails_naming_the_node_and_writes_nothing(converged):
@@ -270,7 +292,7 @@ def test_a_config_with_an_unknown_key_fails_naming_the_key(converged):
         workspace.host_patch('lab-w-2', None)
     restored = workspace.run('--tags', 'apply', '--limit', 'lab-w-2')
     assert restored.rc == 0, restored.describe()
-    assert results_by_host(restored, 'Apply the machine config')['lab-w-2']['changed'] is False
+    assert applied_nodes(restored)['lab-w-2']['changed'] is False
 
 
 def test_an_unreachable_node_fails_naming_it_after_the_deadline(converged):

@@ -121,3 +121,59 @@ def test_a_request_without_try_mode_still_refused_in_no_reboot_mode(lab, secrets
         with pytest.raises(errors.TalosApiError) as info:
             talos.apply_configuration(install, mode='no-reboot')
     assert info.value.invalid_argument and 'machine.install' in info.value.talos_message
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The multi-node form (option nodes) over the real protocol: every node in one run, at the same time.
+
+def apply_nodes(capsys, targets, secrets, tmp_path, **options):
+    """talos_apply with nodes=[...]; targets: (inventory name, lab node, config text)."""
+    items = []
+    for name, node, config in targets:
+        path = tmp_path / ('%s.yaml' % name)
+        path.write_text(config)
+        items.append({'name': name, 'address': node.address, 'config_path': str(path)})
+    values = dict(nodes=items, talosconfig_content=secrets.talosconfig('lab'), wait_timeout=20, wait_sleep=0.05)
+    values.update(options)
+    with patch_module_args(values):
+        with pytest.raises(SystemExit):
+            talos_apply.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_every_node_in_one_run_maintenance_and_configured_then_a_rerun_changes_nothing(lab, secrets, capsys, tmp_path):
+    fresh = [lab.start('w-many-%d' % index) for index in range(2)]
+    lab.wait(lambda: all(node.mode == 'maintenance' for node in fresh), what='the new nodes in maintenance mode')
+    configured = configure(lab, 'cp-many', secrets)
+    worker = testing.render_config(secrets, 'worker', ENDPOINT).decode()
+    targets = [('w-1', fresh[0], worker), ('w-2', fresh[1], worker), ('cp-1', configured, with_sans(secrets, 'many.example'))]
+    result = apply_nodes(capsys, targets, secrets, tmp_path)
+    assert 'failed' not in result, result.get('msg')
+    assert result['changed'] is True and result['failed_nodes'] == {}
+    for name in ('w-1', 'w-2'):
+        assert result['nodes'][name]['node_mode'] == 'maintenance' and result['nodes'][name]['rebooted'] is True
+        assert result['nodes'][name]['verified'] is True and result['nodes'][name]['changed'] is True
+    assert result['nodes']['cp-1']['applied_mode'] == 'no_reboot' and result['nodes']['cp-1']['verified'] is True
+    assert [node.mode for node in fresh] == ['configured', 'configured'] and configured.disk.config.cert_sans == ['many.example']
+    assert [(gate['host'], gate['ok']) for gate in result['gates']] == [('w-1', True), ('w-2', True), ('cp-1', True)]
+
+    again = apply_nodes(capsys, targets, secrets, tmp_path)
+    assert again['changed'] is False and all(node['changed'] is False for node in again['nodes'].values())
+    assert [node.boot_count for node in fresh] == [2, 2]
+
+
+def test_a_node_that_rejects_its_config_is_named_alone_and_the_others_are_applied(lab, secrets, capsys, tmp_path):
+    fresh = [lab.start('w-reject-%d' % index) for index in range(3)]
+    lab.wait(lambda: all(node.mode == 'maintenance' for node in fresh), what='the new nodes in maintenance mode')
+    lab.fault('talos-apply-reject', fresh[1].name)
+    try:
+        # control-plane configs: a worker's apid gets its certificate from a control plane's trustd, and there is none
+        config = testing.render_config(secrets, 'controlplane', ENDPOINT).decode()
+        result = apply_nodes(capsys, [('w-%d' % index, node, config) for index, node in enumerate(fresh)], secrets, tmp_path)
+    finally:
+        lab.clear('talos-apply-reject', fresh[1].name)
+    assert result['failed'] is True and list(result['failed_nodes']) == ['w-1'], result['msg']
+    assert result['msg'].startswith('talos_apply: 1 of 3 nodes failed: w-1 (%s:50000): ' % fresh[1].address)
+    assert 'INVALID_ARGUMENT' in result['msg'] and 'configuration validation failed' in result['msg']
+    assert [node.mode for node in fresh] == ['configured', 'maintenance', 'configured']
+    assert result['nodes']['w-0']['verified'] is True and result['nodes']['w-2']['verified'] is True
