@@ -113,7 +113,7 @@ ROWS = [
         'the API gate of the vms stage names the node that does not answer', target='lab-w-1',
         extra_vars=TALOS_SHORT),
     row('talos-apply-reject', 'Talos', 'talos-apply-reject', 'apply', 'vms', 'secrets,apply', 'failed',
-        ['{addr:lab-cp-2}:50000', 'ApplyConfiguration failed', 'INVALID_ARGUMENT', 'configuration validation failed'],
+        ['lab-cp-2 ({addr:lab-cp-2}:50000)', 'ApplyConfiguration failed', 'INVALID_ARGUMENT', 'configuration validation failed'],
         'fails naming the node and the validation error; the other nodes are applied',
         target='lab-cp-2', extra_vars=TALOS_SHORT),
     row('talos-unreachable-bootstrap', 'Talos', 'talos-unreachable', 'bootstrap', 'converged', 'bootstrap', 'failed',
