@@ -11,8 +11,10 @@ middle of the stage's work rather than between stages:
   vms             PVE received the first VM create (the others are being created or not yet: this run has
                   --forks 2, with the default every VM would be created at the same moment)
   secrets         the secrets bundle was written (the talosconfig and machine configs not necessarily)
-  apply           the first node left maintenance mode with its config (the others still to be applied: this run
-                  has --forks 2, at time scale 0 all six would take their configs at the same moment)
+  apply           the first node left maintenance mode with its config (one module run applies every node at once;
+                  at time scale 0 all six would take their configs at the same moment, so lab-w-3 is made
+                  unreachable for this run - fault talos-unreachable, cleared after the kill - and is still to be
+                  applied)
   bootstrap       the Bootstrap call reached the first control plane (etcd forming, services gate not run)
   kubeconfig      the Kubeconfig call reached the control plane (file maybe written, readyz gate not run)
   cni             its kubelet check of the workers reported (the gates - one k8s_gate run - not run)
@@ -56,9 +58,11 @@ BOOTSTRAP_TASK = 'Bootstrap etcd once'
 KUBECONFIG_TASK = 'Admin kubeconfig from the first control plane'
 SECRETS_TASK = 'Secrets bundle'
 KEYPAIR_TASK = 'Keep the sealed-secrets keypair'
-# At time scale 0 every VM is created, and every node takes its config, at the same moment with the default forks;
-# two at a time, the kill finds some done and others not.
-KILL_ARGS = {'vms': ('--forks', '2'), 'apply': ('--forks', '2')}
+# At time scale 0 every VM is created at the same moment with the default forks; two at a time, the kill finds some
+# done and others not. The apply stage is one module run for every node (forks do not matter): one node is kept
+# from taking its config in the killed run by a lab fault, cleared right after the kill.
+KILL_ARGS = {'vms': ('--forks', '2')}
+KILL_FAULTS = {'apply': ('talos-unreachable', 'lab-w-3')}
 
 
 class RequestTail(object):
@@ -133,16 +137,23 @@ def run_killed_in(workspace, stage, previous):
     """Run --tags previous,stage and SIGKILL it in the middle of stage; returns (the killed run, what the lab held)."""
     tags = ','.join([t for t in (previous, stage) if t])
     requests = RequestTail(workspace.lab)
-    running = workspace.start('--tags', tags, *KILL_ARGS.get(stage, ()), label='%s-killed' % stage)
-
-    def reached():
-        if not running.running():
-            return True, 'ended by itself'
-        return trigger(stage, workspace, running, requests)
+    fault = KILL_FAULTS.get(stage)
+    if fault:
+        workspace.lab.fault(*fault)
     try:
-        seen = wait_until(reached, KILL_TIMEOUT, 'stage %s reached its kill point' % stage, interval=0.02)
+        running = workspace.start('--tags', tags, *KILL_ARGS.get(stage, ()), label='%s-killed' % stage)
+
+        def reached():
+            if not running.running():
+                return True, 'ended by itself'
+            return trigger(stage, workspace, running, requests)
+        try:
+            seen = wait_until(reached, KILL_TIMEOUT, 'stage %s reached its kill point' % stage, interval=0.02)
+        finally:
+            running.kill()
     finally:
-        running.kill()
+        if fault:
+            workspace.lab.clear(*fault)
     killed = running.result()
     assert killed.killed, 'the run of %s ended before its kill point (%s): %s' % (tags, seen, killed.explain())
     plays = killed.stages_run()
@@ -179,9 +190,16 @@ def check_resumed(stage, killed, before, run, kept_at_first):
                 assert not result.get('changed'), (host, result.get('actions'))
     if stage == 'apply':
         assert any(mode == 'maintenance' for mode in before['talos'].values()), 'the kill left no node to apply: %s' % before
-        for host, result in result_of(run, stage, APPLY_TASK):
+        # one module run (run_once) applied every node: each node's own result is under its name
+        applied = dict((host, node_result) for _h, result in result_of(run, stage, APPLY_TASK)
+                       for host, node_result in (result.get('nodes') or {}).items())
+        assert sorted(applied) == sorted(HOSTS), applied
+        for host, node_result in applied.items():
             if before['talos'].get(host) == 'configured':
-                assert not result.get('changed'), 'node %s was configured before the re-run and applied again' % host
+                assert not node_result.get('changed'), 'node %s was configured before the re-run and applied again' % host
+        # the node the fault kept from its config in the killed run is applied now
+        fault_host = KILL_FAULTS['apply'][1]
+        assert before['talos'].get(fault_host) == 'maintenance' and applied[fault_host].get('changed'), (before['talos'], applied)
     if stage == 'bootstrap' and before['bootstrapped']:
         assert [r.get('changed') for _h, r in result_of(run, stage, BOOTSTRAP_TASK)] == [False]
     if stage == 'secrets':
