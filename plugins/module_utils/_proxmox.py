@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 import traceback
 
@@ -121,6 +122,25 @@ def connect(params, warn=None, connections=None):
         # pylint: disable-next=protected-access
         api._store['session'].mount('https://', requests.adapters.HTTPAdapter(pool_maxsize=connections))
     return api
+
+
+class SharedApi(object):
+    """One ProxmoxAPI for several PveClients on several threads: built once, at the first request of any of them.
+
+    factory: a callable returning a ProxmoxAPI (connect() with `connections` set to the number of threads).
+    A factory that raises is tried again by the next caller (PveClient classifies and retries the error).
+    """
+
+    def __init__(self, factory):
+        self._factory = factory
+        self._api = None
+        self._lock = threading.Lock()
+
+    def __call__(self):
+        with self._lock:
+            if self._api is None:
+                self._api = self._factory()
+            return self._api
 
 
 def endpoint(params):

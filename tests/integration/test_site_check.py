@@ -34,7 +34,10 @@ def test_check_mode_of_the_whole_site_on_a_fresh_lab_predicts_the_vms_and_writes
     assert set(run.stats) == set(VMIDS)
 
     # The vms stage: each VM's creation (and start) predicted, the image download too.
-    predicted = dict((host, result) for _name, host, result in run.results('Create or update the VM'))
+    # One module run (run_once) for every VM: each VM's prediction is under its host in the result's `vms`.
+    vm_task = run.results('Create or update the VM')
+    assert len(vm_task) == 1 and vm_task[0][2]['changed'] is True, run.describe()
+    predicted = vm_task[0][2]['vms']
     assert sorted(predicted) == sorted(VMIDS)
     for host, result in predicted.items():
         assert result['changed'] is True and result['actions'] == ['create', 'start'], (host, result)

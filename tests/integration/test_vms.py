@@ -33,6 +33,19 @@ def vm_rows(lab):
     return dict((row['name'], row) for row in lab.vms())
 
 
+def vm_task(run):
+    """(host it was reported on, result) of the VM task: one run_once module run for every VM of the play."""
+    found = [(host, result) for _name, host, result in run.results(VM_TASK)]
+    assert len(found) == 1, 'the VM task ran %d times: %s' % (len(found), run.describe())
+    return found[0]
+
+
+def vm_results(run):
+    """host -> its VM's part of the VM task's result (`vms`, or `failed_vms` for a VM that failed)."""
+    result = vm_task(run)[1]
+    return dict(result.get('vms') or {}, **(result.get('failed_vms') or {}))
+
+
 def converge(lab, *args, **kwargs):
     run = run_playbook(lab.inventory_dir, *args, **kwargs)
     assert run.rc == 0 and run.failed == 0, run.describe()
@@ -43,11 +56,15 @@ def test_check_mode_on_a_fresh_lab_predicts_every_creation_and_creates_nothing(c
     since = clean_lab.last_seq('requests')
     run = run_playbook(clean_lab.inventory_dir, '--check', '--diff', *STAGES)
     assert run.rc == 0, run.describe()
-    predicted = dict((host, result) for _name, host, result in run.results(VM_TASK))
+    reported_on, task = vm_task(run)
+    assert reported_on == 'lab-cp-1' and task['changed'] is True
+    predicted = vm_results(run)
     assert sorted(predicted) == sorted(CONTROL_PLANES + WORKERS)
     for host, result in predicted.items():
         assert result['changed'] is True and result['actions'] == ['create', 'start'], (host, result)
         assert result['diff']['before'] == {} and result['diff']['after']['status'] == 'running'
+    # The task's diff shows every VM under its inventory name.
+    assert sorted(task['diff']['after']) == sorted(CONTROL_PLANES + WORKERS)
     image = run.results('Talos image')[0][2]['results'][0]
     assert image['changed'] is True and image['present'] is False
     assert clean_lab.vms() == [] and writes(clean_lab, since) == []
@@ -56,7 +73,11 @@ def test_check_mode_on_a_fresh_lab_predicts_every_creation_and_creates_nothing(c
 def test_three_plus_three_created_started_and_gated_then_a_rerun_is_unchanged(clean_lab):
     run = converge(clean_lab, *STAGES)
     assert set(run.stats) == set(CONTROL_PLANES + WORKERS)
-    assert all(run.stats[host]['changed'] >= 1 for host in run.stats)
+    # One module run made every VM (reported on the first host); each VM's part says what was done to it.
+    made = vm_results(run)
+    assert sorted(made) == sorted(CONTROL_PLANES + WORKERS)
+    assert all(made[host]['changed'] and made[host]['actions'] == ['create', 'start'] for host in made), made
+    assert vm_task(run)[1]['workers'] >= 2
     rows = vm_rows(clean_lab)
     assert sorted(rows) == sorted(CONTROL_PLANES + WORKERS)
     assert all(row['status'] == 'running' and row['agent'] == 'running' for row in rows.values())
@@ -88,6 +109,7 @@ def test_three_plus_three_created_started_and_gated_then_a_rerun_is_unchanged(cl
     since = clean_lab.last_seq('requests')
     again = converge(clean_lab, *STAGES)
     assert again.changed == 0, again.describe()
+    assert not any(result['changed'] for result in vm_results(again).values())
     assert writes(clean_lab, since) == []
 
 
@@ -109,6 +131,11 @@ def test_the_gate_lists_only_hosts_whose_own_state_is_started_whatever_the_first
     rows = vm_rows(clean_lab)
     assert dict((h, rows[h]['status']) for h in WORKERS) == {'lab-w-1': 'stopped', 'lab-w-2': 'running',
                                                              'lab-w-3': 'stopped'}
+    # The VM task is one run_once task too: each host's own proxmox_vms_state reached its VM.
+    made = vm_results(run)
+    assert dict((h, made[h]['status']) for h in WORKERS) == {'lab-w-1': 'stopped', 'lab-w-2': 'running',
+                                                             'lab-w-3': 'stopped'}
+    assert made['lab-w-1']['actions'] == ['create'] and made['lab-w-3']['actions'] == ['create']
     gate_runs = run.results('Gate - the VM runs')
     assert [host for _n, host, _r in gate_runs] == ['lab-w-1'], run.describe()
     gate = gate_runs[0][2]
@@ -129,11 +156,14 @@ def test_drift_in_cores_and_memory_is_detected_diffed_and_fixed(clean_lab):
     pve.nodes('pve1').qemu(1022).config.put(memory=6144)              # stopped: changed at once
 
     check = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', '--check', '--diff')
-    assert check.rc == 0 and check.changed == 2, check.describe()
+    # One task (run_once) predicts both changes; each VM's part says whether it would change.
+    assert check.rc == 0 and check.changed == 1, check.describe()
+    assert sorted(host for host, result in vm_results(check).items() if result['changed']) == ['lab-cp-2', 'lab-w-2']
+    assert sorted(vm_task(check)[1]['diff']['after']) == ['lab-cp-2', 'lab-w-2']
     assert pve.nodes('pve1').qemu(1022).status.current.get()['status'] == 'stopped'
 
     run = converge(clean_lab, '--tags', 'vms', '--diff')
-    results = dict((host, result) for _n, host, result in run.results(VM_TASK))
+    results = vm_results(run)
     changed = sorted(host for host, result in results.items() if result['changed'])
     assert changed == ['lab-cp-2', 'lab-w-2']
     cp2, w2 = results['lab-cp-2'], results['lab-w-2']
@@ -153,7 +183,7 @@ def test_an_inventory_change_on_running_vms_is_applied_with_restart_on_change(cl
     converge(clean_lab, '--tags', 'vms')
     run = converge(clean_lab, '--tags', 'vms', '--limit', 'lab-w-1',
                    extra_vars={'vm_memory_mb': 3072, 'proxmox_vms_restart_on_change': True})
-    result = run.results(VM_TASK)[0][2]
+    result = vm_results(run)['lab-w-1']
     assert result['actions'] == ['update memory', 'reboot'] and result['reboot_required'] is False
     assert int(clean_lab.proxmox().nodes('pve1').qemu(1021).config.get()['memory']) == 3072
     assert [e['event'] for e in clean_lab.events() if e['name'] == 'lab-w-1'][-2:] == ['stopped', 'started']
@@ -204,7 +234,7 @@ def test_a_config_lock_that_is_released_is_waited_out(clean_lab):
     run = converge(clean_lab, '--tags', 'vms', '--limit', 'lab-cp-3', extra_vars={'vm_cores': 3})
     releaser.join(timeout=30)
     assert len(seen) >= 2, 'the run met the lock and tried again: %s' % seen
-    result = run.results(VM_TASK)[0][2]
+    result = vm_results(run)['lab-cp-3']
     assert result['changed'] and result['actions'] == ['update cores']
     assert any('got timeout' in r['error'] for r in result['retries'])
 
@@ -216,7 +246,8 @@ def test_a_config_lock_that_stays_fails_naming_the_vm_and_the_cause(clean_lab):
                        extra_vars=dict(SHORT, vm_cores=3))
     assert run.rc != 0
     message = run.failures()['lab-cp-3']
-    assert message.startswith('VM 1013 (lab-cp-3) on node pve1: gave up after')
+    assert message.startswith('1 of 1 VMs failed: lab-cp-3 (VM 1013 on PVE node pve1): VM 1013 (lab-cp-3) on node '
+                              'pve1: gave up after')
     assert "can't lock file '/var/lock/qemu-server/lock-1013.conf' - got timeout" in message
 
 
@@ -224,11 +255,18 @@ def test_a_task_error_fails_naming_vm_node_operation_and_pve_message(clean_lab):
     clean_lab.fault('pve-task-error', 'start', vmid='1011')
     run = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', extra_vars=SHORT)
     assert run.rc != 0
-    assert run.failures()['lab-cp-1'] == (
-        'VM 1011 (lab-cp-1) on node pve1: start failed on PVE node pve1: TASK ERROR: start failed: QEMU exited with '
-        'code 1')
-    failed = [result for _n, host, result in run.results(VM_TASK) if host == 'lab-cp-1'][0]
+    # One run_once task: its failure is reported on the first host and names only the VM that failed.
+    assert run.failures() == {'lab-cp-1': (
+        '1 of 6 VMs failed: lab-cp-1 (VM 1011 on PVE node pve1): VM 1011 (lab-cp-1) on node pve1: start failed on PVE '
+        'node pve1: TASK ERROR: start failed: QEMU exited with code 1')}, run.describe()
+    task = vm_task(run)[1]
+    failed = task['failed_vms']['lab-cp-1']
+    assert list(task['failed_vms']) == ['lab-cp-1']
     assert failed['operation'] == 'start' and failed['task_log'][-1].startswith('TASK ERROR')
+    assert failed['actions'] == ['create'] and failed['changed'] is True
+    # The other VMs were made and started in the same run; their results are there.
+    assert sorted(task['vms']) == sorted(set(CONTROL_PLANES + WORKERS) - {'lab-cp-1'})
+    assert all(vm['status'] == 'running' for vm in task['vms'].values())
     # any_errors_fatal: the stage stops for every host; nothing after the VM task ran.
     assert run.results('Gate - the VM runs') == []
 
@@ -237,9 +275,12 @@ def test_a_failed_create_names_the_vm_and_pve_reason(clean_lab):
     clean_lab.fault('pve-task-error', 'create', vmid='1022', times=1)
     run = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', extra_vars=SHORT)
     assert run.rc != 0
-    message = run.failures()['lab-w-2']
-    assert message.startswith('VM 1022 (lab-w-2) on node pve1: create failed on PVE node pve1: TASK ERROR: unable to '
-                              'create VM 1022')
+    # Reported on the first host (run_once); the message names the VM that failed, and only it.
+    message = run.failures()['lab-cp-1']
+    assert message.startswith('1 of 6 VMs failed: lab-w-2 (VM 1022 on PVE node pve1): VM 1022 (lab-w-2) on node pve1: '
+                              'create failed on PVE node pve1: TASK ERROR: unable to create VM 1022')
+    assert not any(host in message for host in set(CONTROL_PLANES + WORKERS) - {'lab-w-2'}), message
+    assert list(vm_task(run)[1]['failed_vms']) == ['lab-w-2']
     assert 'insufficient free space' in message
     assert 'lab-w-2' not in vm_rows(clean_lab)
 

@@ -40,15 +40,43 @@ def gate(hostvars, check_mode=False):
     return templar.template(trust_as_template(expr)), runs
 
 
-def test_each_host_states_its_own_power_state_before_the_gate():
-    """Role defaults are not in hostvars: a per-host set_fact carries each host's value (default, inventory...)."""
+def test_each_host_states_its_own_power_state_vm_and_deadline_before_the_vm_task_and_the_gate():
+    """Role defaults are not in hostvars: a per-host set_fact carries each host's values (default, inventory...)."""
     names = [t['name'] for t in role_tasks()]
-    fact = task("This VM's power state")
-    assert fact['ansible.builtin.set_fact'] == {'proxmox_vms_host_state': '{{ proxmox_vms_state }}'}
+    fact = task("This host's VM and power state")
+    facts = fact['ansible.builtin.set_fact']
+    assert facts['proxmox_vms_host_state'] == '{{ proxmox_vms_state }}'
+    assert facts['proxmox_vms_host_timeout'] == '{{ proxmox_vms_timeout }}'
+    vm = facts['proxmox_vms_host_vm']
+    assert vm['name'] == '{{ inventory_hostname }}' and vm['state'] == '{{ proxmox_vms_state }}'
+    assert vm['vmid'] == '{{ vm_id }}' and vm['node'] == '{{ vm_pve_node }}'
+    assert vm['restart_on_change'] == '{{ proxmox_vms_restart_on_change }}'
     assert 'when' not in fact and 'run_once' not in fact
-    assert names.index(fact['name']) < names.index(task('Gate - the VM runs')['name'])
+    vm_task = task('Create or update the VM')
+    assert names.index(fact['name']) < names.index(vm_task['name']) < names.index(task('Gate - the VM runs')['name'])
     with open(os.path.join(ROLE, 'defaults', 'main.yml')) as handle:
         assert yaml.safe_load(handle)['proxmox_vms_state'] == 'started'
+
+
+def test_the_vm_task_runs_once_with_every_hosts_own_vm_and_the_longest_deadline():
+    spec = task('Create or update the VM')
+    assert spec.get('run_once') is True and spec['register'] == 'proxmox_vms_vms'
+    hostvars = {'cp-1': host(1011, proxmox_vms_host_vm={'name': 'cp-1', 'vmid': 1011, 'state': 'stopped'},
+                             proxmox_vms_host_timeout='60'),
+                'w-1': host(1021, proxmox_vms_host_vm={'name': 'w-1', 'vmid': 1021, 'state': 'started'},
+                            proxmox_vms_host_timeout=900),
+                'w-2': host(1022, proxmox_vms_host_vm={'name': 'w-2', 'vmid': 1022, 'state': 'absent'},
+                            proxmox_vms_host_timeout=600)}
+    templar = Templar(loader=DataLoader(), variables=dict(hostvars=hostvars, ansible_play_hosts=list(hostvars)))
+    options = spec['proxtalos.cluster.proxmox_vm']
+    assert sorted(options) == ['vms', 'wait_timeout']
+    assert templar.template(trust_as_template(options['vms'])) == [
+        {'name': 'cp-1', 'vmid': 1011, 'state': 'stopped'}, {'name': 'w-1', 'vmid': 1021, 'state': 'started'},
+        {'name': 'w-2', 'vmid': 1022, 'state': 'absent'}]
+    assert templar.template(trust_as_template(options['wait_timeout'])) == 900
+    # Each host keeps its own part as proxmox_vms_vm.
+    fact = task("This host's VM as the VM task left it")
+    assert fact['ansible.builtin.set_fact'] == {'proxmox_vms_vm': '{{ proxmox_vms_vms.vms[inventory_hostname] }}'}
 
 
 def test_only_hosts_whose_own_state_is_started_are_gated_whatever_the_first_hosts_state():

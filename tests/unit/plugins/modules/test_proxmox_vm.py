@@ -5,7 +5,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _proxmox_vm
 from ansible_collections.proxtalos.cluster.plugins.modules import proxmox_vm
 
 TOKEN_SECRET = 'c0ffee00-5ec2-e7a1-b0b0-123456789abc'
@@ -42,7 +42,7 @@ def kinds(actions):
 
 
 def test_a_missing_vm_is_created_with_every_managed_key():
-    changed, actions, diff = proxmox_vm.plan(params(state='started'), None, None)
+    changed, actions, diff = _proxmox_vm.plan(params(state='started'), None, None)
     assert changed and kinds(actions) == ['create', 'start']
     assert actions[0].data['values'] == {
         'vmid': 101, 'name': 'cp-1', 'cores': 2, 'memory': 2048, 'cpu': 'x86-64-v2-AES', 'net0': 'virtio,bridge=vmbr0',
@@ -53,18 +53,18 @@ def test_a_missing_vm_is_created_with_every_managed_key():
 
 
 def test_a_vm_that_matches_is_not_changed_whatever_the_spelling():
-    changed, actions, diff = proxmox_vm.plan(params(), pve_config(), 'stopped')
+    changed, actions, diff = _proxmox_vm.plan(params(), pve_config(), 'stopped')
     assert not changed and actions == []
     assert diff['before'] == diff['after']
 
 
 def test_agent_given_as_enabled_equals_and_memory_as_current_are_the_same():
     config = pve_config(agent='enabled=1,fstrim_cloned_disks=1', memory='current=2048', onboot='1')
-    assert proxmox_vm.plan(params(), config, 'running')[1] == []
+    assert _proxmox_vm.plan(params(), config, 'running')[1] == []
 
 
 def test_cores_and_memory_drift_is_one_update_with_a_diff():
-    changed, actions, diff = proxmox_vm.plan(params(), pve_config(cores=4, memory='4096'), 'stopped')
+    changed, actions, diff = _proxmox_vm.plan(params(), pve_config(cores=4, memory='4096'), 'stopped')
     assert changed and kinds(actions) == ['update']
     assert actions[0].data == {'values': {'cores': 2, 'memory': 2048}, 'delete': []}
     assert (diff['before']['cores'], diff['after']['cores']) == (4, 2)
@@ -73,17 +73,17 @@ def test_cores_and_memory_drift_is_one_update_with_a_diff():
 
 
 def test_drift_waiting_in_the_pending_config_is_found():
-    changed, actions, diff = proxmox_vm.plan(params(), pve_config(), 'running', {'cores': 8})
+    changed, actions, diff = _proxmox_vm.plan(params(), pve_config(), 'running', {'cores': 8})
     assert changed and actions[0].data['values'] == {'cores': 2}
     assert diff['before']['cores'] == 8
 
 
 def test_a_pending_value_equal_to_the_wanted_one_is_no_change():
-    assert proxmox_vm.plan(params(cores=4), pve_config(), 'running', {'cores': 4})[1] == []
+    assert _proxmox_vm.plan(params(cores=4), pve_config(), 'running', {'cores': 4})[1] == []
 
 
 def test_the_nic_keeps_its_generated_mac_when_the_bridge_changes():
-    changed, actions, diff = proxmox_vm.plan(params(bridge='vmbr1'), pve_config(), 'stopped')
+    changed, actions, diff = _proxmox_vm.plan(params(bridge='vmbr1'), pve_config(), 'stopped')
     assert changed and actions[0].data['values'] == {'net0': 'virtio=BC:24:11:AA:BB:CC,bridge=vmbr1'}
     assert diff['before']['net0'] == {'model': 'virtio', 'bridge': 'vmbr0'}
     assert diff['after']['net0'] == {'model': 'virtio', 'bridge': 'vmbr1'}
@@ -91,86 +91,86 @@ def test_the_nic_keeps_its_generated_mac_when_the_bridge_changes():
 
 def test_a_managed_mac_is_compared_and_unmanaged_nic_parts_are_left_alone():
     config = pve_config(net0='virtio=BC:24:11:AA:BB:CC,bridge=vmbr0,firewall=1')
-    assert proxmox_vm.plan(params(), config, 'stopped')[1] == []
-    actions = proxmox_vm.plan(params(macaddr='bc:24:11:00:00:01'), config, 'stopped')[1]
+    assert _proxmox_vm.plan(params(), config, 'stopped')[1] == []
+    actions = _proxmox_vm.plan(params(macaddr='bc:24:11:00:00:01'), config, 'stopped')[1]
     assert actions[0].data['values'] == {'net0': 'virtio=BC:24:11:00:00:01,bridge=vmbr0'}
 
 
 def test_the_disk_grows_but_never_shrinks_or_moves():
-    actions = proxmox_vm.plan(params(disk_size=20), pve_config(), 'running')[1]
+    actions = _proxmox_vm.plan(params(disk_size=20), pve_config(), 'running')[1]
     assert kinds(actions) == ['resize'] and actions[0].data == {'disk': 'scsi0', 'size': '20G'}
     with pytest.raises(_errors.ValidationError) as caught:
-        proxmox_vm.plan(params(disk_size=5), pve_config(), 'running')
+        _proxmox_vm.plan(params(disk_size=5), pve_config(), 'running')
     assert caught.value.field == 'disk_size' and 'cannot shrink' in str(caught.value)
     with pytest.raises(_errors.ValidationError) as caught:
-        proxmox_vm.plan(params(disk_storage='ceph-vm'), pve_config(), 'running')
+        _proxmox_vm.plan(params(disk_storage='ceph-vm'), pve_config(), 'running')
     assert caught.value.field == 'disk_storage'
 
 
 def test_a_missing_disk_is_added():
-    actions = proxmox_vm.plan(params(), pve_config(scsi0=None), 'stopped')[1]
+    actions = _proxmox_vm.plan(params(), pve_config(scsi0=None), 'stopped')[1]
     assert actions[0].data['values'] == {'scsi0': 'local-lvm:10'}
 
 
 def test_tags_are_a_set_and_an_empty_list_or_string_removes():
-    assert proxmox_vm.plan(params(tags=['LAB', 'talos', 'talos']), pve_config(), 'stopped')[1] == []
-    actions = proxmox_vm.plan(params(tags=[], serial=False, description=''),
-                              pve_config(description='old notes\n'), 'stopped')[1]
+    assert _proxmox_vm.plan(params(tags=['LAB', 'talos', 'talos']), pve_config(), 'stopped')[1] == []
+    actions = _proxmox_vm.plan(params(tags=[], serial=False, description=''),
+                               pve_config(description='old notes\n'), 'stopped')[1]
     assert actions[0].data == {'values': {}, 'delete': ['description', 'serial0', 'tags']}
 
 
 def test_unset_options_are_not_managed():
-    actions = proxmox_vm.plan(params(cores=None, memory=None, tags=None), pve_config(cores=16, tags='other'),
-                              'stopped')[1]
+    actions = _proxmox_vm.plan(params(cores=None, memory=None, tags=None), pve_config(cores=16, tags='other'),
+                               'stopped')[1]
     assert actions == []
 
 
 def test_cloud_init_drive_and_ipconfig():
     wanted = params(cloudinit_storage='local-lvm', ipconfig0='ip=10.0.0.11/24,gw=10.0.0.1', nameserver='1.1.1.1')
-    actions = proxmox_vm.plan(wanted, pve_config(), 'stopped')[1]
+    actions = _proxmox_vm.plan(wanted, pve_config(), 'stopped')[1]
     assert actions[0].data['values'] == {'ide0': 'local-lvm:cloudinit', 'ipconfig0': 'ip=10.0.0.11/24,gw=10.0.0.1',
                                          'nameserver': '1.1.1.1'}
     there = pve_config(ide0='local-lvm:vm-101-cloudinit,media=cdrom', ipconfig0='gw=10.0.0.1,ip=10.0.0.11/24',
                        nameserver='1.1.1.1')
-    assert proxmox_vm.plan(wanted, there, 'stopped')[1] == []
+    assert _proxmox_vm.plan(wanted, there, 'stopped')[1] == []
 
 
 def test_power_states():
-    assert kinds(proxmox_vm.plan(params(state='started'), pve_config(), 'stopped')[1]) == ['start']
-    assert kinds(proxmox_vm.plan(params(state='stopped'), pve_config(), 'running')[1]) == ['shutdown']
-    assert proxmox_vm.plan(params(state='started'), pve_config(), 'running')[1] == []
-    assert kinds(proxmox_vm.plan(params(state='started', cores=4), pve_config(), 'stopped')[1]) == ['update', 'start']
+    assert kinds(_proxmox_vm.plan(params(state='started'), pve_config(), 'stopped')[1]) == ['start']
+    assert kinds(_proxmox_vm.plan(params(state='stopped'), pve_config(), 'running')[1]) == ['shutdown']
+    assert _proxmox_vm.plan(params(state='started'), pve_config(), 'running')[1] == []
+    assert kinds(_proxmox_vm.plan(params(state='started', cores=4), pve_config(), 'stopped')[1]) == ['update', 'start']
 
 
 def test_absent_stops_then_deletes_and_is_a_no_op_when_gone():
-    changed, actions, diff = proxmox_vm.plan(params(state='absent'), pve_config(), 'running')
+    changed, actions, diff = _proxmox_vm.plan(params(state='absent'), pve_config(), 'running')
     assert changed and kinds(actions) == ['stop', 'delete'] and diff['after'] == {}
-    assert proxmox_vm.plan(params(state='absent'), None, None)[:2] == (False, [])
+    assert _proxmox_vm.plan(params(state='absent'), None, None)[:2] == (False, [])
 
 
 def test_reset_always_acts_and_starts_a_stopped_vm():
-    assert kinds(proxmox_vm.plan(params(state='reset'), pve_config(), 'running')[1]) == ['reset']
-    assert kinds(proxmox_vm.plan(params(state='reset'), pve_config(cores=64), 'stopped')[1]) == ['start']
+    assert kinds(_proxmox_vm.plan(params(state='reset'), pve_config(), 'running')[1]) == ['reset']
+    assert kinds(_proxmox_vm.plan(params(state='reset'), pve_config(cores=64), 'stopped')[1]) == ['start']
     with pytest.raises(_errors.ValidationError) as caught:
-        proxmox_vm.plan(params(state='reset'), None, None)
+        _proxmox_vm.plan(params(state='reset'), None, None)
     assert caught.value.field == 'vmid'
 
 
 def test_restart_on_change_reboots_for_changes_pve_cannot_apply_live():
     wanted = params(cores=4, restart_on_change=True)
-    assert kinds(proxmox_vm.plan(wanted, pve_config(), 'running')[1]) == ['update', 'reboot']
-    assert kinds(proxmox_vm.plan(params(tags=['x'], restart_on_change=True), pve_config(), 'running')[1]) == ['update']
+    assert kinds(_proxmox_vm.plan(wanted, pve_config(), 'running')[1]) == ['update', 'reboot']
+    assert kinds(_proxmox_vm.plan(params(tags=['x'], restart_on_change=True), pve_config(), 'running')[1]) == ['update']
     # A change left pending earlier is applied too.
-    assert kinds(proxmox_vm.plan(params(restart_on_change=True), pve_config(), 'running', {'cores': 2, 'sockets': 2})[1]) == [
+    assert kinds(_proxmox_vm.plan(params(restart_on_change=True), pve_config(), 'running', {'cores': 2, 'sockets': 2})[1]) == [
         'reboot']
 
 
 def test_reboot_required_is_predicted_for_cold_changes_on_a_running_vm():
-    actions = proxmox_vm.plan(params(cores=4), pve_config(), 'running')[1]
-    assert proxmox_vm.predict_reboot_required(params(cores=4), actions, pve_config(), {}, 'running')
-    actions = proxmox_vm.plan(params(tags=['x']), pve_config(), 'running')[1]
-    assert not proxmox_vm.predict_reboot_required(params(tags=['x']), actions, pve_config(), {}, 'running')
-    assert not proxmox_vm.predict_reboot_required(params(cores=4), actions, pve_config(), {}, 'stopped')
+    actions = _proxmox_vm.plan(params(cores=4), pve_config(), 'running')[1]
+    assert _proxmox_vm.predict_reboot_required(params(cores=4), actions, pve_config(), {}, 'running')
+    actions = _proxmox_vm.plan(params(tags=['x']), pve_config(), 'running')[1]
+    assert not _proxmox_vm.predict_reboot_required(params(tags=['x']), actions, pve_config(), {}, 'running')
+    assert not _proxmox_vm.predict_reboot_required(params(cores=4), actions, pve_config(), {}, 'stopped')
 
 
 @pytest.mark.parametrize('overrides, field', [
@@ -181,7 +181,7 @@ def test_reboot_required_is_predicted_for_cold_changes_on_a_running_vm():
 ])
 def test_bad_options_name_the_field(overrides, field):
     with pytest.raises(_errors.ValidationError) as caught:
-        proxmox_vm.validate(params(**overrides))
+        _proxmox_vm.validate(params(**overrides))
     assert caught.value.field == field
 
 
