@@ -152,7 +152,7 @@ def test_the_two_forms_do_not_mix(pve, fakepve_cafile, capsys):
     assert code == 1 and 'required together: vmid, node' in result['msg']
 
 
-def test_run_many_works_on_the_vms_at_the_same_time():
+def test_run_many_works_on_the_vms_at_the_same_time(monkeypatch):
     """Each VM's run() starts before any other ends: a barrier that every job must reach proves the overlap."""
     barrier = threading.Barrier(3, timeout=5)
 
@@ -167,14 +167,10 @@ def test_run_many_works_on_the_vms_at_the_same_time():
         return dict(changed=False, vmid=params['vmid'], node=params['node'], actions=[], upids=[],
                     diff={'before': {}, 'after': {}})
 
-    original = _proxmox_vm.run
-    _proxmox_vm.run = fake_run
-    try:
-        items = [(name, dict(vmid=VMIDS[name], node='pve1', name=name, wait_timeout=5, wait_sleep=1, wait=True))
-                 for name in NAMES]
-        outcome = _proxmox_vm.run_many(items, Client, deadline=None, check_mode=False, warn=None)
-    finally:
-        _proxmox_vm.run = original
+    monkeypatch.setattr(_proxmox_vm, 'run', fake_run)
+    items = [(name, dict(vmid=VMIDS[name], node='pve1', name=name, wait_timeout=5, wait_sleep=1, wait=True))
+             for name in NAMES]
+    outcome = _proxmox_vm.run_many(items, Client, deadline=None, check_mode=False, warn=None)
     assert outcome.workers == 3
     ok, result, message = _proxmox_vm.many_result(outcome, with_diff=False)
     assert not ok and message == ('1 of 3 VMs failed: w-1 (VM 102 on PVE node pve1): VM 102 (w-1) on node pve1: start '
