@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+from ansible_collections.proxtalos.cluster.plugins.modules import gitops_commit
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils._in_process import InProcessModuleAction
 
 
 class ActionModule(InProcessModuleAction):
     """proxtalos.cluster.gitops_commit, in the worker process where it can be (plugin_utils/_in_process.py)."""
+
+    collection_module = gitops_commit

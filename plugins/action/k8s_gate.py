@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+from ansible_collections.proxtalos.cluster.plugins.modules import k8s_gate
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils._in_process import InProcessModuleAction
 
 
 class ActionModule(InProcessModuleAction):
     """proxtalos.cluster.k8s_gate, in the worker process where it can be (plugin_utils/_in_process.py)."""
+
+    collection_module = k8s_gate

@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+from ansible_collections.proxtalos.cluster.plugins.modules import sealed_key_secret
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils._in_process import InProcessModuleAction
 
 
 class ActionModule(InProcessModuleAction):
     """proxtalos.cluster.sealed_key_secret, in the worker process where it can be (plugin_utils/_in_process.py)."""
+
+    collection_module = sealed_key_secret

@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+from ansible_collections.proxtalos.cluster.plugins.modules import talos_secrets
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils._in_process import InProcessModuleAction
 
 
 class ActionModule(InProcessModuleAction):
     """proxtalos.cluster.talos_secrets, in the worker process where it can be (plugin_utils/_in_process.py)."""
+
+    collection_module = talos_secrets

@@ -11,7 +11,8 @@ before the module does anything, paid by every task of a run (docs/performance.m
 
 InProcessModuleAction is the action plugin of such a module. When the task would start the
 module with the controller's own interpreter on a local connection, it runs the module's
-`main()` in the worker process Ansible already forked for the task: the same arguments,
+`main()` in the worker process Ansible already forked for the task (the module file and its
+imports were loaded once, in Ansible's main process, with the action plugin): the same arguments,
 including Ansible's internal ones (check mode, diff, no_log, verbosity), serialised and read
 back exactly as the module process would have them, the module's printed result parsed by the
 same code as a module process's output. A module that fails or raises ends the task as a
@@ -26,7 +27,6 @@ still put back after the run.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import json
 import os
@@ -44,12 +44,6 @@ display = Display()
 # declares it) uses the legacy profile; tests/unit/plugins/plugin_utils/test_in_process.py checks that no
 # module of the collection declares another.
 SERIALIZATION_PROFILE = 'legacy'
-
-
-def module_package(resolved_action):
-    """'proxtalos.cluster.k8s_gate' -> 'ansible_collections.proxtalos.cluster.plugins.modules.k8s_gate'."""
-    namespace, collection, name = resolved_action.split('.', 2)
-    return 'ansible_collections.%s.%s.plugins.modules.%s' % (namespace, collection, name)
 
 
 def same_interpreter(interpreter, executable):
@@ -92,10 +86,16 @@ def run_main(main, json_args, environment):
 
 
 class InProcessModuleAction(ActionBase):
-    """The action plugin of a collection module: in the worker when the module would run on the controller's Python."""
+    """The action plugin of a collection module: in the worker when the module would run on the controller's Python.
+
+    A subclass names its module (`collection_module`, the imported module file). Ansible loads action plugins in its
+    main process before it forks the task's worker, so the module and everything it imports (the kubernetes, grpclib
+    and cryptography packages) are imported once per run and every worker starts with them.
+    """
 
     _supports_check_mode = True
     _supports_async = True
+    collection_module = None
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -131,15 +131,13 @@ class InProcessModuleAction(ActionBase):
         return ''
 
     def _run_in_process(self, task_vars):
-        action = self._task.resolved_action or self._task.action
         module_args = dict(self._task.args)
-        self._update_module_args(action, module_args, task_vars)
+        self._update_module_args(self._task.action, module_args, task_vars)
         encoder = get_module_encoder(SERIALIZATION_PROFILE, Direction.CONTROLLER_TO_MODULE)
         json_args = json.dumps({'ANSIBLE_MODULE_ARGS': module_args}, cls=encoder).encode('utf-8')
         environment = {}
         self._compute_environment_string(raw_environment_out=environment)
-        module = importlib.import_module(module_package(action))
-        code, stdout, stderr = run_main(module.main, json_args, environment)
+        code, stdout, stderr = run_main(self.collection_module.main, json_args, environment)
         returned = self._parse_returned_data({'rc': code, 'stdout': stdout, 'stderr': stderr}, SERIALIZATION_PROFILE)
         returned.remove_internal_keys()
         return returned.as_result_dict(for_round_trip=True)
