@@ -6,8 +6,9 @@ lab's request log (each request carries the wall clock and the lab clock).
 
 A gate waited for the world when a delay it depends on ended while the gate task ran. Which delays a gate
 depends on: the kinds its stage waits for (below), and
-- a gate without a target (the per-node gates: VM address, Talos API, Talos services) only its own node's
-  delays (vm_boot, talos_install_reboot, etcd_join, kubelet_start ... whose target is the gate's host);
+- a per-node gate (VM address, Talos API, Talos services, the apply's node check: its host is the node, its target
+  none, the node's VM - `VM 1021 on PVE node pve1` - or its Talos endpoint - `10.5.0.21:50000`) only its own
+  node's delays (vm_boot, talos_install_reboot, etcd_join, kubelet_start ... whose target is the gate's host);
 - a gate whose target names a namespace (`pods ... in namespace X`, `Deployment X/name`) only the readiness of
   pods in X; one that names a Flux object (`GitRepository ns/name`) only that object's fetch or reconcile.
 Its condition became true when the last of those delays ended; the latency is the gate task's end minus that
@@ -40,6 +41,13 @@ STAGE_KINDS = {
 NAMESPACE_PATTERNS = (re.compile(r'\bin namespace ([a-z0-9-]+)'),
                       re.compile(r'\b(?:Deployment|DaemonSet|StatefulSet) ([a-z0-9-]+)/[a-z0-9.-]+'))
 FLUX_OBJECT = re.compile(r'\b(GitRepository|Kustomization|FluxInstance) ([a-z0-9-]+/[a-z0-9.-]+)')
+NODE_TARGET = re.compile(r'^(?:VM \d+ on PVE node \S+|\[?[0-9A-Fa-f.:]+\]?:\d+)$')
+
+
+def per_node(gate):
+    """Whether the gate is about its host alone (see the module docstring)."""
+    target = gate.get('target')
+    return target is None or bool(NODE_TARGET.match(target))
 
 
 def percentile(values, fraction):
@@ -76,7 +84,7 @@ def condition_moment(gate, ends):
             continue
         if kinds is not None and kind not in kinds:
             continue
-        if kind in NODE_KINDS and gate.get('target') is None and target != gate.get('host'):
+        if kind in NODE_KINDS and per_node(gate) and target != gate.get('host'):
             continue
         if namespace and not (kind == 'pod_ready' and target.startswith('pod/%s/' % namespace)):
             continue

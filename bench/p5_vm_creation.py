@@ -2,7 +2,7 @@
 
 Each size gets a fresh lab (profile realistic, seeded): `ansible-playbook site.yml --tags vms` runs on
 it once, from nothing to every VM running and gated. Reported, for 1 and 12 VMs and as a ratio (goal <= 1.5:
-VMs are created in parallel, one task per host):
+VMs are created in parallel, every VM by one run_once task of the proxmox_vm module, concurrently):
 - VM creation: from the start of the image task to the end of the address gate, from the JSON callback's
   task times - what creating the VMs takes;
 - the whole `--tags vms` run's wall time, which also holds the Talos API gate and the argument checks of

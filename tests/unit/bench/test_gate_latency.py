@@ -21,6 +21,16 @@ def test_a_per_node_gate_waits_only_for_its_own_node():
     assert p4.condition_moment(gate('vms', 'w-2', 1.0, 9.0), ENDS) is None
 
 
+def test_a_gate_of_a_multi_node_run_is_per_node_by_its_target():
+    # one module run checked every node: each node's gate names the node's VM or Talos endpoint as its target
+    assert p4.condition_moment(gate('vms', 'w-1', 1.0, 9.0, target='VM 1021 on PVE node pve1'), ENDS) == (7.0, 'vm_boot', 'w-1')
+    assert p4.condition_moment(gate('vms', 'w-2', 1.0, 9.0, target='VM 1022 on PVE node pve1'), ENDS) is None
+    assert p4.condition_moment(gate('vms', 'w-2', 1.0, 9.0, target='10.5.0.22:50000'), ENDS) is None
+    assert p4.condition_moment(gate('vms', 'cp-1', 1.0, 9.0, target='[fd00::11]:50000'), ENDS) == (5.0, 'vm_boot', 'cp-1')
+    # a gate about the cluster (run once, on cp-1) waits for every node's delays
+    assert p4.condition_moment(gate('cni', 'cp-1', 1.0, 40.0, target='nodes'), ENDS) is not None
+
+
 def test_only_delays_ending_inside_the_gate_and_of_its_stage_count():
     assert p4.condition_moment(gate('vms', 'cp-1', 6.0, 9.0), ENDS) is None          # the boot ended before
     assert p4.condition_moment(gate('cni', 'cp-1', 1.0, 40.0, target='nodes'), ENDS)[2] == 'pod/podinfo/web-1'
