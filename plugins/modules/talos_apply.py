@@ -233,7 +233,6 @@ failed_nodes:
   sample: {lab-w-3: "lab-w-3 (10.5.0.23:50000): gave up after 900s waiting for the Talos API answering on port 50000; ..."}
 """
 
-import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
@@ -494,31 +493,20 @@ def apply_all(module, credentials, options):
         _secrets.register(module, *config.secret_values)
         configs[item['name']] = config
     deadline, interval = session.deadline_for(params)
-    sessions = dict((item['name'], session.NodeSession.from_params(params, credentials, host=item['address'],
-                                                                   field='nodes', label=item['name']))
-                    for item in targets)
-    progress = talos_nodes.NodesProgress([item['name'] for item in targets], deadline=deadline)
-    results = dict((item['name'], empty_result()) for item in targets)
-    started_at = time.time()
-    ended_at = {}
+    run = talos_nodes.NodesRun(targets, lambda item: session.NodeSession.from_params(params, credentials, host=item['address'],
+                                                                                     field='nodes', label=item['name']),
+                               empty_result, deadline)
 
-    def work(item):
-        name = item['name']
+    def work(item, node_session, node_result, sink):
         try:
-            return apply_node(sessions[name], configs[name], options, deadline, interval, results[name],
-                              sink=progress.sink_for(name))
+            return apply_node(node_session, configs[item['name']], options, deadline, interval, node_result, sink=sink)
         except (IOError, OSError) as exc:
-            raise ProxtalosError('talos node %s: %s' % (sessions[name].display, exc), node=sessions[name].name)
-        finally:
-            results[name]['elapsed'] = round(deadline.elapsed(), 3)
-            ended_at[name] = time.time()
-            progress.done(name)
+            raise ProxtalosError('talos node %s: %s' % (node_session.display, exc), node=node_session.name)
 
     gates, failed, diffs = [], {}, []
-    for item, verification, error in talos_nodes.run_each(targets, work):
-        name, node_session, node_result = item['name'], sessions[item['name']], results[item['name']]
+    for item, verification, error, span in run.run(work):
+        name, node_session, node_result = item['name'], run.sessions[item['name']], run.results[item['name']]
         node_result['node'] = node_session.name
-        span = (started_at, ended_at[name])
         diff = node_result.pop('diff', None)
         if diff and any(diff.get(key) for key in ('prepared', 'before', 'after')):
             diffs.append(diff)
@@ -528,16 +516,15 @@ def apply_all(module, credentials, options):
             continue
         failed[name] = talos_nodes.failure_line(name, node_session, error)
         gates.append(gate_of(name, node_session, False, str(error), error.details.get('attempts') or 0, node_result, span))
-    outcome = dict(changed=any(node_result['changed'] for node_result in results.values()), nodes=results, gates=gates,
+    outcome = dict(changed=any(node_result['changed'] for node_result in run.results.values()), nodes=run.results, gates=gates,
                    failed_nodes=failed, elapsed=round(deadline.elapsed(), 3))
     if options.diff:
         outcome['diff'] = diffs
     if failed:
-        summary = '%d of %d nodes failed: %s' % (len(failed), len(targets), '; '.join(failed[item['name']] for item in targets
-                                                                                      if item['name'] in failed))
-        progress.finish(False, summary)
+        summary = run.failure_summary(failed)
+        run.progress.finish(False, summary)
         module.fail_json(msg='talos_apply: ' + summary, **outcome)
-    progress.finish(True, 'all %d nodes run their config' % len(targets))
+    run.progress.finish(True, 'all %d nodes run their config' % len(targets))
     module.exit_json(**outcome)
 
 

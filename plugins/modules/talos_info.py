@@ -251,7 +251,6 @@ report_facts:
       type: int
 """
 
-import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
@@ -432,31 +431,19 @@ def probe_all(module, credentials):
     params = module.params
     targets = talos_nodes.check_targets(params['nodes'])
     deadline, interval = session.deadline_for(params)
-    sessions = dict((item['name'], session.NodeSession.from_params(params, credentials, host=item['address'],
-                                                                   field='nodes', label=item['name']))
-                    for item in targets)
-    progress = talos_nodes.NodesProgress([item['name'] for item in targets], deadline=deadline)
-    results = dict((item['name'], empty_result()) for item in targets)
-    started_at = time.time()
-    ended_at = {}
+    run = talos_nodes.NodesRun(targets, lambda item: session.NodeSession.from_params(params, credentials, host=item['address'],
+                                                                                     field='nodes', label=item['name']),
+                               empty_result, deadline)
 
-    def work(item):
-        name = item['name']
+    def work(item, node_session, node_result, sink):
         gather = item['gather'] if item.get('gather') is not None else params['gather']
         required = item['healthy_services'] if item.get('healthy_services') is not None else params['healthy_services']
-        try:
-            return probe_node(sessions[name], credentials, gather, required, deadline, interval, results[name],
-                              sink=progress.sink_for(name))
-        finally:
-            results[name]['elapsed'] = round(deadline.elapsed(), 3)
-            ended_at[name] = time.time()
-            progress.done(name)
+        return probe_node(node_session, credentials, gather, required, deadline, interval, node_result, sink=sink)
 
     gates, facts, failed = [], {}, {}
-    for item, outcome, error in talos_nodes.run_each(targets, work):
-        name, node_session, node_result = item['name'], sessions[item['name']], results[item['name']]
+    for item, outcome, error, span in run.run(work):
+        name, node_session, node_result = item['name'], run.sessions[item['name']], run.results[item['name']]
         node_result['node'] = node_session.name
-        span = (started_at, ended_at[name])
         if error is None:
             facts[name] = node_result['report_facts']
             if params['gate_name']:
@@ -469,14 +456,13 @@ def probe_all(module, credentials):
             gates.append(gate_of(params['gate_name'], name, node_session, False, str(error), node_result,
                                  error.details.get('attempts') or 0,
                                  [health.describe_service_problem(problem) for problem in node_result['failing_services']], span))
-    outcome = dict(changed=False, nodes=results, gates=gates, report_facts_by_host=facts, failed_nodes=failed,
+    outcome = dict(changed=False, nodes=run.results, gates=gates, report_facts_by_host=facts, failed_nodes=failed,
                    elapsed=round(deadline.elapsed(), 3))
     if failed:
-        summary = '%d of %d nodes failed: %s' % (len(failed), len(targets), '; '.join(failed[item['name']] for item in targets
-                                                                                      if item['name'] in failed))
-        progress.finish(False, summary)
+        summary = run.failure_summary(failed)
+        run.progress.finish(False, summary)
         module.fail_json(msg='talos_info: ' + summary, **outcome)
-    progress.finish(True, 'all %d nodes passed' % len(targets))
+    run.progress.finish(True, 'all %d nodes passed' % len(targets))
     module.exit_json(**outcome)
 
 

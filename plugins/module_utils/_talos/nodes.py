@@ -20,12 +20,15 @@ needs no second, asynchronous copy of the session code.)
   interleaved.
 - failure_line(name, node_session, error): "lab-w-1 (10.5.0.21:50000): <why>" for a message
   that names every failing node.
+- NodesRun: what a module's multi-node form keeps per node - its session, its result, its progress
+  entry, its span - around run_each, and the "2 of 6 nodes failed: ..." summary.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
@@ -76,6 +79,46 @@ def run_each(items, work, max_threads=MAX_THREADS):
     if unexpected:
         raise unexpected[0][1].with_traceback(unexpected[0][2])
     return outcomes
+
+
+class NodesRun(object):
+    """One module run over the nodes of `targets` (check_targets' list), under one deadline.
+
+    sessions / results: {name: the node's session (make_session(item)) / its result dict (make_result())}.
+    progress: the NodesProgress of the run.
+    """
+
+    def __init__(self, targets, make_session, make_result, deadline):
+        self.targets = targets
+        self.deadline = deadline
+        self.sessions = dict((item['name'], make_session(item)) for item in targets)
+        self.results = dict((item['name'], make_result()) for item in targets)
+        self.progress = NodesProgress([item['name'] for item in targets], deadline=deadline)
+
+    def run(self, work):
+        """work(item, node_session, result, sink) for every node at once; [(item, value, error, span)] in order.
+
+        Each node's result gets its `elapsed` (seconds of the run when its work ended) and span (the run's start,
+        the end of its work: the times of its gate in the run report); it leaves the progress line when done.
+        """
+        started_at = time.time()
+        ended_at = {}
+
+        def timed(item):
+            name = item['name']
+            try:
+                return work(item, self.sessions[name], self.results[name], self.progress.sink_for(name))
+            finally:
+                self.results[name]['elapsed'] = round(self.deadline.elapsed(), 3)
+                ended_at[name] = time.time()
+                self.progress.done(name)
+
+        return [(item, value, error, (started_at, ended_at[item['name']])) for item, value, error in run_each(self.targets, timed)]
+
+    def failure_summary(self, failed):
+        """'2 of 6 nodes failed: <failure_line>; <failure_line>' in the order of the targets; failed: {name: line}."""
+        lines = [failed[item['name']] for item in self.targets if item['name'] in failed]
+        return '%d of %d nodes failed: %s' % (len(lines), len(self.targets), '; '.join(lines))
 
 
 def failure_line(name, node_session, error):

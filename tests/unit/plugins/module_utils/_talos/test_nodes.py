@@ -3,6 +3,7 @@ import threading
 
 import pytest
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import nodes, session
 
@@ -100,3 +101,32 @@ def test_progress_clips_a_long_observation():
     progress = nodes.NodesProgress(['w-1'], sink=sink)
     progress.note('w-1', 'x' * 500)
     assert len(sink.lines[0][1]) < 220 and sink.lines[0][1].endswith('...)')
+
+
+def test_nodes_run_keeps_each_nodes_session_result_elapsed_span_and_progress():
+    targets = [{'name': 'cp-1', 'address': '10.5.0.11'}, {'name': 'w-1', 'address': '10.5.0.21'},
+               {'name': 'w-2', 'address': '10.5.0.22'}]
+    run = nodes.NodesRun(targets, lambda item: 'session of %s' % item['address'], lambda: {'changed': False},
+                         _wait.Deadline(30))
+    seen = {}
+
+    def work(item, node_session, result, sink):
+        seen[item['name']] = (node_session, sink.name)
+        assert item['name'] in run.progress.pending   # still waited for while its work runs
+        if item['name'] == 'w-1':
+            raise ProxtalosError('talos node w-1: no answer', node='10.5.0.21:50000')
+        result['changed'] = True
+        return item['name'].upper()
+
+    outcomes = run.run(work)
+    assert [(item['name'], value, str(error) if error else None) for item, value, error, _span in outcomes] == [
+        ('cp-1', 'CP-1', None), ('w-1', None, 'talos node w-1: no answer'), ('w-2', 'W-2', None)]
+    assert seen == {'cp-1': ('session of 10.5.0.11', 'cp-1'), 'w-1': ('session of 10.5.0.21', 'w-1'),
+                    'w-2': ('session of 10.5.0.22', 'w-2')}
+    assert run.progress.pending == {}
+    for item, _value, _error, (started_at, ended_at) in outcomes:
+        assert started_at <= ended_at and run.results[item['name']]['elapsed'] >= 0
+    assert [run.results[name]['changed'] for name in ('cp-1', 'w-1', 'w-2')] == [True, False, True]
+    # the summary follows the targets' order, whatever the order of the failures given
+    assert run.failure_summary({'w-2': 'w-2 (b): late', 'cp-1': 'cp-1 (a): down'}) == \
+        '2 of 3 nodes failed: cp-1 (a): down; w-2 (b): late'
