@@ -5,8 +5,9 @@ inventories/lab/group_vars and files, and the secrets/ the run creates), an arti
 (proxtalos_artifacts_dir) and a logs folder that keeps the stdout and stderr of every run, so the secrets hygiene
 test can scan all of them afterwards.
 
-Runs use the ansible.posix.jsonl stdout callback: one JSON line per event, written as it happens, so a run that is
-killed still leaves a readable record of what it did up to the kill. `PlaybookRun` reads those lines back: task
+Runs use the ansible.posix.jsonl stdout callback: one JSON line per event, written as it happens (PYTHONUNBUFFERED:
+ansible-playbook never flushes its stdout itself; a file would get the lines when a worker is forked or the buffer is
+full), so a run that is killed still leaves a readable record of what it did up to the kill. `PlaybookRun` reads those lines back: task
 results by stage (the play a task ran in, mapped to its tag in playbooks/site.yml), changed results, failure
 messages, the PLAY RECAP.
 """
@@ -323,6 +324,8 @@ class Workspace(object):
         env = dict(os.environ, **(extra or {}))
         # a temp folder of this workspace's own: what a killed run leaves there can be looked at
         env.update(ANSIBLE_REMOTE_TMP=self.ansible_tmp, ANSIBLE_LOCAL_TEMP=os.path.join(self.folder, 'ansible-local-tmp'))
+        # each event is in the stdout file when it happens (the kill points of test_interrupted_runs watch it)
+        env.update(PYTHONUNBUFFERED='1')
         env.update(ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0',
                    ANSIBLE_LOCALHOST_WARNING='false', ANSIBLE_INVENTORY_UNPARSED_WARNING='false',
                    PATH=os.pathsep.join([VENV_BIN, TOOLS_BIN, os.environ.get('PATH', '')]))
@@ -349,9 +352,10 @@ class Workspace(object):
         return config.new_client_from_config(config_file=self.kubeconfig)
 
 
-def wait_until(probe, timeout, what, interval=0.05):
-    """Poll probe() -> (done, observation) with _wait.wait_for; AssertionError naming what and the last observation."""
-    result = _wait.wait_for(probe, timeout, interval=interval, backoff=1.5, max_interval=1.0)
+def wait_until(probe, timeout, what, interval=0.05, backoff=1.5):
+    """Poll probe() -> (done, observation) with _wait.wait_for, from every `interval` s growing by `backoff` up to 1 s
+    (backoff=1: every `interval` s); AssertionError naming what and the last observation."""
+    result = _wait.wait_for(probe, timeout, interval=interval, backoff=backoff, max_interval=max(interval, 1.0))
     if not result.ok:
         raise AssertionError('%s did not happen within %.0f s; last seen: %r' % (what, timeout, result.observation))
     return result.observation

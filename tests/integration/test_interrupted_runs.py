@@ -160,7 +160,8 @@ def run_killed_in(workspace, stage, previous):
                 return True, 'ended by itself'
             return trigger(stage, workspace, running, requests)
         try:
-            seen = wait_until(reached, KILL_TIMEOUT, 'stage %s reached its kill point' % stage, interval=0.02)
+            # a fixed short poll: a stage at time scale 0 can be over a second after its kill point (report, gitops)
+            seen = wait_until(reached, KILL_TIMEOUT, 'stage %s reached its kill point' % stage, interval=0.02, backoff=1.0)
         finally:
             running.kill()
     finally:
