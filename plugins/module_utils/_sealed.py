@@ -149,8 +149,13 @@ def _pem_blocks(data):
     return _PEM_BLOCK.findall(data.decode('utf-8', 'replace'))
 
 
-def load_private_key(key_pem, field='private key'):
-    """The RSA private key in key_pem, checked the way the controller will read it."""
+def load_private_key(key_pem, field='private key', check_consistency=True):
+    """The RSA private key in key_pem, checked the way the controller will read it.
+
+    check_consistency=False skips OpenSSL's check of the key's numbers (primes, CRT values): a quarter to half a
+    second for a 4096-bit key. Only for a key file proxtalos.cluster.sealed_key keeps, which checks it in full when
+    it keeps it, on every run of the sealed_secrets stage; the PEM block, the key type and size are still checked.
+    """
     require_cryptography()
     key_pem = to_bytes(key_pem)
     blocks = _pem_blocks(key_pem)
@@ -162,7 +167,7 @@ def load_private_key(key_pem, field='private key'):
         raise ValidationError(field, 'PEM block is "%s"; the controller reads only "RSA PRIVATE KEY" (PKCS#1) or '
                                      '"PRIVATE KEY" (PKCS#8) blocks' % blocks[0])
     try:
-        key = serialization.load_pem_private_key(key_pem, password=None)
+        key = serialization.load_pem_private_key(key_pem, password=None, unsafe_skip_rsa_key_validation=not check_consistency)
     except (ValueError, TypeError) as exc:
         raise ValidationError(field, 'cannot be parsed as a private key: %s' % exc) from None
     if not isinstance(key, rsa.RSAPrivateKey):
@@ -225,12 +230,13 @@ def check_validity(certificate, now=None, field='certificate'):
     return warnings
 
 
-def describe_keypair(key_pem, cert_pem, now=None, key_field='private key', cert_field='certificate'):
+def describe_keypair(key_pem, cert_pem, now=None, key_field='private key', cert_field='certificate', check_consistency=True):
     """Validate a keypair as the controller and kubeseal need it; return facts and warnings.
 
     Raises ValidationError naming the field and the reason. The returned dict holds no key material.
+    check_consistency: as for load_private_key.
     """
-    key = load_private_key(key_pem, key_field)
+    key = load_private_key(key_pem, key_field, check_consistency)
     certificate, warnings = load_certificate(cert_pem, cert_field)
     if certificate.public_key().public_numbers() != key.public_key().public_numbers():
         raise ValidationError(cert_field, 'its public key does not match %s' % key_field)

@@ -114,7 +114,7 @@ deactivated:
 import base64
 import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
@@ -123,15 +123,6 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils import _secrets
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _vault
 from ansible_collections.proxtalos.cluster.plugins.module_utils._diff import make_diff
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import client as k8s_client
-
-try:
-    from kubernetes import client as kube
-    from kubernetes.client.rest import ApiException
-except ImportError:  # reported through k8s_client.HAS_KUBERNETES
-    kube = None
-
-    class ApiException(Exception):
-        """Stand-in so the except clauses stay valid without the library."""
 
 KEY_LABEL = 'sealedsecrets.bitnami.com/sealed-secrets-key'
 SECRET_TYPE = 'kubernetes.io/tls'
@@ -169,7 +160,9 @@ def read_keypair(params, password):
             key_pem = _vault.decrypt(key_pem, password)
         except _vault.VaultError as exc:
             raise _errors.ValidationError('vault_password', 'does not open %s: %s' % (params['private_key_path'], exc))
-    described, warnings = _sealed.describe_keypair(key_pem, cert_pem, key_field='private_key_path', cert_field='certificate_path')
+    # The key's RSA numbers were checked by sealed_key, which keeps the file, just before in the same stage.
+    described, warnings = _sealed.describe_keypair(key_pem, cert_pem, key_field='private_key_path', cert_field='certificate_path',
+                                                   check_consistency=False)
     return key_pem, cert_pem, described, warnings
 
 
@@ -205,21 +198,14 @@ def _fingerprint_view(secret):
     return view
 
 
-def _api_message(exc):
-    """The message of a Status body (never the request body)."""
-    body = exc.body if isinstance(exc.body, bytes) else str(exc.body or '').encode('utf-8')
-    return k8s_client._status_message(body)  # pylint: disable=protected-access
+def secret_path(namespace, name=None):
+    """The API path of the namespace's Secrets, or of one Secret."""
+    return k8s_client.api_path('v1', 'secrets', namespace, name)
 
 
-def _secret_dict(api, obj):
-    return api.sanitize_for_serialization(obj) if obj is not None else None
-
-
-def main():  # pylint: disable=too-many-locals,too-many-branches,too-many-statements
+def main():  # pylint: disable=too-many-locals
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
                            mutually_exclusive=[('vault_password', 'vault_password_file')] + _argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'])
-    if not k8s_client.HAS_KUBERNETES or kube is None:
-        module.fail_json(msg=missing_required_lib('kubernetes'), exception=str(k8s_client.KUBERNETES_IMPORT_ERROR))
     params = module.params
     namespace, name = params['namespace'], params['name']
     result = {'changed': False, 'operation': 'unchanged', 'secret': '%s/%s' % (namespace, name), 'public_key_sha256': '',
@@ -239,20 +225,13 @@ def main():  # pylint: disable=too-many-locals,too-many-branches,too-many-statem
         result['public_key_sha256'] = described['public_key_sha256']
         result['certificate_sha256'] = described['certificate_sha256']
         wanted = wanted_secret(params, key_pem, cert_pem)
-        reader = k8s_client.build_client(params, module=module, warn=module.warn)
-        api_client = kube.ApiClient(reader.configuration)
-        core = kube.CoreV1Api(api_client)
-        timeout = params['api_timeout']
-        try:
-            live = _secret_dict(api_client, core.read_namespaced_secret(name, namespace, _request_timeout=timeout))
-        except ApiException as exc:
-            if exc.status != 404:
-                raise _errors.ApiError('reading Secret %s/%s: %s %s' % (namespace, name, exc.status, exc.reason), service='Kubernetes API',
-                                       status=exc.status)
-            live = None
+        # The collection's own client (urllib3): reads and the few writes below, without the kubernetes package's API
+        # classes, whose import alone takes longer than everything else this module does.
+        api = k8s_client.build_client(params, module=module, warn=module.warn)
+        live = api.get('v1', 'Secret', name, namespace)
         action = plan(live, wanted)
-        others = core.list_namespaced_secret(namespace, label_selector='%s=active' % KEY_LABEL, _request_timeout=timeout).items
-        other_names = sorted(s.metadata.name for s in others if s.metadata.name != name)
+        others = api.list('v1', 'Secret', namespace, label_selector='%s=active' % KEY_LABEL)
+        other_names = sorted(s['metadata']['name'] for s in others if s['metadata']['name'] != name)
         result['other_active_keys'] = other_names
         result['operation'] = 'updated' if action == 'replaced' else action
         changed = action != 'unchanged'
@@ -268,26 +247,25 @@ def main():  # pylint: disable=too-many-locals,too-many-branches,too-many-statem
         result['changed'] = changed
         if module.check_mode or not changed:
             module.exit_json(**result)
+        written = {'fieldManager': 'proxtalos'}
         if action == 'created':
-            core.create_namespaced_secret(namespace, wanted, field_manager='proxtalos', _request_timeout=timeout)
+            api.send_json('POST', secret_path(namespace), wanted, query=written)
         elif action == 'replaced':
-            core.delete_namespaced_secret(name, namespace, _request_timeout=timeout)
-            core.create_namespaced_secret(namespace, wanted, field_manager='proxtalos', _request_timeout=timeout)
+            # the type of a Secret cannot change: delete it, then create it with the controller's type
+            api.send_json('DELETE', secret_path(namespace, name))
+            api.send_json('POST', secret_path(namespace), wanted, query=written)
         elif action == 'updated':
             body = dict(wanted, metadata=dict(wanted['metadata'], resourceVersion=live['metadata']['resourceVersion']))
             body['metadata']['labels'] = dict((live['metadata'].get('labels') or {}), **wanted['metadata']['labels'])
-            core.replace_namespaced_secret(name, namespace, body, field_manager='proxtalos', _request_timeout=timeout)
+            api.send_json('PUT', secret_path(namespace, name), body, query=written)
         for other in result['deactivated']:
-            core.patch_namespaced_secret(other, namespace, {'metadata': {'labels': {KEY_LABEL: 'compromised'}}},
-                                         field_manager='proxtalos', _request_timeout=timeout)
+            api.send_json('PATCH', secret_path(namespace, other), {'metadata': {'labels': {KEY_LABEL: 'compromised'}}},
+                          query=written, content_type='application/merge-patch+json')
     except _errors.ValidationError as exc:
         module.fail_json(msg=str(exc), field=exc.field, **result)
     except _errors.ProxtalosError as exc:
         result.update(exc.details)
-        module.fail_json(msg=str(exc), exception=traceback.format_exc(), **result)
-    except ApiException as exc:
-        module.fail_json(msg='Kubernetes API: %s %s writing Secret %s: %s' % (exc.status, exc.reason, result['secret'], _api_message(exc)),
-                         **result)
+        module.fail_json(msg='%s (Secret %s)' % (exc, result['secret']), exception=traceback.format_exc(), **result)
     module.exit_json(**result)
 
 

@@ -98,6 +98,7 @@ KNOWN_RESOURCES = {
     ('v1', 'Node'): ('nodes', False),
     ('v1', 'Pod'): ('pods', True),
     ('v1', 'Namespace'): ('namespaces', False),
+    ('v1', 'Secret'): ('secrets', True),
     ('apps/v1', 'DaemonSet'): ('daemonsets', True),
     ('apps/v1', 'Deployment'): ('deployments', True),
     ('apps/v1', 'StatefulSet'): ('statefulsets', True),
@@ -212,15 +213,19 @@ class StaticConfiguration(object):
         return self._package
 
     def ssl_context(self):
-        """An SSLContext with the CA, verification and client certificate of this configuration."""
-        context = ssl.create_default_context()
-        if not self.verify_ssl:
+        """An SSLContext with the CA, verification and client certificate of this configuration. A kubeconfig's CA
+        is the only one trusted (as kubectl does); the system's CAs are loaded only when it names none (loading them
+        takes longer than the rest of a client's setup)."""
+        if self.verify_ssl and self.ssl_ca_cert:
+            context = ssl.create_default_context(cafile=self.ssl_ca_cert)
+        elif self.verify_ssl and self.ca_data:
+            context = ssl.create_default_context(cadata=self.ca_data)
+        elif self.verify_ssl:
+            context = ssl.create_default_context()
+        else:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        elif self.ssl_ca_cert:
-            context = ssl.create_default_context(cafile=self.ssl_ca_cert)
-        elif self.ca_data:
-            context = ssl.create_default_context(cadata=self.ca_data)
         if self.cert and self.key:
             _load_cert_chain(context, self.cert, self.key)
         return context
@@ -412,7 +417,8 @@ def build_client(params, module=None, warn=None):
 
 
 class KubeClient(object):
-    """Read-only GETs returning JSON dicts, over one connection pool."""
+    """GETs (reads, watches) returning JSON dicts, and the few writes the collection makes itself (send_json), over
+    one connection pool."""
 
     def __init__(self, configuration, timeout=10.0, clock=time.monotonic):
         self._configuration = configuration
@@ -455,14 +461,18 @@ class KubeClient(object):
             limit = min(limit, max(self.deadline.remaining(), 1.0))
         return limit
 
-    def request(self, path, query=None):
-        """GET path -> (status, body bytes). Connection problems raise TransientApiError."""
+    def request(self, path, query=None, method='GET', body=None, content_type='application/json'):
+        """method path (GET unless told; body bytes with its content_type) -> (status, body bytes). Connection
+        problems raise TransientApiError."""
         url = self.host + path
         if query:
             url += '?' + urlencode([(k, v) for k, v in query.items() if v not in (None, '')])
+        headers = self._headers()
+        if body is not None:
+            headers['Content-Type'] = content_type
         self.requests += 1
         try:
-            response = self._pool.request('GET', url, headers=self._headers(), retries=False,
+            response = self._pool.request(method, url, body=body, headers=headers, retries=False,
                                           timeout=urllib3.Timeout(total=self._request_timeout()))
         except urllib3.exceptions.SSLError as exc:
             raise _errors.ApiError('TLS with %s failed: %s (check ca_path, or the kubeconfig certificate-authority)'
@@ -477,18 +487,15 @@ class KubeClient(object):
         status, body = self.request(path, query)
         if status == 404:
             return None
-        if status == 429 or status >= 500:
-            raise _errors.TransientApiError('%s answered %d for %s: %s' % (SERVICE, status, path, _status_message(body)),
-                                            service=SERVICE, status=status)
-        if status >= 400:
-            hint = ' (credentials in the kubeconfig rejected)' if status == 401 else (
-                ' (the kubeconfig user may not read this)' if status == 403 else '')
-            raise _errors.ApiError('%s answered %d for %s: %s%s' % (SERVICE, status, path, _status_message(body), hint),
-                                   service=SERVICE, status=status)
-        try:
-            return json.loads(body.decode('utf-8'))
-        except (ValueError, UnicodeDecodeError):
-            raise _errors.ApiError('%s sent a body that is not JSON for %s' % (SERVICE, path), service=SERVICE, status=status)
+        return _decoded(status, body, 'GET', path)
+
+    def send_json(self, method, path, obj=None, query=None, content_type='application/json'):
+        """A write (POST, PUT, PATCH with content_type, DELETE) of obj as JSON; returns the decoded answer.
+        Any status from 400 up raises (ApiError; TransientApiError for 429 and 5xx) with the API's message, never
+        the request body. Not retried here: the caller knows whether a write may be sent again."""
+        body = json.dumps(obj).encode('utf-8') if obj is not None else None
+        status, answer = self.request(path, query, method=method, body=body, content_type=content_type)
+        return _decoded(status, answer, method, path)
 
     # --- resources -----------------------------------------------------------------------------
 
@@ -608,6 +615,23 @@ class KubeClient(object):
         """(HTTP status, body text) of /readyz; a 500 is an answer here, not an error."""
         status, body = self.request('/readyz', {'verbose': 'true'} if verbose else None)
         return status, body.decode('utf-8', 'replace')
+
+
+def _decoded(status, body, method, path):
+    """The JSON of an answer below 400; otherwise the error for its status, naming the request and the API's message."""
+    what = path if method == 'GET' else '%s %s' % (method, path)
+    if status == 429 or status >= 500:
+        raise _errors.TransientApiError('%s answered %d for %s: %s' % (SERVICE, status, what, _status_message(body)),
+                                        service=SERVICE, status=status)
+    if status >= 400:
+        hint = ' (credentials in the kubeconfig rejected)' if status == 401 else (
+            ' (the kubeconfig user may not %s this)' % ('read' if method == 'GET' else 'write') if status == 403 else '')
+        raise _errors.ApiError('%s answered %d for %s: %s%s' % (SERVICE, status, what, _status_message(body), hint),
+                               service=SERVICE, status=status)
+    try:
+        return json.loads(body.decode('utf-8'))
+    except (ValueError, UnicodeDecodeError):
+        raise _errors.ApiError('%s sent a body that is not JSON for %s' % (SERVICE, what), service=SERVICE, status=status)
 
 
 class NotServed(_errors.ProxtalosError):

@@ -76,6 +76,52 @@ def test_sealed_key_secret_creates_the_active_key_once_and_never_prints_it(lab, 
     assert code == 0 and result['changed'] is False and result['operation'] == 'unchanged'
 
 
+def test_sealed_key_secret_replaces_a_secret_of_another_type_and_updates_a_changed_one(lab, files, keypair, capsys):
+    """A Secret of the name that is not kubernetes.io/tls is deleted and created again (a Secret's type cannot
+    change); one with other data or without the active label is updated in place, keeping labels of others."""
+    key_pem, cert_pem = keypair
+    args = dict(files, kubeconfig=lab.kubeconfig)
+    lab.apply({'apiVersion': 'v1', 'kind': 'Secret', 'type': 'Opaque',
+               'metadata': {'name': 'sealed-secrets-key', 'namespace': 'kube-system', 'labels': {'team': 'platform'}},
+               'data': {'tls.key': base64.b64encode(b'not a key').decode()}})
+    code, result, out = run(sealed_key_secret, args, capsys, check_mode=True)
+    assert code == 0 and result['changed'] is True and result['operation'] == 'updated'
+    assert lab.get('v1', 'Secret', 'kube-system', 'sealed-secrets-key')['type'] == 'Opaque'
+    code, result, out = run(sealed_key_secret, args, capsys)
+    assert code == 0 and result['changed'] is True and result['operation'] == 'updated', result
+    secret = lab.get('v1', 'Secret', 'kube-system', 'sealed-secrets-key')
+    assert secret['type'] == 'kubernetes.io/tls' and base64.b64decode(secret['data']['tls.key']) == key_pem
+    assert secret['metadata']['labels'] == {KEY_LABEL: 'active'}
+    lab.apply({'apiVersion': 'v1', 'kind': 'Secret', 'type': 'kubernetes.io/tls',
+               'metadata': {'name': 'sealed-secrets-key', 'namespace': 'kube-system', 'labels': {KEY_LABEL: 'compromised', 'team': 'platform'}},
+               'data': {'tls.crt': base64.b64encode(cert_pem).decode(), 'tls.key': base64.b64encode(key_pem).decode()}})
+    code, result, out = run(sealed_key_secret, args, capsys)
+    assert code == 0 and result['changed'] is True and result['operation'] == 'updated', result
+    assert lab.get('v1', 'Secret', 'kube-system', 'sealed-secrets-key')['metadata']['labels'] == {KEY_LABEL: 'active', 'team': 'platform'}
+    code, result, out = run(sealed_key_secret, args, capsys)
+    assert code == 0 and result['changed'] is False and result['operation'] == 'unchanged'
+
+
+def test_sealed_key_secret_names_the_secret_and_the_api_answer_when_a_write_is_refused(lab, files, capsys, monkeypatch):
+    """A write the API refuses fails the task with the Secret, the request and the API's message - never the key."""
+    from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import client as k8s_client  # pylint: disable=import-outside-toplevel
+    sent = []
+
+    def refuse(self, path, query=None, method='GET', body=None, content_type='application/json'):
+        if method == 'GET':
+            return real(self, path, query)
+        sent.append((method, path))
+        status = {'kind': 'Status', 'status': 'Failure', 'message': 'secrets is forbidden: admission says no', 'code': 403}
+        return 403, json.dumps(status).encode()
+    real = k8s_client.KubeClient.request
+    monkeypatch.setattr(k8s_client.KubeClient, 'request', refuse)
+    code, result, out = run(sealed_key_secret, dict(files, kubeconfig=lab.kubeconfig), capsys)
+    assert sent == [('POST', '/api/v1/namespaces/kube-system/secrets')]
+    assert code == 1 and result['status'] == 403 and 'kube-system/sealed-secrets-key' in result['msg'], result
+    assert 'admission says no' in result['msg'] and 'POST /api/v1/namespaces/kube-system/secrets' in result['msg']
+    assert 'BEGIN' not in out and lab.get('v1', 'Secret', 'kube-system', 'sealed-secrets-key') is None
+
+
 @pytest.fixture
 def warnings(monkeypatch):
     """What the module passes to AnsibleModule.warn (where warnings end up depends on the process)."""

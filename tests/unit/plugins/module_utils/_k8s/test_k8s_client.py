@@ -75,6 +75,23 @@ class CannedApi(object):
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _write(self):
+                path, query = (self.path.split('?', 1) + [''])[:2]
+                length = int(self.headers.get('Content-Length') or 0)
+                body = self.rfile.read(length) if length else b''
+                api.seen.append({'path': path, 'query': query, 'authorization': self.headers.get('Authorization'),
+                                 'method': self.command, 'content_type': self.headers.get('Content-Type'),
+                                 'body': json.loads(body) if body else None})
+                status, answer = api.routes.get((self.command, path), (404, {'kind': 'Status', 'message': 'not found'}))
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_POST = do_PUT = do_PATCH = do_DELETE = _write  # noqa: N815 (http.server naming)
+
             def log_message(self, *args):
                 pass
 
@@ -158,6 +175,36 @@ def test_auth_errors_are_not_transient(api, status, hint):
         _client(api).list('v1', 'Node')
     assert not isinstance(caught.value, _errors.TransientApiError)
     assert hint in str(caught.value)
+
+
+def test_writes_send_their_json_with_its_content_type_and_return_the_answer(api):
+    secrets = '/api/v1/namespaces/kube-system/secrets'
+    api.routes[('POST', secrets)] = (201, {'kind': 'Secret', 'metadata': {'name': 'k', 'resourceVersion': '7'}})
+    api.routes[('PATCH', secrets + '/k')] = (200, {'kind': 'Secret', 'metadata': {'name': 'k', 'resourceVersion': '8'}})
+    api.routes[('DELETE', secrets + '/k')] = (200, {'kind': 'Status', 'status': 'Success'})
+    client = _client(api)
+    created = client.send_json('POST', secrets, {'metadata': {'name': 'k'}}, query={'fieldManager': 'proxtalos'})
+    assert created['metadata']['resourceVersion'] == '7'
+    assert api.seen[-1] == {'path': secrets, 'query': 'fieldManager=proxtalos', 'authorization': 'Bearer %s' % TOKEN,
+                            'method': 'POST', 'content_type': 'application/json', 'body': {'metadata': {'name': 'k'}}}
+    client.send_json('PATCH', secrets + '/k', {'metadata': {'labels': {'a': 'b'}}}, content_type='application/merge-patch+json')
+    assert (api.seen[-1]['method'], api.seen[-1]['content_type']) == ('PATCH', 'application/merge-patch+json')
+    assert client.send_json('DELETE', secrets + '/k')['status'] == 'Success'
+    assert (api.seen[-1]['method'], api.seen[-1]['body'], api.seen[-1]['content_type']) == ('DELETE', None, None)
+
+
+@pytest.mark.parametrize('status, error, text', [
+    (409, _errors.ApiError, 'answered 409 for POST /api/v1/namespaces/kube-system/secrets: secrets "k" already exists'),
+    (403, _errors.ApiError, 'the kubeconfig user may not write this'),
+    (503, _errors.TransientApiError, 'answered 503 for POST /api/v1/namespaces/kube-system/secrets')])
+def test_a_refused_write_names_the_request_and_the_api_message(api, status, error, text):
+    secrets = '/api/v1/namespaces/kube-system/secrets'
+    api.routes[('POST', secrets)] = (status, {'kind': 'Status', 'message': 'secrets "k" already exists'})
+    with pytest.raises(error) as caught:
+        _client(api).send_json('POST', secrets, {'metadata': {'name': 'k'}, 'data': {'tls.key': 'c2VjcmV0'}})
+    assert caught.value.status == status and text in str(caught.value)
+    assert (status == 503) == isinstance(caught.value, _errors.TransientApiError)
+    assert 'c2VjcmV0' not in str(caught.value)
 
 
 def test_connection_refused_is_transient():
