@@ -54,6 +54,8 @@ options:
   secrets_path:
     description:
       - The secrets bundle file (as P(proxtalos.cluster.talos_secrets#module) keeps it; may be vault-encrypted).
+      - The RSA numbers of its service account key are not checked here; P(proxtalos.cluster.talos_secrets#module)
+        checks them in full when it keeps the bundle.
     type: path
     required: true
   vault_password:
@@ -320,7 +322,9 @@ def argument_spec():
 def read_bundle(params, password):
     data, dummy = files.read_maybe_vaulted(params['secrets_path'], password, 'secrets_path')
     try:
-        return talos_secrets.parse_bundle(data.decode('utf-8'), 'secrets_path')
+        # The RSA numbers of the service account key are not checked again: talos_secrets, which keeps the bundle,
+        # checks them in full, on every run of the secrets stage just before this module.
+        return talos_secrets.parse_bundle(data.decode('utf-8'), 'secrets_path', check_key_consistency=False)
     except UnicodeDecodeError:
         raise ValidationError('secrets_path', 'is not UTF-8 text (not a secrets bundle)')
 

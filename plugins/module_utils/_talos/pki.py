@@ -161,12 +161,14 @@ def pem_for_python(key_pem):
 _PARSED_KEYS = {}
 
 
-def load_private_key(key_pem, field='key'):
+def load_private_key(key_pem, field='key', check_consistency=True):
     """Private key object from PEM (any of the labels Talos accepts).
 
     Accepts `ED25519 PRIVATE KEY`, `PRIVATE KEY`, `EC PRIVATE KEY` and `RSA PRIVATE KEY`.
     Raises ValidationError naming `field` (never quoting the key) when it is not one.
     A PEM parsed before in this process gives the same key object again.
+    check_consistency=False skips OpenSSL's check of an RSA key's numbers (a quarter of a second for the 4096-bit
+    service account key); only for a bundle talos_secrets keeps, which checks it in full on every run.
     """
     require_cryptography()
     try:
@@ -177,10 +179,13 @@ def load_private_key(key_pem, field='key'):
     if label not in (TALOS_ED25519_LABEL, 'PRIVATE KEY', 'EC PRIVATE KEY', 'RSA PRIVATE KEY'):
         raise ValidationError(field, 'not a PEM private key')
     pem = pem_for_python(data)
-    if pem in _PARSED_KEYS:
-        return _PARSED_KEYS[pem]
+    # a key parsed with the check serves either way; one parsed without it only callers that skip it too
+    for checked in (True, check_consistency):
+        if (pem, checked) in _PARSED_KEYS:
+            return _PARSED_KEYS[(pem, checked)]
     try:
-        key = _PARSED_KEYS[pem] = serialization.load_pem_private_key(pem, password=None)
+        key = _PARSED_KEYS[(pem, check_consistency)] = serialization.load_pem_private_key(
+            pem, password=None, unsafe_skip_rsa_key_validation=not check_consistency)
         return key
     except TypeError:
         raise ValidationError(field, 'is an encrypted private key; Talos needs it unencrypted')

@@ -207,7 +207,7 @@ def _check_b64_key(value, field, sizes):
         raise ValidationError(field, 'must decode to %s bytes, got %d' % (' or '.join(str(s) for s in sizes), len(raw)))
 
 
-def validate_bundle_dict(data):
+def validate_bundle_dict(data, check_key_consistency=True):
     """Check a talosctl-shaped bundle dict; return a SecretsBundle (PEM as bytes).
 
     Rules (talosctl Bundle.Validate plus what Talos needs): cluster.id/secret,
@@ -254,7 +254,7 @@ def validate_bundle_dict(data):
         if name == 'k8sserviceaccount':
             _reject_unknown(entry, ('key',), field)
             key_pem = pki.b64decode_pem(entry.get('key'), field + '.key')
-            pki.load_private_key(key_pem, field + '.key')
+            pki.load_private_key(key_pem, field + '.key', check_key_consistency)
             certs[name] = {'key': key_pem}
             continue
         _reject_unknown(entry, ('crt', 'key'), field)
@@ -269,10 +269,11 @@ def validate_bundle_dict(data):
                          trustd_token=trustd_token, certs=certs, secretbox_secret=secretbox, aescbc_secret=aescbc)
 
 
-def parse_bundle(text, field='secrets_bundle'):
+def parse_bundle(text, field='secrets_bundle', check_key_consistency=True):
     """SecretsBundle from bundle YAML text (ours or talosctl's); ValidationError if invalid.
 
-    YAML syntax errors name `field`; content errors name the bundle field.
+    YAML syntax errors name `field`; content errors name the bundle field. check_key_consistency=False: the RSA
+    service account key's numbers are not checked (pki.load_private_key).
     """
     pki.require_cryptography()
-    return validate_bundle_dict(talosyaml.load(text, field))
+    return validate_bundle_dict(talosyaml.load(text, field), check_key_consistency)

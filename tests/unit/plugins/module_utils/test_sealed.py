@@ -314,3 +314,24 @@ def test_our_seal_opens_with_the_kubeseal_key_like_kubeseal_output(kubeseal_vect
     theirs = vector['sealed_secret']
     assert len(base64.b64decode(ours['spec']['encryptedData']['token'])) == len(base64.b64decode(theirs['spec']['encryptedData']['token']))
     assert independent_unseal(ours, _sealed.load_private_key(key_pem)) == {'token': b'sealed-secrets-example'}
+
+
+def test_the_rsa_consistency_check_is_skipped_only_when_asked(keypair, monkeypatch):
+    """sealed_key checks the kept key's RSA numbers in full; the modules that read it after it may skip that check
+    (a quarter of a second for 4096 bits), and still get the block, type and size checks."""
+    key_pem, cert_pem = keypair
+    skipped = []
+    real = serialization.load_pem_private_key
+
+    def recording(data, password=None, unsafe_skip_rsa_key_validation=False):
+        skipped.append(unsafe_skip_rsa_key_validation)
+        return real(data, password=password, unsafe_skip_rsa_key_validation=unsafe_skip_rsa_key_validation)
+    monkeypatch.setattr(_sealed.serialization, 'load_pem_private_key', recording)
+    full, _warnings = _sealed.describe_keypair(key_pem, cert_pem)
+    quick, _warnings = _sealed.describe_keypair(key_pem, cert_pem, check_consistency=False)
+    assert skipped == [False, True] and quick == full
+    small = rsa.generate_private_key(public_exponent=65537, key_size=1024).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    with pytest.raises(ValidationError) as caught:
+        _sealed.load_private_key(small, 'private_key_path', check_consistency=False)
+    assert caught.value.field == 'private_key_path' and 'too small' in str(caught.value)

@@ -247,13 +247,22 @@ def test_a_key_is_parsed_once_per_process(monkeypatch):
     calls = []
     real = serialization.load_pem_private_key
 
-    def counting(data, password=None):
-        calls.append(data)
-        return real(data, password=password)
+    def counting(data, password=None, unsafe_skip_rsa_key_validation=False):
+        calls.append(unsafe_skip_rsa_key_validation)
+        return real(data, password=password, unsafe_skip_rsa_key_validation=unsafe_skip_rsa_key_validation)
     monkeypatch.setattr(pki.serialization, 'load_pem_private_key', counting)
+    monkeypatch.setattr(pki, '_PARSED_KEYS', {})
     first = pki.load_private_key(pem)
     assert pki.load_private_key(pem.decode()) is first
-    assert len(calls) == 1
+    # a key checked once serves a caller that would skip the check
+    assert pki.load_private_key(pem, check_consistency=False) is first
+    assert calls == [False]
+    # one parsed without the check does not serve a caller that wants it
+    monkeypatch.setattr(pki, '_PARSED_KEYS', {})
+    unchecked = pki.load_private_key(pem, check_consistency=False)
+    assert pki.load_private_key(pem, check_consistency=False) is unchecked
+    assert pki.load_private_key(pem) is not unchecked
+    assert calls == [False, True, False]
     assert first.private_numbers() == key.private_numbers()
     with pytest.raises(ValidationError):
         pki.load_private_key(pem.replace(b'MII', b'XXX'), 'certs.k8sserviceaccount.key')
