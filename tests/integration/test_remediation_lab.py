@@ -114,3 +114,51 @@ def test_the_remediation_runs_alone_with_tag_remediate(cluster):
     kubelet = cluster.kubelet('lab-w-1')
     assert kubelet is not None and kubelet['healthy'] is True
     assert_converged(cluster.site('--tags', 'cni', *FAST))
+
+
+def test_two_stuck_workers_are_remediated_at_the_same_step_each_on_its_own_host(cluster):
+    cluster.stick_kubelet('lab-w-1', p=1.0)
+    cluster.stick_kubelet('lab-w-3', p=1.0)
+    run = cluster.site('--tags', 'cni', *FAST)
+    assert_converged(run)
+    (host, diagnosis), = run.results('Kubelet on the workers - running, or why not')
+    assert diagnosis['nodes_remediable'] == ['lab-w-1', 'lab-w-3']
+    # one task set every worker's log (run_once, each worker's facts delegated to it)
+    (host, logs), = run.results('Remediation log of every worker')
+    outcomes = dict((item['cni_worker'], item['ansible_facts']['cni_remediation']['outcome']) for item in logs['results'])
+    assert outcomes == {'lab-w-1': 'pending', 'lab-w-2': 'not needed', 'lab-w-3': 'pending'}
+    # the repair is per worker: the same reboot task ran for both stuck workers, each under its own host (not one
+    # host looping over them), and the healthy worker ran none of it
+    rebooted = sorted(name for name, result in run.results('Talos reboot of the worker') if not result.get('skipped'))
+    assert rebooted == ['lab-w-1', 'lab-w-3']
+    for worker in ('lab-w-1', 'lab-w-3'):
+        assert [(step['action'], step['outcome']) for step in steps(run, worker)] == [('talos reboot', 'kubelet running')]
+    assert steps(run, 'lab-w-2') == []
+    included = [name for name, result in run.results('Remediate a kubelet that waits on its volume - this worker')
+                if not result.get('skipped')]
+    assert sorted(included) == ['lab-w-1', 'lab-w-3']
+
+
+def test_check_mode_says_which_worker_would_be_remediated_and_reboots_nothing(cluster):
+    cluster.stick_kubelet('lab-w-2', p=1.0)
+    since = cluster.lab.last_seq('requests')
+    checked = cluster.site('--tags', 'remediate', '--check', *FAST)
+    assert checked.rc == 0, checked.explain()
+    would = [(name, result['msg']) for name, result in checked.results('would be remediated') if not result.get('skipped')]
+    assert len(would) == 1 and would[0][0] == 'lab-w-2', would
+    assert 'Waiting for volume "/var/lib/kubelet" to be mounted' in would[0][1] and 'would try a Talos reboot' in would[0][1]
+    assert [name for name, result in checked.results('Talos reboot of the worker') if not result.get('skipped')] == []
+    # neither a Talos reboot nor a PVE reset (or any other write) reached the lab
+    acted = [(request['source'], request['method'], request['path']) for request in cluster.lab.requests(since=since)
+             if request['path'].endswith(('/Reboot', '/Reset', '/status/reset', '/status/stop', '/status/start'))]
+    assert acted == [], 'check mode acted: %s' % acted
+    healed = cluster.site('--tags', 'cni', *FAST)
+    assert_converged(healed)
+    assert [step['action'] for step in steps(healed, 'lab-w-2')] == ['talos reboot']
+
+
+def test_skip_tags_remediate_runs_the_gates_without_the_kubelet_check(cluster):
+    run = cluster.site('--tags', 'cni', '--skip-tags', 'remediate', *FAST)
+    assert_converged(run)
+    assert run.results('Kubelet on the workers') == [] and run.results('Remediation log of every worker') == []
+    assert run.results('Remediate a kubelet that waits on its volume') == []
