@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _sealed, _vault
 from ansible_collections.proxtalos.cluster.plugins.modules import flux_gate, sealed_cert_gate, sealed_key_secret
+from module_run import run_main as run
 
 from lab.flux import build
 from lab.flux.gitserver import read_tree
@@ -21,19 +21,6 @@ pytest.importorskip('kubernetes')
 
 VAULT_PASSWORD = 'vault-pass-for-tests'
 KEY_LABEL = 'sealedsecrets.bitnami.com/sealed-secrets-key'
-
-
-def run(module, args, capsys, check_mode=False, diff=False):
-    args = dict(args)
-    if check_mode:
-        args['_ansible_check_mode'] = True
-    if diff:
-        args['_ansible_diff'] = True
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as caught:
-            module.main()
-    out = capsys.readouterr().out
-    return caught.value.code, json.loads(out), out
 
 
 @pytest.fixture(scope='module')

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _proxmox_vm
 from ansible_collections.proxtalos.cluster.plugins.modules import proxmox_vm
+from module_run import run_main
 
 TOKEN_SECRET = 'c0ffee00-5ec2-e7a1-b0b0-123456789abc'
 
@@ -205,15 +205,7 @@ def module_args(pve, cafile, **overrides):
 
 
 def run_module(args, capsys, check_mode=False, diff=False):
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    if diff:
-        args = dict(args, _ansible_diff=True)
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as caught:
-            proxmox_vm.main()
-    out = capsys.readouterr().out
-    return caught.value.code, json.loads(out), out
+    return run_main(proxmox_vm, args, capsys, check_mode, diff)
 
 
 def writes(pve):

@@ -1,13 +1,12 @@
 """proxmox_vm with `vms`: every VM of the list planned and acted on in one module run, against an in-process fakepve."""
-import json
 import threading
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _proxmox_vm
 from ansible_collections.proxtalos.cluster.plugins.modules import proxmox_vm
+from module_run import run_main
 
 TOKEN_SECRET = 'c0ffee00-5ec2-e7a1-b0b0-0000many0000'
 NAMES = ('cp-1', 'w-1', 'w-2')
@@ -37,16 +36,9 @@ def module_args(pve, cafile, vms=None, **overrides):
 
 
 def run_module(args, capsys, check_mode=False, diff=False):
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    if diff:
-        args = dict(args, _ansible_diff=True)
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as caught:
-            proxmox_vm.main()
-    out = capsys.readouterr().out
+    code, result, out = run_main(proxmox_vm, args, capsys, check_mode, diff)
     assert TOKEN_SECRET not in out
-    return caught.value.code, json.loads(out)
+    return code, result
 
 
 def writes(pve):
