@@ -5,7 +5,6 @@
 Its handle runs further plays: handle.site('--tags', 'gitops', '-e', 'gitops_timeout=5') -> Run (rc, stats, failures).
 """
 
-import json
 import os
 import subprocess
 
@@ -14,53 +13,11 @@ import yaml
 
 from lab.testing import start_lab
 
+from json_run import JsonRun as Run
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 SITE = os.path.join(ROOT, 'site.yml')
-
-
-class Run(object):
-    """One ansible-playbook run read through the ansible.posix.json callback."""
-
-    def __init__(self, completed):
-        self.rc = completed.returncode
-        self.stderr = completed.stderr
-        try:  # the JSON document, then whatever notification callbacks print (the run report)
-            start = completed.stdout.index('{')
-            self.data = json.JSONDecoder().raw_decode(completed.stdout[start:])[0]
-        except ValueError:
-            raise AssertionError('ansible-playbook did not print JSON (rc %d):\n%s\n%s'
-                                 % (completed.returncode, completed.stdout[-4000:], completed.stderr[-3000:])) from None
-
-    @property
-    def stats(self):
-        return self.data.get('stats') or {}
-
-    def changed(self):
-        """{host: changed count}."""
-        return dict((host, values.get('changed', 0)) for host, values in self.stats.items())
-
-    def results(self, task_part):
-        """Every host result of the tasks whose name contains task_part."""
-        found = []
-        for play in self.data.get('plays') or []:
-            for task in play.get('tasks') or []:
-                if task_part in task['task']['name']:
-                    found.extend(task['hosts'].values())
-        return found
-
-    def failures(self):
-        """[(task name, msg)] of every failed host result."""
-        out = []
-        for play in self.data.get('plays') or []:
-            for task in play.get('tasks') or []:
-                for result in task['hosts'].values():
-                    if result.get('failed'):
-                        out.append((task['task']['name'], result.get('msg', '')))
-        return out
-
-    def explain(self):
-        return 'rc %d; failures: %s; stderr: %s' % (self.rc, self.failures(), self.stderr[-2000:])
 
 
 class GitopsCluster(object):

@@ -24,6 +24,8 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import cl
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
 from lab.testing import start_lab
 
+from json_run import JsonRun as Run
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 TOOLS = os.path.join(ROOT, '.tools', 'bin')
@@ -32,51 +34,6 @@ SITE = os.path.join(ROOT, 'site.yml')
 THROUGH_KUBECONFIG = 'preflight,vms,secrets,apply,bootstrap,kubeconfig'
 THROUGH_CNI = THROUGH_KUBECONFIG + ',cni'
 THROUGH_APPS = THROUGH_CNI + ',apps'
-
-
-class Run(object):
-    """One ansible-playbook run read through the ansible.posix.json callback."""
-
-    def __init__(self, completed):
-        self.rc = completed.returncode
-        self.stdout = completed.stdout
-        self.stderr = completed.stderr
-        try:  # the JSON document first; notification callbacks (the run report) print after it
-            start = completed.stdout.index('{')
-            self.data = json.JSONDecoder().raw_decode(completed.stdout[start:])[0]
-        except ValueError:
-            raise AssertionError('ansible-playbook did not print JSON (rc %d):\n%s\n%s'
-                                 % (completed.returncode, completed.stdout[-4000:], completed.stderr[-3000:])) from None
-
-    @property
-    def stats(self):
-        return self.data.get('stats') or {}
-
-    def changed(self):
-        """{host: changed count}."""
-        return dict((host, values.get('changed', 0)) for host, values in self.stats.items())
-
-    def results(self, task_part):
-        """[(host, result)] of every task whose name contains task_part, in run order."""
-        found = []
-        for play in self.data.get('plays') or []:
-            for task in play.get('tasks') or []:
-                if task_part in task['task']['name']:
-                    found.extend(task['hosts'].items())
-        return found
-
-    def failures(self):
-        """[(task name, host, msg)] of every failed (not ignored) host result."""
-        out = []
-        for play in self.data.get('plays') or []:
-            for task in play.get('tasks') or []:
-                for host, result in task['hosts'].items():
-                    if result.get('failed') and not result.get('_ansible_ignore_errors'):
-                        out.append((task['task']['name'], host, result.get('msg', '')))
-        return out
-
-    def explain(self):
-        return 'rc %d; failures: %s; stderr: %s' % (self.rc, self.failures(), self.stderr[-2000:])
 
 
 def environment(folder=None):

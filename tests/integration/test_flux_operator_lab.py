@@ -34,18 +34,18 @@ def operator_cluster(tmp_path_factory):
 def test_operator_mode_converges_with_its_gates_and_a_rerun_changes_nothing(operator_cluster):
     first = operator_cluster.first
     assert first.rc == 0, first.explain()
-    assert first.results('Apply flux-operator')[0]['changed'] is True
-    assert first.results('Install Flux with the components manifest') == [] or \
-        all(r.get('skipped') for r in first.results('Install Flux with the components manifest'))
+    assert first.result_values('Apply flux-operator')[0]['changed'] is True
+    assert first.result_values('Install Flux with the components manifest') == [] or \
+        all(r.get('skipped') for r in first.result_values('Install Flux with the components manifest'))
     # the stage's last gate run: the FluxInstance, each controller, then the GitRepository - in order, each passed
-    final = first.results('Gate on Flux - the FluxInstance')[0]
+    final = first.result_values('Gate on Flux - the FluxInstance')[0]
     assert [(step['title'], step['passed']) for step in final['results']] == [
         ('FluxInstance flux-system/flux Ready', True),
         ('Flux controller source-controller available', True), ('Flux controller kustomize-controller available', True),
         ('Flux controller helm-controller available', True), ('Flux controller notification-controller available', True),
         ('GitRepository flux-system/flux-system Ready', True)], final
-    assert first.results('Gate on flux-operator')[0]['results'][1]['summary'] == 'CRDs Established 1/1'
-    tree = first.results('Gate on the Flux Kustomization tree')[0]
+    assert first.result_values('Gate on flux-operator')[0]['results'][1]['summary'] == 'CRDs Established 1/1'
+    tree = first.result_values('Gate on the Flux Kustomization tree')[0]
     assert tree['summary'] == 'Kustomizations Ready 8/8'
 
     custom = client.CustomObjectsApi(operator_cluster.api())
@@ -66,6 +66,6 @@ def test_operator_mode_converges_with_its_gates_and_a_rerun_changes_nothing(oper
     again = operator_cluster.site('--tags', 'flux,gitops', *OPERATOR)
     assert again.rc == 0, again.explain()
     assert set(again.changed().values()) == {0}, again.changed()
-    assert again.results('Gate on Flux - the FluxInstance')[0]['results'][0]['passed'] is True
+    assert again.result_values('Gate on Flux - the FluxInstance')[0]['results'][0]['passed'] is True
     checked = operator_cluster.site('--check', '--tags', 'flux,gitops', *OPERATOR)
     assert checked.rc == 0 and set(checked.changed().values()) == {0}, checked.explain()

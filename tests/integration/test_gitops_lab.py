@@ -42,11 +42,11 @@ def request_reconcile(cluster, name):
 def test_site_ends_with_a_ready_gitops_tree_and_a_rerun_changes_nothing(gitops_cluster):
     first = gitops_cluster.first
     assert first.rc == 0, first.explain()
-    gate = first.results('Gate on the Flux Kustomization tree')[0]
+    gate = first.result_values('Gate on the Flux Kustomization tree')[0]
     assert gate['summary'] == 'Kustomizations Ready 8/8'
     assert sorted(k['name'].split('/')[1] for k in gate['kustomizations']) == TREE
     assert gate['order'][0] == ['flux-system/cert-manager', 'flux-system/flux-system', 'flux-system/proxmox-ccm', 'flux-system/sealed-secrets']
-    served = first.results('The sealed-secrets controller serves our certificate')[0]
+    served = first.result_values('The sealed-secrets controller serves our certificate')[0]
     assert served['passed'] and served['url_path'].endswith('/services/http:sealed-secrets-controller:http/proxy/v1/cert.pem')
     again = gitops_cluster.site()
     assert again.rc == 0, again.explain()
@@ -82,7 +82,7 @@ def test_a_failing_kustomization_fails_the_gate_naming_it_its_reason_and_what_wa
                             ready_of(kustomization(gitops_cluster, 'apps'))), timeout=30, what='apps DependencyNotReady')
         run = gitops_cluster.site('--tags', 'gitops', '-e', 'gitops_timeout=3', '-e', 'gitops_wait_sleep=1')
         assert run.rc != 0
-        name, message = run.failures()[0]
+        name, message = run.failure_messages()[0]
         assert 'Gate on the Flux Kustomization tree' in name
         first_line = message.splitlines()[0]
         assert 'Kustomizations Ready 6/8: flux-system/proxmox-csi Ready=False HealthCheckFailed: health check failed after' in first_line
@@ -90,7 +90,7 @@ def test_a_failing_kustomization_fails_the_gate_naming_it_its_reason_and_what_wa
         assert "- flux-system/proxmox-csi: Ready=False HealthCheckFailed: health check failed after" in message
         assert "- flux-system/apps waits on flux-system/proxmox-csi (Ready=False DependencyNotReady: dependency 'flux-system/proxmox-csi' " \
                "is not ready)" in message
-        gate = run.results('Gate on the Flux Kustomization tree')[0]
+        gate = run.result_values('Gate on the Flux Kustomization tree')[0]
         assert gate['blockers'][0]['name'] == 'flux-system/proxmox-csi' and gate['blockers'][0]['blocks'] == ['flux-system/apps']
     finally:
         lab.clear('flux-healthcheck-fail', 'flux-system/proxmox-csi')
@@ -104,8 +104,8 @@ def test_a_crashlooping_csi_node_plugin_fails_the_gate_naming_the_node(gitops_cl
     try:
         run = gitops_cluster.site('--tags', 'gitops', '-e', 'gitops_csi_timeout=3', '-e', 'gitops_wait_sleep=1', '-e', 'gitops_timeout=30')
         assert run.rc != 0
-        name, message = run.failures()[0]
-        assert 'CSI node plugin' in name, run.failures()
+        name, message = run.failure_messages()[0]
+        assert 'CSI node plugin' in name, run.failure_messages()
         assert 'lab-w-2' in message.splitlines()[0] and 'CrashLoopBackOff' in message, message
         assert 'on nodes 5/6' in message.splitlines()[0]
     finally:
@@ -125,7 +125,7 @@ def test_a_dependency_cycle_in_the_gitops_repository_fails_preflight_naming_it(g
         yaml.safe_dump(doc, handle)
     run = gitops_cluster.site('--tags', 'preflight', '-e', 'flux_repo_dir=%s' % repo)
     assert run.rc != 0
-    name, message = run.failures()[0]
+    name, message = run.failure_messages()[0]
     assert 'Flux dependency graph' in name
     assert 'Kustomization/flux-system/proxmox-ccm' in message and 'Kustomization/flux-system/proxmox-csi' in message and 'cycle' in message
     assert gitops_cluster.site('--tags', 'preflight').rc == 0
@@ -139,11 +139,11 @@ def test_a_lab_rebuilt_from_the_same_inventory_gets_the_same_key(gitops_cluster)
     assert run.rc == 0, run.explain()
     after = client.CoreV1Api(gitops_cluster.api()).read_namespaced_secret('sealed-secrets-key', 'kube-system').data['tls.key']
     assert base64.b64decode(after) == base64.b64decode(before)
-    keypair = run.results('Keep the sealed-secrets keypair')[0]
+    keypair = run.result_values('Keep the sealed-secrets keypair')[0]
     assert keypair['changed'] is False
-    written = run.results("The controller's active key Secret")[0]
+    written = run.result_values("The controller's active key Secret")[0]
     assert written['operation'] == 'created' and written['public_key_sha256'] == keypair['public_key_sha256']
-    served = run.results('The sealed-secrets controller serves our certificate')[0]
+    served = run.result_values('The sealed-secrets controller serves our certificate')[0]
     assert served['passed'] and served['served_public_key_sha256'] == keypair['public_key_sha256']
 
 
@@ -164,7 +164,7 @@ def test_preflight_cross_checks_the_apps_stage_releases_against_flux_and_reports
         yaml.safe_dump_all(kustomizations, handle)
     warned = gitops_cluster.site('--tags', 'preflight', '-e', 'flux_repo_dir=%s' % repo)
     assert warned.rc == 0, warned.explain()
-    lint = warned.results('Lint the Flux dependency graph')[0]
+    lint = warned.result_values('Lint the Flux dependency graph')[0]
     assert [(c['release'], c['needs']) for c in lint['bootstrap_contradictions']] == [('widgets/widget-demo', 'widgets-system/widget-operator')]
     message = lint['bootstrap_contradictions'][0]['message']
     assert 'bootstrap installs widgets-system/widget-operator before widgets/widget-demo' in message
@@ -172,9 +172,9 @@ def test_preflight_cross_checks_the_apps_stage_releases_against_flux_and_reports
     failed = gitops_cluster.site('--tags', 'preflight', '-e', 'flux_repo_dir=%s' % repo,
                                  '-e', '{"preflight_flux_fail_on": ["cycles", "dangling", "bootstrap_contradictions"]}')
     assert failed.rc != 0
-    name, text = failed.failures()[0]
+    name, text = failed.failure_messages()[0]
     assert 'Flux dependency graph' in name and 'bootstrap installs widgets-system/widget-operator before widgets/widget-demo' in text
     # the lab's own repository has no contradiction with those releases
     clean = gitops_cluster.site('--tags', 'preflight', '-e', '{"preflight_flux_fail_on": ["cycles", "dangling", "bootstrap_contradictions"]}')
     assert clean.rc == 0, clean.explain()
-    assert clean.results('Lint the Flux dependency graph')[0]['bootstrap_contradictions'] == []
+    assert clean.result_values('Lint the Flux dependency graph')[0]['bootstrap_contradictions'] == []

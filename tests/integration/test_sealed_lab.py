@@ -119,11 +119,11 @@ def test_a_changed_value_is_sealed_again_committed_and_reaches_the_cluster(gitop
     try:
         predicted = gitops_cluster.site('--check', '--tags', 'flux', '-e', '@%s' % extra)
         assert predicted.rc == 0, predicted.explain()
-        assert predicted.results('Seal the Secrets into the GitOps working copy')[0]['changed'] is True
+        assert predicted.result_values('Seal the Secrets into the GitOps working copy')[0]['changed'] is True
         assert read_bytes(os.path.join(repo, CSI_FILE)) == before and git(repo, 'rev-parse', 'HEAD') == head
         run = gitops_cluster.site('--tags', 'flux', '-e', '@%s' % extra)
         assert run.rc == 0, run.explain()
-        commit = run.results('Commit the sealed Secrets')[0]
+        commit = run.result_values('Commit the sealed Secrets')[0]
         assert commit['changed'] is True
         assert git(repo, 'rev-parse', 'HEAD') != head and git(repo, 'rev-parse', 'HEAD~1') == head
         assert git(repo, 'show', '--name-only', '--format=', 'HEAD').splitlines() == [CSI_FILE]
@@ -182,16 +182,16 @@ def test_a_controller_on_another_key_is_caught_and_the_stage_repairs_it(gitops_c
     generated = wait_until(own_key, timeout=60, what='the controller generating its own key')[0]
     run = gitops_cluster.site('--tags', 'gitops', '-e', 'sealed_secrets_verify_timeout=5')
     assert run.rc != 0
-    name, message = run.failures()[0]
+    name, message = run.failure_messages()[0]
     assert 'serves our certificate' in name
     assert 'serves another certificate' in message and 'not ours' in message
     assert '- the served certificate is in Secret kube-system/%s' % generated in message
-    result = run.results('serves our certificate')[0]
+    result = run.result_values('serves our certificate')[0]
     assert result['served_by_secret'] == generated and result['served_public_key_sha256'] != result['expected_public_key_sha256']
     # The stage puts our key back, deactivates the other one; the controller restarted picks ours.
     run = gitops_cluster.site('--tags', 'sealed_secrets', '-e', 'sealed_secrets_other_keys=deactivate')
     assert run.rc == 0, run.explain()
-    written = run.results("The controller's active key Secret")[0]
+    written = run.result_values("The controller's active key Secret")[0]
     assert written['operation'] == 'created' and written['deactivated'] == [generated]
     core.delete_collection_namespaced_pod('kube-system', label_selector=selector)
     run = gitops_cluster.site('--tags', 'gitops')
@@ -220,7 +220,7 @@ def test_with_a_vault_password_the_key_is_kept_encrypted_and_still_reaches_the_c
         assert again.rc == 0 and set(again.changed().values()) == {0}, again.explain()
         refused = gitops_cluster.site(*args)
         assert refused.rc != 0
-        assert 'is vault-encrypted; give vault_password or vault_password_file' in refused.failures()[0][1]
+        assert 'is vault-encrypted; give vault_password or vault_password_file' in refused.failure_messages()[0][1]
     finally:
         try:
             core.delete_namespaced_secret('vault-test-key', 'kube-system')
