@@ -153,8 +153,8 @@ def load_private_key(key_pem, field='private key', check_consistency=True):
     """The RSA private key in key_pem, checked the way the controller will read it.
 
     check_consistency=False skips OpenSSL's check of the key's numbers (primes, CRT values): a quarter to half a
-    second for a 4096-bit key. Only for a key file proxtalos.cluster.sealed_key keeps, which checks it in full when
-    it keeps it, on every run of the sealed_secrets stage; the PEM block, the key type and size are still checked.
+    second for a 4096-bit key. Only for a key that sealed_key checked in full earlier in the same run; the PEM
+    block, the key type and size are still checked.
     """
     require_cryptography()
     key_pem = to_bytes(key_pem)

@@ -54,6 +54,14 @@ options:
     type: str
     choices: [keep, deactivate]
     default: keep
+  check_key_consistency:
+    description:
+      - Check the RSA numbers of the private key (its primes and CRT values; a quarter to half a second for 4096
+        bits). The PEM block, key type and size, and that the certificate is the key's, are checked either way.
+      - V(false) only when M(proxtalos.cluster.sealed_key) checked the same file earlier in the same run, as the
+        sealed_secrets role does; a key with broken numbers would otherwise become the controller's active key.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - proxtalos.cluster._k8s_auth
   - proxtalos.cluster._attributes
@@ -138,6 +146,7 @@ def argument_spec():
         namespace=dict(type='str', default='kube-system'),
         name=dict(type='str', default='sealed-secrets-key'),
         other_keys=dict(type='str', default='keep', choices=['keep', 'deactivate']),
+        check_key_consistency=dict(type='bool', default=True),
     )
 
 
@@ -160,9 +169,8 @@ def read_keypair(params, password):
             key_pem = _vault.decrypt(key_pem, password)
         except _vault.VaultError as exc:
             raise _errors.ValidationError('vault_password', 'does not open %s: %s' % (params['private_key_path'], exc))
-    # The key's RSA numbers were checked by sealed_key, which keeps the file, just before in the same stage.
     described, warnings = _sealed.describe_keypair(key_pem, cert_pem, key_field='private_key_path', cert_field='certificate_path',
-                                                   check_consistency=False)
+                                                   check_consistency=params['check_key_consistency'])
     return key_pem, cert_pem, described, warnings
 
 

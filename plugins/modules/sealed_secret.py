@@ -82,8 +82,6 @@ options:
     description:
       - Path of the matching private key (PEM, may be vault-encrypted). Used only to check whether O(dest) is
         already up to date; it is never written or returned.
-      - Its RSA numbers are not checked here (M(proxtalos.cluster.sealed_key) checks them when it keeps the key); a
-        key that does not open O(dest) only makes it sealed again.
     type: path
   vault_password:
     description: Vault password to open a vault-encrypted O(private_key_path).
@@ -236,9 +234,7 @@ def plan(params, secret, cert_pem, key_pem):
         return sealed, True, existing
     if key_pem is None:
         return sealed, True, 'no private_key_path: cannot tell whether %s seals the same values, so it is sealed again' % dest
-    # The key's RSA numbers are not checked again here (sealed_key checks them when it keeps the key): a key that
-    # does not open dest only makes it sealed again.
-    private_key = _sealed.load_private_key(key_pem, 'private_key_path', check_consistency=False)
+    private_key = _sealed.load_private_key(key_pem, 'private_key_path')
     certificate, _warnings = _sealed.load_certificate(cert_pem)
     if certificate.public_key().public_numbers() != private_key.public_key().public_numbers():
         raise ValidationError('private_key_path', 'does not match the sealing certificate')

@@ -54,8 +54,6 @@ options:
   secrets_path:
     description:
       - The secrets bundle file (as P(proxtalos.cluster.talos_secrets#module) keeps it; may be vault-encrypted).
-      - The RSA numbers of its service account key are not checked here; P(proxtalos.cluster.talos_secrets#module)
-        checks them in full when it keeps the bundle.
     type: path
     required: true
   vault_password:
@@ -168,6 +166,15 @@ options:
       - Issue a new client certificate when the kept one has fewer days left (it is valid for a year).
     type: int
     default: 30
+  check_key_consistency:
+    description:
+      - Check the RSA numbers of the bundle's service account key (its primes and CRT values; a quarter of a second
+        for its 4096 bits). The PEM blocks, key types and certificate pairs are checked either way.
+      - V(false) only when P(proxtalos.cluster.talos_secrets#module) checked the same file earlier in the same run,
+        as the talos_machines role does when its secrets task ran; a key with broken numbers would otherwise reach
+        every control plane's config.
+    type: bool
+    default: true
 notes:
   - At least one of O(dest), O(nodes) and O(talosconfig_dest) is required.
 seealso:
@@ -316,15 +323,14 @@ def argument_spec():
         talosconfig_nodes=dict(type='list', elements='str', default=[]),
         talosconfig_context=dict(type='str'),
         talosconfig_renew_days=dict(type='int', default=30),
+        check_key_consistency=dict(type='bool', default=True),
     )
 
 
 def read_bundle(params, password):
     data, dummy = files.read_maybe_vaulted(params['secrets_path'], password, 'secrets_path')
     try:
-        # The RSA numbers of the service account key are not checked again: talos_secrets, which keeps the bundle,
-        # checks them in full, on every run of the secrets stage just before this module.
-        return talos_secrets.parse_bundle(data.decode('utf-8'), 'secrets_path', check_key_consistency=False)
+        return talos_secrets.parse_bundle(data.decode('utf-8'), 'secrets_path', check_key_consistency=params['check_key_consistency'])
     except UnicodeDecodeError:
         raise ValidationError('secrets_path', 'is not UTF-8 text (not a secrets bundle)')
 

@@ -168,7 +168,7 @@ def load_private_key(key_pem, field='key', check_consistency=True):
     Raises ValidationError naming `field` (never quoting the key) when it is not one.
     A PEM parsed before in this process gives the same key object again.
     check_consistency=False skips OpenSSL's check of an RSA key's numbers (a quarter of a second for the 4096-bit
-    service account key); only for a bundle talos_secrets keeps, which checks it in full on every run.
+    service account key); only for a bundle that talos_secrets checked in full earlier in the same run.
     """
     require_cryptography()
     try:
@@ -189,8 +189,9 @@ def load_private_key(key_pem, field='key', check_consistency=True):
         return key
     except TypeError:
         raise ValidationError(field, 'is an encrypted private key; Talos needs it unencrypted')
-    except (ValueError, UnsupportedAlgorithm):
-        raise ValidationError(field, 'not a PEM private key (%s block does not decode)' % label)
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        # cryptography's reason names no key material ('Invalid private key' for RSA numbers that do not hold)
+        raise ValidationError(field, 'not a usable private key (the %s block does not load: %s)' % (label, exc))
 
 
 def load_certificate(crt_pem, field='crt'):

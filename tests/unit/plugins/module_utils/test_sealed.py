@@ -335,3 +335,18 @@ def test_the_rsa_consistency_check_is_skipped_only_when_asked(keypair, monkeypat
     with pytest.raises(ValidationError) as caught:
         _sealed.load_private_key(small, 'private_key_path', check_consistency=False)
     assert caught.value.field == 'private_key_path' and 'too small' in str(caught.value)
+
+
+def test_a_key_with_broken_rsa_numbers_is_refused_by_the_full_check(keypair):
+    """What sealed_key (the keeper) relies on: one bit of the private exponent flipped, n and e intact (it still
+    matches its certificate) - refused with the check, loaded without it."""
+    key_pem, cert_pem = keypair
+    numbers = serialization.load_pem_private_key(key_pem, password=None).private_numbers()
+    broken = rsa.RSAPrivateNumbers(numbers.p, numbers.q, numbers.d ^ (1 << 5), numbers.dmp1, numbers.dmq1, numbers.iqmp,
+                                   numbers.public_numbers).private_key(unsafe_skip_rsa_key_validation=True)
+    broken_pem = broken.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    with pytest.raises(ValidationError) as caught:
+        _sealed.describe_keypair(broken_pem, cert_pem, key_field='private_key_path')
+    assert caught.value.field == 'private_key_path' and 'cannot be parsed as a private key' in str(caught.value)
+    info, _warnings = _sealed.describe_keypair(broken_pem, cert_pem, check_consistency=False)
+    assert info['public_key_sha256'] == _sealed.describe_keypair(key_pem, cert_pem)[0]['public_key_sha256']

@@ -109,6 +109,26 @@ def test_sealed_key_secret_names_the_secret_and_the_api_answer_when_a_write_is_r
     assert 'BEGIN' not in out and lab.get('v1', 'Secret', 'kube-system', 'sealed-secrets-key') is None
 
 
+def test_sealed_key_secret_checks_the_keys_numbers_unless_the_keeper_just_did(lab, files, keypair, capsys, tmp_path):
+    """A key whose private exponent has one bit flipped still matches its certificate; by default it is refused
+    (naming the file) and nothing is written; check_key_consistency=false (the sealed_secrets role passes it only
+    right after sealed_key checked the same file in the same run) does not look at the numbers."""
+    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
+    from cryptography.hazmat.primitives.asymmetric import rsa  # pylint: disable=import-outside-toplevel
+    key_pem, cert_pem = keypair
+    numbers = serialization.load_pem_private_key(key_pem, password=None).private_numbers()
+    broken = rsa.RSAPrivateNumbers(numbers.p, numbers.q, numbers.d ^ (1 << 5), numbers.dmp1, numbers.dmq1, numbers.iqmp,
+                                   numbers.public_numbers).private_key(unsafe_skip_rsa_key_validation=True)
+    (tmp_path / 'broken.key').write_bytes(broken.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                               serialization.NoEncryption()))
+    args = dict(kubeconfig=lab.kubeconfig, private_key_path=str(tmp_path / 'broken.key'), certificate_path=files['certificate_path'])
+    code, result, out = run(sealed_key_secret, args, capsys)
+    assert code == 1 and result['field'] == 'private_key_path' and 'cannot be parsed as a private key' in result['msg'], result
+    assert lab.get('v1', 'Secret', 'kube-system', 'sealed-secrets-key') is None
+    code, result, out = run(sealed_key_secret, dict(args, check_key_consistency=False), capsys, check_mode=True)
+    assert code == 0 and result['operation'] == 'created', result
+
+
 @pytest.fixture
 def warnings(monkeypatch):
     """What the module passes to AnsibleModule.warn (where warnings end up depends on the process)."""

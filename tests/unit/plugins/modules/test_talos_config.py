@@ -354,3 +354,26 @@ def test_multi_node_dest_is_expanded_like_a_path_option(capsys, secrets_path, tm
     result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, items))
     assert result['nodes']['cp-1']['dest'] == str(tmp_path / 'from-env' / 'cp-1.yaml')
     assert os.path.exists(str(tmp_path / 'from-env' / 'cp-1.yaml'))
+
+
+def test_the_service_account_keys_numbers_are_checked_unless_the_keeper_checked_them(capsys, bundle, tmp_path, monkeypatch):
+    """A bundle whose RSA service account key has one bit of its private exponent flipped (its PEM still parses):
+    refused by default, naming the key; check_key_consistency=false (the talos_machines role passes it only right
+    after talos_secrets checked the same file in the same run) renders."""
+    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
+    from cryptography.hazmat.primitives.asymmetric import rsa  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(pki, '_PARSED_KEYS', {})
+    numbers = pki.load_private_key(bundle.certs['k8sserviceaccount']['key']).private_numbers()
+    broken = rsa.RSAPrivateNumbers(numbers.p, numbers.q, numbers.d ^ (1 << 5), numbers.dmp1, numbers.dmq1, numbers.iqmp,
+                                   numbers.public_numbers).private_key(unsafe_skip_rsa_key_validation=True)
+    data = bundle.to_dict()
+    data['certs']['k8sserviceaccount']['key'] = pki.b64encode_pem(broken.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()))
+    path = tmp_path / 'broken-secrets.yaml'
+    path.write_text(talosyaml.dump(data))
+    result, _out = run_module(talos_config, capsys, **multi_args(str(path), tmp_path))
+    assert result['failed'] is True and result['field'] == 'certs.k8sserviceaccount.key', result
+    assert 'Invalid private key' in result['msg']
+    assert not os.path.exists(str(tmp_path / 'artifacts' / 'talosconfig'))
+    result, _out = run_module(talos_config, capsys, **multi_args(str(path), tmp_path, check_key_consistency=False))
+    assert result.get('failed') is not True and result['changed'] is True, result

@@ -172,7 +172,7 @@ def test_key_loading_accepts_every_talos_label():
     (b'', 'not a PEM private key'),
     (b'hello', 'not a PEM private key'),
     (b'-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n', 'not a PEM private key'),
-    (b'-----BEGIN EC PRIVATE KEY-----\nbm90IGEga2V5\n-----END EC PRIVATE KEY-----\n', 'does not decode'),
+    (b'-----BEGIN EC PRIVATE KEY-----\nbm90IGEga2V5\n-----END EC PRIVATE KEY-----\n', 'the EC PRIVATE KEY block does not load'),
     (None, 'not a PEM private key'),
 ])
 def test_bad_keys_name_the_field(value, reason):
@@ -266,3 +266,24 @@ def test_a_key_is_parsed_once_per_process(monkeypatch):
     assert first.private_numbers() == key.private_numbers()
     with pytest.raises(ValidationError):
         pki.load_private_key(pem.replace(b'MII', b'XXX'), 'certs.k8sserviceaccount.key')
+
+
+def rsa_key_with_broken_numbers(bits=2048):
+    """PEM of an RSA key whose private exponent has one bit flipped: n and e (the public key) are right, the key parses
+    when its numbers are not checked, and OpenSSL's check refuses it."""
+    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
+    numbers = rsa.generate_private_key(public_exponent=65537, key_size=bits).private_numbers()
+    broken = rsa.RSAPrivateNumbers(numbers.p, numbers.q, numbers.d ^ (1 << 5), numbers.dmp1, numbers.dmq1, numbers.iqmp,
+                                   numbers.public_numbers).private_key(unsafe_skip_rsa_key_validation=True)
+    return broken.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                serialization.NoEncryption())
+
+
+def test_an_rsa_key_with_broken_numbers_is_refused_unless_the_check_is_skipped(monkeypatch):
+    monkeypatch.setattr(pki, '_PARSED_KEYS', {})
+    pem = rsa_key_with_broken_numbers()
+    with pytest.raises(ValidationError) as err:
+        pki.load_private_key(pem, 'certs.k8sserviceaccount.key')
+    assert err.value.field == 'certs.k8sserviceaccount.key'
+    assert 'the RSA PRIVATE KEY block does not load: Invalid private key' in str(err.value)
+    assert pki.load_private_key(pem, 'certs.k8sserviceaccount.key', check_consistency=False).key_size == 2048

@@ -162,7 +162,7 @@ def _cases():
          lambda d: d['certs']['etcd'].update(key=_b64(other_etcd_key))),
         ('certs.k8saggregator.crt: not a CA certificate',
          lambda d: d['certs']['k8saggregator'].update(crt=_b64(leaf_crt), key=_b64(leaf_key))),
-        ('certs.k8sserviceaccount.key: not a PEM private key',
+        ('certs.k8sserviceaccount.key: not a usable private key (the RSA PRIVATE KEY block does not load',
          lambda d: d['certs']['k8sserviceaccount'].update(key=_b64(b'-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n'))),
         ('certs.k8sserviceaccount.crt: unknown key', lambda d: d['certs']['k8sserviceaccount'].update(crt='x')),
         ('certs.extra: unknown key', lambda d: d['certs'].update(extra={})),
