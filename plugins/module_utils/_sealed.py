@@ -149,8 +149,14 @@ def _pem_blocks(data):
     return _PEM_BLOCK.findall(data.decode('utf-8', 'replace'))
 
 
+# Keys parsed in this process, by (PEM, whether the RSA numbers were checked): the items of a loop over sealed_secret
+# run in one worker (docs/development.md), and each would parse the same 4096-bit key again.
+_PARSED_KEYS = {}
+
+
 def load_private_key(key_pem, field='private key', check_consistency=True):
-    """The RSA private key in key_pem, checked the way the controller will read it.
+    """The RSA private key in key_pem, checked the way the controller will read it. A PEM parsed before in this
+    process gives the same key object again (one parsed with the check serves either kind of caller).
 
     check_consistency=False skips OpenSSL's check of the key's numbers (primes, CRT values): a quarter to half a
     second for a 4096-bit key. Only for a key that sealed_key checked in full earlier in the same run; the PEM
@@ -166,6 +172,9 @@ def load_private_key(key_pem, field='private key', check_consistency=True):
     if blocks[0] not in _KEY_BLOCKS:
         raise ValidationError(field, 'PEM block is "%s"; the controller reads only "RSA PRIVATE KEY" (PKCS#1) or '
                                      '"PRIVATE KEY" (PKCS#8) blocks' % blocks[0])
+    for checked in (True, check_consistency):
+        if (key_pem, checked) in _PARSED_KEYS:
+            return _PARSED_KEYS[(key_pem, checked)]
     try:
         key = serialization.load_pem_private_key(key_pem, password=None, unsafe_skip_rsa_key_validation=not check_consistency)
     except (ValueError, TypeError) as exc:
@@ -175,6 +184,7 @@ def load_private_key(key_pem, field='private key', check_consistency=True):
     if key.key_size < MIN_KEY_SIZE:
         raise ValidationError(field, 'RSA key of %d bits is too small; use at least %d (4096 is the controller default)'
                               % (key.key_size, MIN_KEY_SIZE))
+    _PARSED_KEYS[(key_pem, check_consistency)] = key
     return key
 
 

@@ -327,9 +327,14 @@ def test_the_rsa_consistency_check_is_skipped_only_when_asked(keypair, monkeypat
         skipped.append(unsafe_skip_rsa_key_validation)
         return real(data, password=password, unsafe_skip_rsa_key_validation=unsafe_skip_rsa_key_validation)
     monkeypatch.setattr(_sealed.serialization, 'load_pem_private_key', recording)
-    full, _warnings = _sealed.describe_keypair(key_pem, cert_pem)
+    monkeypatch.setattr(_sealed, '_PARSED_KEYS', {})
     quick, _warnings = _sealed.describe_keypair(key_pem, cert_pem, check_consistency=False)
-    assert skipped == [False, True] and quick == full
+    full, _warnings = _sealed.describe_keypair(key_pem, cert_pem)
+    assert skipped == [True, False] and quick == full
+    # parsed once per process: a checked key serves both kinds of caller, an unchecked one only its own kind
+    again, _warnings = _sealed.describe_keypair(key_pem, cert_pem, check_consistency=False)
+    assert _sealed.load_private_key(key_pem) is _sealed.load_private_key(key_pem, check_consistency=False)
+    assert skipped == [True, False] and again == full
     small = rsa.generate_private_key(public_exponent=65537, key_size=1024).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     with pytest.raises(ValidationError) as caught:
@@ -337,10 +342,11 @@ def test_the_rsa_consistency_check_is_skipped_only_when_asked(keypair, monkeypat
     assert caught.value.field == 'private_key_path' and 'too small' in str(caught.value)
 
 
-def test_a_key_with_broken_rsa_numbers_is_refused_by_the_full_check(keypair):
+def test_a_key_with_broken_rsa_numbers_is_refused_by_the_full_check(keypair, monkeypatch):
     """What sealed_key (the keeper) relies on: one bit of the private exponent flipped, n and e intact (it still
     matches its certificate) - refused with the check, loaded without it."""
     key_pem, cert_pem = keypair
+    monkeypatch.setattr(_sealed, '_PARSED_KEYS', {})
     numbers = serialization.load_pem_private_key(key_pem, password=None).private_numbers()
     broken = rsa.RSAPrivateNumbers(numbers.p, numbers.q, numbers.d ^ (1 << 5), numbers.dmp1, numbers.dmq1, numbers.iqmp,
                                    numbers.public_numbers).private_key(unsafe_skip_rsa_key_validation=True)
