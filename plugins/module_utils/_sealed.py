@@ -32,6 +32,7 @@ import os
 import re
 import struct
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
 
 try:
@@ -149,11 +150,6 @@ def _pem_blocks(data):
     return _PEM_BLOCK.findall(data.decode('utf-8', 'replace'))
 
 
-# Keys parsed in this process, by (PEM, whether the RSA numbers were checked): the items of a loop over sealed_secret
-# run in one worker (docs/development.md), and each would parse the same 4096-bit key again.
-_PARSED_KEYS = {}
-
-
 def load_private_key(key_pem, field='private key', check_consistency=True):
     """The RSA private key in key_pem, checked the way the controller will read it. A PEM parsed before in this
     process gives the same key object again (one parsed with the check serves either kind of caller).
@@ -172,11 +168,8 @@ def load_private_key(key_pem, field='private key', check_consistency=True):
     if blocks[0] not in _KEY_BLOCKS:
         raise ValidationError(field, 'PEM block is "%s"; the controller reads only "RSA PRIVATE KEY" (PKCS#1) or '
                                      '"PRIVATE KEY" (PKCS#8) blocks' % blocks[0])
-    for checked in (True, check_consistency):
-        if (key_pem, checked) in _PARSED_KEYS:
-            return _PARSED_KEYS[(key_pem, checked)]
     try:
-        key = serialization.load_pem_private_key(key_pem, password=None, unsafe_skip_rsa_key_validation=not check_consistency)
+        key = _keys.parse_private_key(key_pem, check_consistency)
     except (ValueError, TypeError) as exc:
         raise ValidationError(field, 'cannot be parsed as a private key: %s' % exc) from None
     if not isinstance(key, rsa.RSAPrivateKey):
@@ -184,7 +177,6 @@ def load_private_key(key_pem, field='private key', check_consistency=True):
     if key.key_size < MIN_KEY_SIZE:
         raise ValidationError(field, 'RSA key of %d bits is too small; use at least %d (4096 is the controller default)'
                               % (key.key_size, MIN_KEY_SIZE))
-    _PARSED_KEYS[(key_pem, check_consistency)] = key
     return key
 
 

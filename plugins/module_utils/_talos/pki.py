@@ -33,6 +33,7 @@ import os
 import re
 import secrets as _secrets
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 
 try:
@@ -155,12 +156,6 @@ def pem_for_python(key_pem):
                .replace(b'-----END ' + label + b'-----', b'-----END PRIVATE KEY-----')
 
 
-# Keys parsed in this process, by their PEM: parsing is pure, key objects are immutable, and parsing an RSA key
-# checks it at length (about 0.25 s of CPU for the 4096-bit service account key, which one module run used to
-# parse several times: bundle check, cert/key pairs, rendering).
-_PARSED_KEYS = {}
-
-
 def load_private_key(key_pem, field='key', check_consistency=True):
     """Private key object from PEM (any of the labels Talos accepts).
 
@@ -178,15 +173,8 @@ def load_private_key(key_pem, field='key', check_consistency=True):
     label = pem_label(data)
     if label not in (TALOS_ED25519_LABEL, 'PRIVATE KEY', 'EC PRIVATE KEY', 'RSA PRIVATE KEY'):
         raise ValidationError(field, 'not a PEM private key')
-    pem = pem_for_python(data)
-    # a key parsed with the check serves either way; one parsed without it only callers that skip it too
-    for checked in (True, check_consistency):
-        if (pem, checked) in _PARSED_KEYS:
-            return _PARSED_KEYS[(pem, checked)]
     try:
-        key = _PARSED_KEYS[(pem, check_consistency)] = serialization.load_pem_private_key(
-            pem, password=None, unsafe_skip_rsa_key_validation=not check_consistency)
-        return key
+        return _keys.parse_private_key(pem_for_python(data), check_consistency)
     except TypeError:
         raise ValidationError(field, 'is an encrypted private key; Talos needs it unencrypted')
     except (ValueError, UnsupportedAlgorithm) as exc:

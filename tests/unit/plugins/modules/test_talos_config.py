@@ -4,6 +4,7 @@ import stat
 
 import pytest
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import config, pki, secrets, talosconfig, talosyaml
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_config
 
@@ -196,7 +197,7 @@ def test_multi_node_reads_the_bundle_and_parses_its_keys_once(capsys, secrets_pa
     monkeypatch.setattr(talos_config, 'read_bundle', lambda *args: reads.append(args) or real_read_bundle(*args))
     parsed = []
     real_load = pki.serialization.load_pem_private_key
-    monkeypatch.setattr(pki, '_PARSED_KEYS', {})
+    monkeypatch.setattr(_keys, '_PARSED', {})
     monkeypatch.setattr(pki.serialization, 'load_pem_private_key',
                         lambda pem, **kwargs: parsed.append(pem) or real_load(pem, **kwargs))
     result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path))
@@ -362,7 +363,7 @@ def test_the_service_account_keys_numbers_are_checked_unless_the_keeper_checked_
     after talos_secrets checked the same file in the same run) renders."""
     from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
     from cryptography.hazmat.primitives.asymmetric import rsa  # pylint: disable=import-outside-toplevel
-    monkeypatch.setattr(pki, '_PARSED_KEYS', {})
+    monkeypatch.setattr(_keys, '_PARSED', {})
     numbers = pki.load_private_key(bundle.certs['k8sserviceaccount']['key']).private_numbers()
     broken = rsa.RSAPrivateNumbers(numbers.p, numbers.q, numbers.d ^ (1 << 5), numbers.dmp1, numbers.dmq1, numbers.iqmp,
                                    numbers.public_numbers).private_key(unsafe_skip_rsa_key_validation=True)

@@ -6,6 +6,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import pki
 
@@ -251,14 +252,14 @@ def test_a_key_is_parsed_once_per_process(monkeypatch):
         calls.append(unsafe_skip_rsa_key_validation)
         return real(data, password=password, unsafe_skip_rsa_key_validation=unsafe_skip_rsa_key_validation)
     monkeypatch.setattr(pki.serialization, 'load_pem_private_key', counting)
-    monkeypatch.setattr(pki, '_PARSED_KEYS', {})
+    monkeypatch.setattr(_keys, '_PARSED', {})
     first = pki.load_private_key(pem)
     assert pki.load_private_key(pem.decode()) is first
     # a key checked once serves a caller that would skip the check
     assert pki.load_private_key(pem, check_consistency=False) is first
     assert calls == [False]
     # one parsed without the check does not serve a caller that wants it
-    monkeypatch.setattr(pki, '_PARSED_KEYS', {})
+    monkeypatch.setattr(_keys, '_PARSED', {})
     unchecked = pki.load_private_key(pem, check_consistency=False)
     assert pki.load_private_key(pem, check_consistency=False) is unchecked
     assert pki.load_private_key(pem) is not unchecked
@@ -280,7 +281,7 @@ def rsa_key_with_broken_numbers(bits=2048):
 
 
 def test_an_rsa_key_with_broken_numbers_is_refused_unless_the_check_is_skipped(monkeypatch):
-    monkeypatch.setattr(pki, '_PARSED_KEYS', {})
+    monkeypatch.setattr(_keys, '_PARSED', {})
     pem = rsa_key_with_broken_numbers()
     with pytest.raises(ValidationError) as err:
         pki.load_private_key(pem, 'certs.k8sserviceaccount.key')
