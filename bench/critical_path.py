@@ -41,8 +41,9 @@ overhead):
                              Ready = flux_reconcile D and the pods of D's workloads (health checks)
 
 With stage_contract=True one more rule holds, the collection's documented stage order rather than a physical
-need: the bootstrap releases (stage apps) are installed before Flux ("the releases a cluster needs before GitOps
-takes over"), so the Flux controllers' pods also wait for the pods of every bootstrap release. The difference
+need: Flux is handed the GitOps repository only once the bootstrap releases (stage apps) are Ready ("the releases a
+cluster needs before GitOps takes over"), so the first fetch of a GitRepository also waits for the pods of every
+bootstrap release. (Flux's controllers do not: site.yml applies them before the apps stage.) The difference
 between the two critical paths is what that ordering costs when the Flux tree does not actually need them.
 
 Earliest finish: EF(s) = max(EF(p) for p in prerequisites(s)) + weight(s) (an ANY group contributes its
@@ -259,9 +260,6 @@ class _Rules(object):
             if agent and agent != pod_key:
                 needs += self._have(('pod_ready', 'pod/' + agent))
         workload = pod.get('workload')
-        if self.stage_contract and workload and workload.split('/')[1] in self._flux_namespaces():
-            for release in self.facts.releases:
-                needs += self._pods_of(self._workloads_of_release(release))
         labels = ((self.facts.workloads.get(workload) or {}).get('labels')) or {}
         if labels.get(KUSTOMIZATION_LABEL):
             ks = '%s/%s' % (labels.get(KUSTOMIZATION_NS_LABEL, pod_key.split('/')[0]), labels[KUSTOMIZATION_LABEL])
@@ -274,7 +272,11 @@ class _Rules(object):
 
     def _flux_git_fetch(self, target):
         del target
-        return [('all', self._pods_of(self._workloads_named(SOURCE_CONTROLLER)))]
+        needs = self._pods_of(self._workloads_named(SOURCE_CONTROLLER))
+        if self.stage_contract:
+            for release in self.facts.releases:
+                needs += self._pods_of(self._workloads_of_release(release))
+        return [('all', needs)]
 
     def _flux_reconcile(self, target):
         kind, ks_key = _split_ref(target)

@@ -41,7 +41,8 @@ options:
     description: The stage tags, in run order.
     type: list
     elements: str
-    default: [preflight, vms, secrets, apply, bootstrap, kubeconfig, cni, remediate, apps, sealed_secrets, flux, gitops, report]
+    default: [preflight, vms, secrets, apply, bootstrap, kubeconfig, cni, remediate, flux_install, apps, sealed_secrets, flux, gitops,
+              report]
     env:
       - name: PROXTALOS_REPORT_STAGES
     ini:

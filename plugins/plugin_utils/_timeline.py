@@ -23,8 +23,8 @@ GENERATOR = 'proxtalos.cluster.timeline'
 
 # The stages of playbooks/site.yml, in run order (ARCHITECTURE.md). A task's stage is the innermost
 # of its tags (its own, its blocks', its role's, its play's) that is one of these.
-DEFAULT_STAGES = ('preflight', 'vms', 'secrets', 'apply', 'bootstrap', 'kubeconfig', 'cni', 'remediate', 'apps',
-                  'sealed_secrets', 'flux', 'gitops', 'report')
+DEFAULT_STAGES = ('preflight', 'vms', 'secrets', 'apply', 'bootstrap', 'kubeconfig', 'cni', 'remediate', 'flux_install',
+                  'apps', 'sealed_secrets', 'flux', 'gitops', 'report')
 
 GATE_NAME_PREFIXES = ('Gate - ', 'Gate: ', 'Gates - ')
 REMEDIATION_NAME_PREFIXES = ('Remediate - ', 'Remediate: ')

@@ -55,6 +55,35 @@ def test_site_ends_with_a_ready_gitops_tree_and_a_rerun_changes_nothing(gitops_c
     assert checked.rc == 0 and set(checked.changed().values()) == {0}, checked.explain()
 
 
+def task_times(run, task_part):
+    """[(start, end)] of the tasks whose name contains task_part, as ISO strings of one clock (the callback's)."""
+    return [(task['task']['duration']['start'], task['task']['duration']['end'])
+            for play in run.data['plays'] for task in play['tasks'] if task_part in task['task']['name']]
+
+
+def test_flux_controllers_start_before_the_bootstrap_releases_and_get_the_repository_after_them(gitops_cluster):
+    first = gitops_cluster.first
+    assert first.rc == 0, first.explain()
+    # applied once, right after the cni stage; the flux stage's main part skips it
+    applied = first.result_values("Apply Flux's components")
+    assert [r.get('changed') for r in applied] == [True, False] and applied[1].get('skipped') is True, applied
+    components_end = task_times(first, "Apply Flux's components")[0][1]
+    release_starts = [start for start, _end in task_times(first, 'Helm release - install or upgrade')
+                      + task_times(first, 'Manifests release - server-side apply')]
+    release_gate_ends = [end for _start, end in task_times(first, 'Gate - workloads of the release rolled out')]
+    sync_start = task_times(first, 'The GitRepository and the root Kustomization')[0][0]
+    assert release_starts and release_gate_ends
+    assert components_end < min(release_starts), (components_end, release_starts)
+    assert sync_start > max(release_gate_ends), (sync_start, release_gate_ends)
+
+    # flux_install_before_apps false: the flux stage applies them itself (nothing to change on this cluster)
+    late = gitops_cluster.site('--tags', 'flux', '-e', 'flux_install_before_apps=false')
+    assert late.rc == 0, late.explain()
+    applied = late.result_values("Apply Flux's components")
+    assert applied[0].get('skipped') is True and applied[1].get('skipped') is not True, applied
+    assert set(late.changed().values()) == {0}, late.changed()
+
+
 def test_the_key_in_the_cluster_is_the_kept_one_byte_for_byte(gitops_cluster):
     core = client.CoreV1Api(gitops_cluster.api())
     secret = core.read_namespaced_secret('sealed-secrets-key', 'kube-system')

@@ -157,7 +157,7 @@ def test_bootstrap_releases_follow_their_needs():
     assert path.length == pytest.approx(130.0)
 
 
-def test_stage_contract_puts_the_bootstrap_releases_before_flux():
+def test_stage_contract_puts_the_bootstrap_releases_before_the_first_fetch():
     workloads = {'Deployment/ops/operator': {'labels': {}, 'annotations': {}},
                  'Deployment/flux-system/source-controller': {'labels': {}}}
     host = {'node': 'cp-1', 'host_network': True, 'labels': {}}
@@ -169,8 +169,10 @@ def test_stage_contract_puts_the_bootstrap_releases_before_flux():
     known = facts(workloads=workloads, pods=pods, releases={'ops/operator': {'needs': []}})
     assert compute(records, known).steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].finish == pytest.approx(117.0)
     contract = compute(records, known, stage_contract=True)
-    assert contract.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(135.0)
-    assert contract.length == pytest.approx(147.0)
+    # The controllers start with the releases (site.yml applies them before the apps stage); the sync waits for them.
+    assert contract.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(105.0)
+    assert contract.steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].start == pytest.approx(135.0)
+    assert contract.length == pytest.approx(137.0)
 
 
 def test_no_delays_no_critical_path():
