@@ -1,0 +1,64 @@
+"""The cluster-level stages (kubeconfig, apps, sealed_secrets, flux, gitops) run their plays on one host, the first
+node in inventory order (playbooks/site.yml, group proxtalos_cluster_lead), against a lab taken through site.yml:
+the per-node stages still run on every node; with --limit and without the first node, the first node of the limited
+set runs them, in check mode too, and every gate still passes with changed=0."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gitops_lab import gitops_cluster  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import,import-error
+
+NODES = ['lab-cp-1', 'lab-cp-2', 'lab-cp-3', 'lab-w-1', 'lab-w-2', 'lab-w-3']
+CLUSTER_LEVEL = ('kubeconfig', 'apps', 'sealed_secrets', 'flux', 'gitops')
+PER_NODE = ('bootstrap', 'cni', 'report')
+
+
+def hosts_by_stage(run):
+    """{stage: sorted hosts with a task result} of the plays named 'Stage <stage> - ...'."""
+    found = {}
+    for play in run.data.get('plays') or []:
+        name = play['play']['name']
+        if not name.startswith('Stage '):
+            continue
+        stage = name[len('Stage '):].split(' ')[0]
+        hosts = found.setdefault(stage, set())
+        for task in play.get('tasks') or []:
+            hosts.update(task['hosts'])
+    return dict((stage, sorted(hosts)) for stage, hosts in found.items())
+
+
+def test_the_cluster_level_stages_ran_on_the_first_node_only(gitops_cluster):
+    first = gitops_cluster.first
+    assert first.rc == 0, first.explain()
+    ran = hosts_by_stage(first)
+    for stage in CLUSTER_LEVEL:
+        assert ran[stage] == ['lab-cp-1'], (stage, ran[stage])
+    for stage in PER_NODE:
+        assert ran[stage] == NODES, (stage, ran[stage])
+    # every node is in the recap all the same (the per-node stages)
+    assert sorted(first.stats) == NODES
+
+
+def test_a_limit_without_the_first_node_runs_them_on_the_first_node_of_the_limit(gitops_cluster):
+    tags = ','.join(CLUSTER_LEVEL)
+    limited = gitops_cluster.site('--limit', 'lab-w-3,lab-w-2', '--tags', tags)
+    assert limited.rc == 0, limited.explain()
+    assert limited.changed() == {'lab-w-2': 0, 'lab-w-3': 0}, limited.changed()
+    ran = hosts_by_stage(limited)
+    for stage in CLUSTER_LEVEL:
+        assert ran[stage] == ['lab-w-2'], (stage, ran[stage])   # inventory order, not the order of --limit
+    # the gates ran there and passed: the API, the Flux tree, the CSI plugin on every node, our sealing key
+    assert [host for host, _result in limited.results('Gate - the Kubernetes API server answers ready')] == ['lab-w-2']
+    tree = limited.results('Gate on the Flux Kustomization tree')
+    assert [host for host, _result in tree] == ['lab-w-2'] and tree[0][1]['summary'] == 'Kustomizations Ready 8/8'
+    csi = limited.result_values('Gate on the CSI controller')
+    assert len(csi) == 1 and csi[0]['passed'] is True and csi[0]['changed'] is False, csi
+    served = limited.result_values('The sealed-secrets controller serves our certificate')
+    assert len(served) == 1 and served[0]['passed'], served
+
+    checked = gitops_cluster.site('--check', '--limit', 'lab-w-3', '--tags', tags)
+    assert checked.rc == 0 and checked.changed() == {'lab-w-3': 0}, checked.explain()
+    ran = hosts_by_stage(checked)
+    for stage in CLUSTER_LEVEL:
+        assert ran[stage] == ['lab-w-3'], (stage, ran[stage])
