@@ -175,6 +175,31 @@ def test_stage_contract_puts_the_bootstrap_releases_before_the_first_fetch():
     assert contract.length == pytest.approx(137.0)
 
 
+def test_stage_contract_starts_release_and_flux_pods_after_the_agent_on_every_node():
+    workloads = {'Deployment/ops/operator': {'labels': {}, 'annotations': {}},
+                 'Deployment/flux-system/source-controller': {'labels': {}},
+                 'DaemonSet/kube-system/cilium': {'labels': {}}}
+    agent = {'host_network': True, 'labels': {'k8s-app': 'cilium'}, 'workload': 'DaemonSet/kube-system/cilium'}
+    pods = {'kube-system/cilium-1': dict(agent, node='cp-1'), 'kube-system/cilium-2': dict(agent, node='cp-2'),
+            'ops/operator-1': {'node': 'cp-1', 'host_network': False, 'labels': {}, 'workload': 'Deployment/ops/operator'},
+            'flux-system/source-1': {'node': 'cp-1', 'host_network': False, 'labels': {},
+                                     'workload': 'Deployment/flux-system/source-controller'}}
+    records = (node_records('cp-1') + node_records('cp-2') +
+               [rec('etcd_bootstrap', 'cp-1', 20.0), rec('kubelet_start', 'cp-1', 5.0), rec('kubelet_start', 'cp-2', 5.0),
+                rec('pod_ready', 'pod/kube-system/cilium-1', 10.0), rec('pod_ready', 'pod/kube-system/cilium-2', 40.0),
+                rec('pod_ready', 'pod/ops/operator-1', 10.0), rec('pod_ready', 'pod/flux-system/source-1', 10.0)])
+    known = facts(workloads=workloads, pods=pods, releases={'ops/operator': {'needs': []}})
+    # cp-1's agent is Ready at 115 (cp-2's at 140): the network of cp-1 is all its pods need
+    free = compute(records, known)
+    assert free.steps[('pod_ready', 'pod/ops/operator-1')].start == pytest.approx(115.0)
+    assert free.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(115.0)
+    # the stage order: nothing is written after the cni stage before the agent on every node is Ready
+    contract = compute(records, known, stage_contract=True)
+    assert contract.steps[('pod_ready', 'pod/ops/operator-1')].start == pytest.approx(140.0)
+    assert contract.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(140.0)
+    assert contract.length == pytest.approx(150.0)
+
+
 def test_no_delays_no_critical_path():
     path = compute([], facts())
     assert path.length == 0.0
