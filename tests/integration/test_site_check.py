@@ -2,7 +2,8 @@
 
 On a fresh lab no VM exists, so check mode predicts the VM creations (the vms stage) and stops there for every
 node: playbooks/site.yml puts a node whose VM does not exist yet into group proxtalos_unavailable, says so, and
-the plays of the later stages (secrets ... gitops), which run on group proxtalos_nodes, have no host. The lab's
+the plays of the later stages (secrets ... gitops), which run on group proxtalos_nodes (the cluster-level ones on its
+first node, group proxtalos_cluster_lead, which no node joins then), have no host. The lab's
 request log shows that only reads reached PVE and that nothing reached Talos or Kubernetes.
 """
 import os
@@ -15,7 +16,8 @@ pytestmark = [pytest.mark.lab,
               pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')]
 
 VMIDS = {'lab-cp-1': 1011, 'lab-cp-2': 1012, 'lab-cp-3': 1013, 'lab-w-1': 1021, 'lab-w-2': 1022, 'lab-w-3': 1023}
-# The plays that run on hosts in check mode on a fresh lab; every later play (group proxtalos_nodes) has none.
+# The plays that run on hosts in check mode on a fresh lab; every later play (group proxtalos_nodes or
+# proxtalos_cluster_lead) has none.
 PREDICTING_PLAYS = ('Stage preflight', 'Stage vms - ', 'Node addresses for the stages after vms')
 
 
@@ -53,6 +55,8 @@ def test_check_mode_of_the_whole_site_on_a_fresh_lab_predicts_the_vms_and_writes
     grouped = dict((host, result) for _name, host, result in run.results('Nodes the stages after vms run on'))
     assert all(result['changed'] is False for result in grouped.values()) and sorted(grouped) == sorted(VMIDS)
     assert all(result.get('skipped') for _name, _host, result in run.results('Every node has an address'))
+    lead = run.results('The node the cluster-level stages run on')
+    assert len(lead) == 1 and lead[0][2].get('skipped') is True, lead   # no node to lead the cluster-level stages
 
     plays = plays_by_name(run)
     later = [name for name in plays if not name.startswith(PREDICTING_PLAYS)]
