@@ -34,7 +34,8 @@ overhead):
                                - applied by Flux Kustomization K (label kustomize.toolkit.fluxcd.io/name):
                                  flux_reconcile K
                                - of a bootstrap release R (Helm release annotation, or the only release in
-                                 P's namespace): the pods of every release R needs
+                                 P's namespace unless that is kube-system, where Talos's own workloads run):
+                                 the pods of every release R needs
     flux_git_fetch G         the source-controller pods
     flux_reconcile K         the kustomize-controller pods, the first fetch of K's source, the reconcile of
                              the Kustomization that applied K (if any), and for each D in K.dependsOn: D
@@ -44,8 +45,8 @@ With stage_contract=True one more rule holds, the collection's documented stage 
 need: the pods of the bootstrap releases and of Flux's controllers wait for the Cilium agent on every node (both are
 written after the cni stage's gate, which waits for all of them), and Flux is handed the GitOps repository only once
 the bootstrap releases (stage apps) are Ready ("the releases a cluster needs before GitOps takes over"), so the first
-fetch of a GitRepository also waits for the pods of every bootstrap release. (Flux's controllers do not: site.yml
-applies them before the apps stage.) The difference between the two critical paths is what the stage order costs;
+fetch of a GitRepository also waits for the pods of every bootstrap release. (Flux's controllers do not with the
+manifest method, the lab's: site.yml applies them before the apps stage.) The difference between the two critical paths is what the stage order costs;
 what is left between the stage-order critical path and the wall time is the collection's own time.
 
 Earliest finish: EF(s) = max(EF(p) for p in prerequisites(s)) + weight(s) (an ANY group contributes its
@@ -199,6 +200,8 @@ class _Rules(object):
             key = '%s/%s' % (annotations.get(HELM_NAMESPACE_ANNOTATION, pod_namespace), annotations[HELM_RELEASE_ANNOTATION])
             if key in self.facts.releases:
                 return key
+        if pod_namespace == 'kube-system':
+            return None   # Talos's own workloads (CoreDNS, an inline CNI) live there: only the Helm annotation tells
         in_namespace = [r for r in self.facts.releases if r.split('/', 1)[0] == pod_namespace]
         return in_namespace[0] if len(in_namespace) == 1 else None
 
@@ -270,7 +273,9 @@ class _Rules(object):
             release = self._release_of(workload, pod_key.split('/')[0]) if workload else None
             for needed in (self.facts.releases.get(release) or {}).get('needs') or ():
                 needs += self._pods_of(self._workloads_of_release(needed))
-            if self.stage_contract and (release or (workload and workload.split('/')[1] in self._flux_namespaces())):
+            agents = set(self.cni_pod_on_node.values())
+            if self.stage_contract and pod_key not in agents and \
+                    (release or (workload and workload.split('/')[1] in self._flux_namespaces())):
                 # written only after the cni stage's gate: a Ready agent on every node
                 needs += self._have(*[('pod_ready', 'pod/' + agent) for agent in self.cni_pod_on_node.values()])
         return [('all', needs)]

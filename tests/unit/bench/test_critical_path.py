@@ -200,6 +200,27 @@ def test_stage_contract_starts_release_and_flux_pods_after_the_agent_on_every_no
     assert contract.length == pytest.approx(150.0)
 
 
+def test_a_release_in_kube_system_is_told_by_its_helm_annotation_only():
+    # A bootstrap release in kube-system (spegel, as inventories/apps has it) next to Talos's own workloads there: the
+    # agents and CoreDNS are not its pods, so the stage order does not put them after the agents (no cycle either).
+    workloads = {'DaemonSet/kube-system/spegel': {'labels': {}, 'annotations': {'meta.helm.sh/release-name': 'spegel'}},
+                 'Deployment/kube-system/coredns': {'labels': {}, 'annotations': {}},
+                 'DaemonSet/kube-system/cilium': {'labels': {}, 'annotations': {}}}
+    agent = {'host_network': True, 'labels': {'k8s-app': 'cilium'}, 'workload': 'DaemonSet/kube-system/cilium'}
+    pods = {'kube-system/cilium-1': dict(agent, node='cp-1'), 'kube-system/cilium-2': dict(agent, node='cp-2'),
+            'kube-system/coredns-1': {'node': 'cp-1', 'host_network': False, 'labels': {}, 'workload': 'Deployment/kube-system/coredns'},
+            'kube-system/spegel-1': {'node': 'cp-1', 'host_network': False, 'labels': {}, 'workload': 'DaemonSet/kube-system/spegel'}}
+    records = (node_records('cp-1') + node_records('cp-2') +
+               [rec('etcd_bootstrap', 'cp-1', 20.0), rec('kubelet_start', 'cp-1', 5.0), rec('kubelet_start', 'cp-2', 5.0),
+                rec('pod_ready', 'pod/kube-system/cilium-1', 10.0), rec('pod_ready', 'pod/kube-system/cilium-2', 40.0),
+                rec('pod_ready', 'pod/kube-system/coredns-1', 10.0), rec('pod_ready', 'pod/kube-system/spegel-1', 10.0)])
+    known = facts(workloads=workloads, pods=pods, releases={'kube-system/spegel': {'needs': []}})
+    contract = compute(records, known, stage_contract=True)
+    assert contract.steps[('pod_ready', 'pod/kube-system/coredns-1')].start == pytest.approx(115.0)
+    assert contract.steps[('pod_ready', 'pod/kube-system/cilium-2')].start == pytest.approx(100.0)
+    assert contract.steps[('pod_ready', 'pod/kube-system/spegel-1')].start == pytest.approx(140.0)
+
+
 def test_no_delays_no_critical_path():
     path = compute([], facts())
     assert path.length == 0.0
