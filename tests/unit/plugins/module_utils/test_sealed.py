@@ -15,6 +15,7 @@ from cryptography.x509.oid import NameOID
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _sealed
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
+from ansible_collections.proxtalos.cluster.tests.unit.broken_keys import flipped_exponent_pem
 
 FIXTURES = os.path.join(os.path.dirname(__file__), 'fixtures', 'sealed')
 
@@ -348,10 +349,7 @@ def test_a_key_with_broken_rsa_numbers_is_refused_by_the_full_check(keypair, mon
     matches its certificate) - refused with the check, loaded without it."""
     key_pem, cert_pem = keypair
     monkeypatch.setattr(_keys, '_PARSED', {})
-    numbers = serialization.load_pem_private_key(key_pem, password=None).private_numbers()
-    broken = rsa.RSAPrivateNumbers(numbers.p, numbers.q, numbers.d ^ (1 << 5), numbers.dmp1, numbers.dmq1, numbers.iqmp,
-                                   numbers.public_numbers).private_key(unsafe_skip_rsa_key_validation=True)
-    broken_pem = broken.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    broken_pem = flipped_exponent_pem(serialization.load_pem_private_key(key_pem, password=None))
     with pytest.raises(ValidationError) as caught:
         _sealed.describe_keypair(broken_pem, cert_pem, key_field='private_key_path')
     assert caught.value.field == 'private_key_path' and 'cannot be parsed as a private key' in str(caught.value)

@@ -9,6 +9,7 @@ import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _sealed, _vault
 from ansible_collections.proxtalos.cluster.plugins.modules import flux_gate, sealed_cert_gate, sealed_key_secret
+from ansible_collections.proxtalos.cluster.tests.unit.broken_keys import flipped_exponent_pem
 from module_run import run_main as run
 
 from lab.flux import build
@@ -114,13 +115,8 @@ def test_sealed_key_secret_checks_the_keys_numbers_unless_the_keeper_just_did(la
     (naming the file) and nothing is written; check_key_consistency=false (the sealed_secrets role passes it only
     right after sealed_key checked the same file in the same run) does not look at the numbers."""
     from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
-    from cryptography.hazmat.primitives.asymmetric import rsa  # pylint: disable=import-outside-toplevel
     key_pem, cert_pem = keypair
-    numbers = serialization.load_pem_private_key(key_pem, password=None).private_numbers()
-    broken = rsa.RSAPrivateNumbers(numbers.p, numbers.q, numbers.d ^ (1 << 5), numbers.dmp1, numbers.dmq1, numbers.iqmp,
-                                   numbers.public_numbers).private_key(unsafe_skip_rsa_key_validation=True)
-    (tmp_path / 'broken.key').write_bytes(broken.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                               serialization.NoEncryption()))
+    (tmp_path / 'broken.key').write_bytes(flipped_exponent_pem(serialization.load_pem_private_key(key_pem, password=None)))
     args = dict(kubeconfig=lab.kubeconfig, private_key_path=str(tmp_path / 'broken.key'), certificate_path=files['certificate_path'])
     code, result, out = run(sealed_key_secret, args, capsys)
     assert code == 1 and result['field'] == 'private_key_path' and 'cannot be parsed as a private key' in result['msg'], result

@@ -7,6 +7,7 @@ import pytest
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import config, pki, secrets, talosconfig, talosyaml
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_config
+from ansible_collections.proxtalos.cluster.tests.unit.broken_keys import flipped_exponent_pem
 
 from talos_module_helpers import assert_no_secret, run_module
 
@@ -362,14 +363,10 @@ def test_the_service_account_keys_numbers_are_checked_unless_the_keeper_checked_
     refused by default, naming the key; check_key_consistency=false (the talos_machines role passes it only right
     after talos_secrets checked the same file in the same run) renders."""
     from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
-    from cryptography.hazmat.primitives.asymmetric import rsa  # pylint: disable=import-outside-toplevel
     monkeypatch.setattr(_keys, '_PARSED', {})
-    numbers = pki.load_private_key(bundle.certs['k8sserviceaccount']['key']).private_numbers()
-    broken = rsa.RSAPrivateNumbers(numbers.p, numbers.q, numbers.d ^ (1 << 5), numbers.dmp1, numbers.dmq1, numbers.iqmp,
-                                   numbers.public_numbers).private_key(unsafe_skip_rsa_key_validation=True)
     data = bundle.to_dict()
-    data['certs']['k8sserviceaccount']['key'] = pki.b64encode_pem(broken.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()))
+    data['certs']['k8sserviceaccount']['key'] = pki.b64encode_pem(flipped_exponent_pem(
+        pki.load_private_key(bundle.certs['k8sserviceaccount']['key']), serialization.PrivateFormat.TraditionalOpenSSL))
     path = tmp_path / 'broken-secrets.yaml'
     path.write_text(talosyaml.dump(data))
     result, _out = run_module(talos_config, capsys, **multi_args(str(path), tmp_path))

@@ -9,6 +9,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import pki
+from ansible_collections.proxtalos.cluster.tests.unit.broken_keys import flipped_exponent_pem
 
 NOW = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
 
@@ -273,11 +274,8 @@ def rsa_key_with_broken_numbers(bits=2048):
     """PEM of an RSA key whose private exponent has one bit flipped: n and e (the public key) are right, the key parses
     when its numbers are not checked, and OpenSSL's check refuses it."""
     from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
-    numbers = rsa.generate_private_key(public_exponent=65537, key_size=bits).private_numbers()
-    broken = rsa.RSAPrivateNumbers(numbers.p, numbers.q, numbers.d ^ (1 << 5), numbers.dmp1, numbers.dmq1, numbers.iqmp,
-                                   numbers.public_numbers).private_key(unsafe_skip_rsa_key_validation=True)
-    return broken.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                serialization.NoEncryption())
+    return flipped_exponent_pem(rsa.generate_private_key(public_exponent=65537, key_size=bits),
+                                serialization.PrivateFormat.TraditionalOpenSSL)
 
 
 def test_an_rsa_key_with_broken_numbers_is_refused_unless_the_check_is_skipped(monkeypatch):
