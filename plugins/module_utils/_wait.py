@@ -30,7 +30,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import threading
 import time
 
 PROGRESS_FILE_ENV = 'PROXTALOS_PROGRESS_FILE'
@@ -96,9 +95,7 @@ class ProgressFile(object):
     update() writes a "progress" line when the summary differs from the last line written, or
     when `heartbeat` seconds passed since it; end() writes an "end" line after progress lines.
     One instance per path and process (shared_progress_file), so waits that follow each other in a
-    module, or a caller and wait_for reporting the same probe, do not repeat a line. What was written
-    last is kept per thread: the waits a module runs at the same time on threads (one per VM) each
-    compare with their own last line, and each ends its own progress.
+    module, or a caller and wait_for reporting the same probe, do not repeat a line.
     """
 
     def __init__(self, path, heartbeat=30.0, clock=time.monotonic, wall_clock=time.time):
@@ -107,20 +104,9 @@ class ProgressFile(object):
         self.clock = clock
         self.wall_clock = wall_clock
         self.broken = False
-        self._mine = threading.local()
-
-    @property
-    def _last(self):
-        """(event, summary, attempt) of the last line this thread wrote."""
-        return getattr(self._mine, 'last', None)
-
-    @property
-    def _last_write(self):
-        return getattr(self._mine, 'last_write', None)
-
-    @property
-    def _open_progress(self):
-        return getattr(self._mine, 'open_progress', False)
+        self._last = None          # (event, summary, attempt) of the last line written
+        self._last_write = None
+        self._open_progress = False
 
     def write(self, event, summary, elapsed, attempt, label=None, ok=None):
         """Append one line; False (and no more writes) when the file cannot be written."""
@@ -140,9 +126,9 @@ class ProgressFile(object):
         except (OSError, IOError):
             self.broken = True   # the follower went away (its folder removed): progress is best effort
             return False
-        self._mine.open_progress = event == 'progress' or (event == 'start' and self._open_progress)
-        self._mine.last = (event, summary, attempt)
-        self._mine.last_write = self.clock()
+        self._last = (event, summary, attempt)
+        self._last_write = self.clock()
+        self._open_progress = event == 'progress' or (event == 'start' and self._open_progress)
         return True
 
     def update(self, observation, elapsed, attempts, label=None):
@@ -160,7 +146,7 @@ class ProgressFile(object):
             return False
         if not (always or self._open_progress):
             return False
-        self._mine.open_progress = False
+        self._open_progress = False
         return self.write('end', summary, elapsed, attempts, label=label, ok=ok)
 
 

@@ -2,7 +2,6 @@
 import json
 import os
 import stat
-import threading
 
 import pytest
 
@@ -182,34 +181,6 @@ def test_default_sink_is_the_file_of_the_environment_variable(tmp_path, monkeypa
         ('progress', 1, 'a b'), ('end', 3, 'done')]
     assert lines[-1]['ok'] is True and lines[0]['label'] is None
     assert stat.S_IMODE(os.stat(str(path)).st_mode) == 0o600
-
-
-def test_progress_file_keeps_what_each_thread_wrote_last(tmp_path):
-    # Two waits at the same time on threads (a module's VM pool) share the process's file: each is compared with its
-    # own last line, so neither swallows the other's repeat, and each ends its own progress.
-    path = tmp_path / 'p.jsonl'
-    progress = _wait.ProgressFile(str(path), heartbeat=30.0, clock=lambda: 0.0)
-    steps = [threading.Event() for _index in range(3)]
-    seen = {}
-
-    def other():
-        seen['first'] = progress.update('task running', 0.1, 1)   # the same summary as the main thread's
-        steps[0].set()
-        steps[1].wait(5)
-        seen['repeat'] = progress.update('task running', 0.2, 2)
-        seen['end'] = progress.end('task stopped', 0.3, 3, ok=True)
-
-    assert progress.update('task running', 0.0, 1)
-    thread = threading.Thread(target=other)
-    thread.start()
-    steps[0].wait(5)
-    assert progress.end('task stopped', 0.4, 2, ok=True)      # the main thread ends its own wait
-    steps[1].set()
-    thread.join(5)
-    assert seen == {'first': True, 'repeat': False, 'end': True}
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [(line['event'], line['summary']) for line in lines] == [
-        ('progress', 'task running'), ('progress', 'task running'), ('end', 'task stopped'), ('end', 'task stopped')]
 
 
 def test_progress_file_heartbeat_and_a_file_that_cannot_be_written(tmp_path, monkeypatch):
