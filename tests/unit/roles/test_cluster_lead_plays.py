@@ -94,11 +94,11 @@ def lead_plays():
 
 
 def test_the_cluster_level_stages_run_on_the_lead_and_the_per_node_stages_on_every_node():
-    by_stage = {}   # stage tag -> the hosts lines of its plays (flux has two: its components, then the stage)
+    by_stage = {}   # stage tag -> the hosts lines of its plays (Flux's components are their own, flux_install)
     for play in plays():
         if play.get('tags') != ['always']:
             by_stage.setdefault(play['tags'][0], set()).add(play['hosts'])
-    for stage in ('kubeconfig', 'apps', 'sealed_secrets', 'flux', 'gitops'):
+    for stage in ('kubeconfig', 'flux_install', 'apps', 'sealed_secrets', 'flux', 'gitops'):
         assert by_stage[stage] == {LEAD_HOSTS}, stage
     # per node: inputs collected per host (secrets, apply), the services gate over the play's hosts (bootstrap), the
     # kubelet repair on the worker itself (cni), each node's facts (report)
