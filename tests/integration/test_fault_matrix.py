@@ -231,15 +231,21 @@ def test_fault(row, request, session_workspace, lab_factory, tmp_path, matrix_re
         for action in row.after:
             step(workspace, action)
         names = resolve_names(row.names, lab.status()) if row.expect == 'failed' else list(row.names)
-        since = lab.last_seq('requests')
-        running = workspace.start('--tags', row.run, extra_vars=row.extra_vars, env=row.env, label=row.id)
-        if row.during:
-            clear_after(row, lab, since, running)
-        run = running.wait()
-        faults_at_end = lab.status()['lab'].get('faults') or []
+        for attempt in range(1, row.attempts + 1):
+            since = lab.last_seq('requests')
+            running = workspace.start('--tags', row.run, extra_vars=row.extra_vars, env=row.env,
+                                      label=row.id if attempt == 1 else '%s-%d' % (row.id, attempt))
+            if row.during:
+                clear_after(row, lab, since, running)
+            run = running.wait()
+            faults_at_end = lab.status()['lab'].get('faults') or []
+            if not run.ok:
+                break
+            bit, summary = evidence(row, run, workspace, since, faults_at_end)
+            if bit:
+                break   # a flapping fault met (or a fault that is always met): no further run
         record['outcome'] = 'recovered' if run.ok else 'failed'
         if run.ok:
-            bit, summary = evidence(row, run, workspace, since, faults_at_end)
             record['message'] = matrix.normalize(summary)
             assert row.expect == 'recovered', 'expected a failure, the run converged: %s' % summary
             assert bit, 'the run converged but shows no sign of the fault (%s): %s' % (summary, run.explain())
