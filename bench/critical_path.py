@@ -46,8 +46,9 @@ need: the pods of the bootstrap releases and of Flux's controllers wait for the 
 written after the cni stage's gate, which waits for all of them), and Flux is handed the GitOps repository only once
 the bootstrap releases (stage apps) are Ready ("the releases a cluster needs before GitOps takes over"), so the first
 fetch of a GitRepository also waits for the pods of every bootstrap release. (Flux's controllers do not with the
-manifest method, the lab's: site.yml applies them before the apps stage.) The difference between the two critical paths is what the stage order costs;
-what is left between the stage-order critical path and the wall time is the collection's own time.
+manifest method, the lab's: site.yml applies them before the apps stage.) The difference between the two critical
+paths is what the stage order costs; what is left between the stage-order critical path and the wall time is the
+collection's own time.
 
 Earliest finish: EF(s) = max(EF(p) for p in prerequisites(s)) + weight(s) (an ANY group contributes its
 smallest EF). The cluster's critical path is max EF over all steps; the chain is found by walking back from
@@ -273,11 +274,11 @@ class _Rules(object):
             release = self._release_of(workload, pod_key.split('/')[0]) if workload else None
             for needed in (self.facts.releases.get(release) or {}).get('needs') or ():
                 needs += self._pods_of(self._workloads_of_release(needed))
-            agents = set(self.cni_pod_on_node.values())
+            agents = self.cni_pod_on_node.values()
             if self.stage_contract and pod_key not in agents and \
                     (release or (workload and workload.split('/')[1] in self._flux_namespaces())):
                 # written only after the cni stage's gate: a Ready agent on every node
-                needs += self._have(*[('pod_ready', 'pod/' + agent) for agent in self.cni_pod_on_node.values()])
+                needs += self._have(*[('pod_ready', 'pod/' + agent) for agent in agents])
         return [('all', needs)]
 
     def _flux_git_fetch(self, target):
