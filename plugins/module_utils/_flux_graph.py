@@ -15,7 +15,9 @@ namespace defaults to the dependant's own), and reports:
   on the effective order (dependsOn, plus the dependsOn of the Kustomization that applies an
   object), satisfied also by a release the bootstrap installs before Flux;
 - counts per kind (total, with dependsOn, wait: true, healthChecks) and a Mermaid graph;
-- the bootstrap releases' helmfile-style `needs` checked against Flux's order.
+- the bootstrap releases' helmfile-style `needs` checked against Flux's order;
+- whether the tree needs the bootstrap releases installed before Flux applies it
+  (bootstrap_needs: their CRDs, APIServices, objects, Helm releases, webhooks), conservatively.
 
 Also runnable for CI, with the same code:
   python -m ansible_collections.proxtalos.cluster.plugins.module_utils._flux_graph REPO [options]
@@ -153,6 +155,8 @@ class Repo(object):
         self.parse_errors = []
         self.duplicates = []
         self.patch_files = set()
+        self.exclude = []
+        self.objects = []            # every object document (see _object_record), in file order
 
 
 def _partial_reason(kind, doc):
@@ -204,6 +208,7 @@ def load_repo(root, exclude=(), default_namespace=DEFAULT_NAMESPACE):
     if not os.path.isdir(root):
         raise ValidationError('path', '%s is not a directory' % root)
     repo = Repo(os.path.abspath(root))
+    repo.exclude = list(exclude)
     documents = []
     for relpath in _yaml_files(repo.root, list(exclude)):
         repo.files.append(relpath)
@@ -247,12 +252,59 @@ def load_repo(root, exclude=(), default_namespace=DEFAULT_NAMESPACE):
             'health_checks': len(spec.get('healthChecks') or []) if kind == KUSTOMIZATION else None,
             'path': spec.get('path') if kind == KUSTOMIZATION else None,
             'source_ref': spec.get('sourceRef') if kind == KUSTOMIZATION else None,
+            'target_namespace': spec.get('targetNamespace') if kind == KUSTOMIZATION else None,
         }
         if identifier in repo.nodes:
             repo.duplicates.append({'id': identifier, 'file': relpath, 'first_file': repo.nodes[identifier]['file']})
             continue
         repo.nodes[identifier] = node
+    for relpath, index, doc in documents:
+        record = _object_record(repo, relpath, index, doc, default_namespace)
+        if record is not None:
+            repo.objects.append(record)
     return repo
+
+
+def _api_group(api_version):
+    """The API group of an apiVersion: 'apps/v1' -> 'apps', 'v1' -> '' (core)."""
+    text = str(api_version or '')
+    return text.rsplit('/', 1)[0] if '/' in text else ''
+
+
+def _is_object(doc):
+    """A real object: apiVersion, kind and metadata.name, and not a strategic-merge patch."""
+    metadata = doc.get('metadata')
+    spec = doc.get('spec')
+    if not isinstance(doc.get('apiVersion'), str) or not doc['apiVersion'] or not isinstance(doc.get('kind'), str) or not doc['kind']:
+        return False
+    if not isinstance(metadata, dict) or not metadata.get('name'):
+        return False
+    return '$patch' not in doc and not (isinstance(spec, dict) and '$patch' in spec)
+
+
+def _object_record(repo, relpath, index, doc, default_namespace):
+    """What bootstrap_needs reads of a tree document, or None when it is not an object that gets applied
+    (kustomize configs, patch files, partial documents, Flux objects load_repo skipped as partial). Its namespace:
+    metadata.namespace, else the nearest kustomization.yaml's, else default_namespace for Flux's Kustomizations and
+    HelmReleases (as their nodes) and None (not known) for the others."""
+    if _is_kustomize_config(relpath, doc) or relpath in repo.patch_files or not _is_object(doc):
+        return None
+    kind = _flux_kind(doc)
+    if kind is not None and _partial_reason(kind, doc):
+        return None
+    metadata = doc['metadata']
+    spec = doc.get('spec') if isinstance(doc.get('spec'), dict) else {}
+    explicit = metadata.get('namespace')
+    record = {'file': relpath, 'document': index, 'api_version': doc['apiVersion'], 'group': _api_group(doc['apiVersion']),
+              'kind': doc['kind'], 'name': str(metadata['name']),
+              'namespace': str(explicit) if explicit else _namespace_for(repo, relpath, default_namespace if kind else None)}
+    if kind == HELMRELEASE:
+        record['release_name'] = spec.get('releaseName')
+        record['target_namespace'] = spec.get('targetNamespace')
+        record['storage_namespace'] = spec.get('storageNamespace')
+    if doc['kind'] == 'CustomResourceDefinition':
+        record['crd'] = _crd_of(doc)
+    return record
 
 
 # --- which objects a Kustomization applies ----------------------------------------------------
@@ -659,10 +711,12 @@ def mermaid(repo, resolved, dangling, tiers, cycle_members, owners):
     return '\n'.join(lines) + '\n'
 
 
-def analyze(repo, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_FAIL_ON):
-    """The report (a dict of plain data) for a loaded repository."""
+def analyze(repo, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_FAIL_ON, bootstrap_rendered=None):
+    """The report (a dict of plain data) for a loaded repository. With bootstrap_rendered (see
+    check_bootstrap_rendered), also `tree_needs_bootstrap` (see bootstrap_needs); without it the key is absent."""
     rules = check_rules(rules)
     bootstrap = check_bootstrap(bootstrap_releases)
+    rendered = None if bootstrap_rendered is None else check_bootstrap_rendered(bootstrap_rendered)
     unknown = sorted(set(fail_on) - set(FINDINGS))
     if unknown:
         raise ValidationError('fail_on', 'unknown findings %s (choose from %s)' % (', '.join(unknown), ', '.join(FINDINGS)))
@@ -734,7 +788,7 @@ def analyze(repo, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_
         nodes.append({'id': identifier, 'kind': node['kind'], 'name': node['name'], 'namespace': node['namespace'],
                       'file': node['file'], 'depends_on': node['depends_on'], 'tier': tiers.get(identifier),
                       'applied_by': owners.get(identifier, []), 'wait': node['wait'], 'health_checks': node['health_checks']})
-    return {
+    report = {
         'root': repo.root,
         'files_scanned': len(repo.files),
         'nodes': nodes,
@@ -756,12 +810,308 @@ def analyze(repo, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_
         'errors': errors,
         'failed': bool(errors),
     }
+    if rendered is not None:
+        # An ordering choice, not a defect: never in warnings, errors or fail_on.
+        report['tree_needs_bootstrap'] = bootstrap_needs(repo, rendered)
+    return report
 
 
 def analyze_path(path, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_FAIL_ON, exclude=(),
-                 default_namespace=DEFAULT_NAMESPACE):
+                 default_namespace=DEFAULT_NAMESPACE, bootstrap_rendered=None):
     """load_repo + analyze."""
-    return analyze(load_repo(path, exclude, default_namespace), rules, bootstrap_releases, fail_on)
+    return analyze(load_repo(path, exclude, default_namespace), rules, bootstrap_releases, fail_on, bootstrap_rendered)
+
+
+# --- does the tree need the bootstrap releases? ----------------------------------------------
+
+NEEDS_REASONS = ('uses_crd', 'uses_api_service', 'same_object', 'takes_over_release', 'unreadable_helmrelease',
+                 'unreadable_source', 'webhook')
+FLUX_TOOLKIT_SUFFIX = 'toolkit.fluxcd.io'
+WEBHOOK_KINDS = ('ValidatingWebhookConfiguration', 'MutatingWebhookConfiguration')
+# Built-in kinds without a namespace. A kind a CRD defines gets its scope from that CRD's spec.scope;
+# any other kind is taken as namespaced.
+CLUSTER_SCOPED_KINDS = frozenset((
+    'Namespace', 'Node', 'PersistentVolume', 'ClusterRole', 'ClusterRoleBinding', 'CustomResourceDefinition',
+    'APIService', 'ValidatingWebhookConfiguration', 'MutatingWebhookConfiguration', 'ValidatingAdmissionPolicy',
+    'ValidatingAdmissionPolicyBinding', 'MutatingAdmissionPolicy', 'MutatingAdmissionPolicyBinding', 'StorageClass',
+    'CSIDriver', 'CSINode', 'VolumeAttachment', 'PriorityClass', 'RuntimeClass', 'IngressClass',
+    'CertificateSigningRequest', 'FlowSchema', 'PriorityLevelConfiguration', 'VolumeAttributesClass',
+    'DeviceClass', 'ResourceSlice', 'IPAddress', 'ServiceCIDR',
+))
+
+
+def _crd_of(doc):
+    """(group, kind, scope) of a CustomResourceDefinition document (missing parts are '')."""
+    spec = doc.get('spec') if isinstance(doc.get('spec'), dict) else {}
+    names = spec.get('names') if isinstance(spec.get('names'), dict) else {}
+    return {'group': str(spec.get('group') or ''), 'kind': str(names.get('kind') or ''), 'scope': str(spec.get('scope') or '')}
+
+
+def _split_release_id(key):
+    parts = key.split('/') if isinstance(key, str) else []
+    if len(parts) != 2 or not parts[0] or not parts[1]:
+        return None
+    return parts[0], parts[1]
+
+
+def check_bootstrap_rendered(rendered):
+    """Validated bootstrap_rendered (the fact bootstrap_apps_rendered of roles/bootstrap_apps/tasks/render.yml):
+    {"<namespace>/<name>": {"crds": [mapping, ...], "objects": [mapping, ...]}}. Returns
+    [{'id', 'namespace', 'name', 'documents': [(list name, position, document)]}] sorted by id."""
+    field = 'bootstrap_rendered'
+    if not isinstance(rendered, dict):
+        raise ValidationError(field, 'must be a mapping of "namespace/name" to {crds: [...], objects: [...]}, got %s'
+                              % type(rendered).__name__)
+    releases = []
+    for key in sorted(rendered, key=str):
+        label = '%s[%s]' % (field, json.dumps(key) if isinstance(key, str) else repr(key))
+        identity = _split_release_id(key)
+        if identity is None:
+            raise ValidationError(label, 'the key must be a release as "namespace/name"')
+        value = rendered[key]
+        if not isinstance(value, dict):
+            raise ValidationError(label, 'must be a mapping with lists crds and objects, got %s' % type(value).__name__)
+        documents = []
+        for part in ('crds', 'objects'):
+            items = value.get(part)
+            if not isinstance(items, list):
+                raise ValidationError('%s.%s' % (label, part), 'must be a list of documents (mappings), got %s'
+                                      % ('nothing' if items is None else type(items).__name__))
+            for position, item in enumerate(items):
+                if not isinstance(item, dict):
+                    raise ValidationError('%s.%s[%d]' % (label, part, position), 'must be a document (a mapping), got %s'
+                                          % type(item).__name__)
+                documents.append((part, position, item))
+        releases.append({'id': key, 'namespace': identity[0], 'name': identity[1], 'documents': documents})
+    return releases
+
+
+def _object_label(kind, namespace, name):
+    return '%s %s/%s' % (kind, namespace, name) if namespace else '%s %s' % (kind, name)
+
+
+def _is_flux_group(group):
+    return group == FLUX_TOOLKIT_SUFFIX or group.endswith('.' + FLUX_TOOLKIT_SUFFIX)
+
+
+def _cluster_scoped(group, kind, crd_scopes):
+    scope = crd_scopes.get((group, kind))
+    if scope:
+        return scope == 'Cluster'
+    return kind in CLUSTER_SCOPED_KINDS
+
+
+def _release_view(release):
+    """What a release brings: CRD groups, APIService groups, objects (kind, name, namespace or None), webhooks."""
+    view = {'crd_groups': set(), 'crds': [], 'api_services': [], 'objects': [], 'webhooks': []}
+    for _part, _position, doc in release['documents']:
+        if not _is_object(doc):
+            continue
+        kind = doc['kind']
+        metadata = doc['metadata']
+        entry = {'group': _api_group(doc['apiVersion']), 'kind': kind, 'name': str(metadata['name']),
+                 'namespace': str(metadata.get('namespace') or release['namespace']), 'doc': doc}
+        if kind == 'CustomResourceDefinition':   # from crds, or among the objects (a chart's templates/)
+            entry['crd'] = _crd_of(doc)
+            if entry['crd']['group']:
+                view['crd_groups'].add(entry['crd']['group'])
+            view['crds'].append(entry)
+        if kind == 'APIService' and entry['group'] == 'apiregistration.k8s.io':
+            spec = doc.get('spec') if isinstance(doc.get('spec'), dict) else {}
+            if spec.get('group') is not None:
+                view['api_services'].append(dict(entry, served_group=str(spec['group'])))
+        if kind in WEBHOOK_KINDS:
+            view['webhooks'].append(entry)
+        view['objects'].append(entry)
+    return view
+
+
+def _webhook_groups(doc):
+    """The apiGroups of every rule of every webhook in a webhook configuration ('' for a rule without any)."""
+    groups = set()
+    for webhook in doc.get('webhooks') or []:
+        if not isinstance(webhook, dict):
+            continue
+        for rule in webhook.get('rules') or []:
+            if not isinstance(rule, dict):
+                continue
+            api_groups = rule.get('apiGroups')
+            if not isinstance(api_groups, list) or not api_groups:
+                groups.add('')
+                continue
+            groups.update(str(group) for group in api_groups)
+    return groups
+
+
+def _target_namespaces(repo):
+    """file -> spec.targetNamespace of the Flux Kustomizations whose spec.path applies it."""
+    targets = {}
+    for node_key in sorted(repo.nodes):
+        node = repo.nodes[node_key]
+        if node['kind'] != KUSTOMIZATION or not node.get('target_namespace'):
+            continue
+        directory = _kustomization_directory(node['path'])
+        for relpath in _files_under(repo, directory, set()):
+            targets.setdefault(relpath, set()).add(node['target_namespace'])
+    return targets
+
+
+def _kustomization_directory(path):
+    path = str(path or '.').strip()
+    if path in ('', './', '.', '/'):
+        return '.'
+    return os.path.normpath(path.lstrip('/')).replace(os.sep, '/')
+
+
+def _helm_release_identity(record):
+    """(Helm release name, namespaces): spec.releaseName, else [targetNamespace-]name as Flux composes it; the
+    namespaces are where Flux keeps the Helm release (spec.storageNamespace, else the HelmRelease's namespace) and
+    where it installs (spec.targetNamespace) - a bootstrap release in either is taken over or collides."""
+    target = record.get('target_namespace')
+    name = record.get('release_name') or ('%s-%s' % (target, record['name']) if target else record['name'])
+    namespaces = set()
+    namespaces.add(record.get('storage_namespace') or record['namespace'])
+    if target:
+        namespaces.add(target)
+    namespaces.discard(None)
+    return str(name), sorted(str(namespace) for namespace in namespaces)
+
+
+def _unreadable_sources(repo):
+    findings = []
+    for item in repo.parse_errors:
+        findings.append({'release': None, 'object': None, 'file': item['file'], 'reason': 'unreadable_source',
+                         'message': '%s cannot be parsed as YAML (%s), so what it applies cannot be read ahead: it may need the '
+                                    'bootstrap releases' % (item['file'], item['error'])})
+    for directory in sorted(repo.configs):
+        config = repo.configs[directory]
+        remote = [entry for entry in list(config.get('resources') or []) + list(config.get('components') or [])
+                  if isinstance(entry, str) and ('://' in entry or entry.startswith(('github.com/', 'git@')))]
+        relpath = next((f for f in repo.files if os.path.dirname(f) == ('' if directory == '.' else directory)
+                        and os.path.basename(f) in KUSTOMIZE_CONFIG_NAMES), directory)
+        if remote:
+            findings.append({'release': None, 'object': None, 'file': relpath, 'reason': 'unreadable_source',
+                             'message': '%s includes remote resources (%s), which cannot be read ahead: they may need the '
+                                        'bootstrap releases' % (relpath, ', '.join(str(entry) for entry in remote))})
+        if config.get('helmCharts'):
+            findings.append({'release': None, 'object': None, 'file': relpath, 'reason': 'unreadable_source',
+                             'message': '%s inflates Helm charts (helmCharts), whose objects cannot be read ahead: they may '
+                                        'need the bootstrap releases' % relpath})
+    for node_key in sorted(repo.nodes):
+        node = repo.nodes[node_key]
+        if node['kind'] != KUSTOMIZATION:
+            continue
+        label = _object_label(KUSTOMIZATION, node['namespace'], node['name'])
+        source_ref = node['source_ref'] if isinstance(node['source_ref'], dict) else {}
+        source_kind = source_ref.get('kind')
+        if source_kind != 'GitRepository':
+            findings.append({'release': None, 'object': label, 'file': node['file'], 'reason': 'unreadable_source',
+                             'message': '%s (%s) applies from %s %s, not from this Git repository, so what it applies cannot '
+                                        'be read ahead: it may need the bootstrap releases'
+                                        % (label, node['file'], source_kind or 'a source of no kind', source_ref.get('name') or '')})
+            continue
+        directory = _kustomization_directory(node['path'])
+        on_disk = os.path.isdir(os.path.join(repo.root, directory))
+        if not on_disk or (directory != '.' and _excluded(directory, repo.exclude)):
+            findings.append({'release': None, 'object': label, 'file': node['file'], 'reason': 'unreadable_source',
+                             'message': '%s (%s) applies spec.path %s, which is %s, so what it applies cannot be read ahead: '
+                                        'it may need the bootstrap releases'
+                                        % (label, node['file'], node['path'],
+                                           'not a directory of this repository' if not on_disk else 'left out by exclude')})
+    return findings
+
+
+def bootstrap_needs(repo, releases):
+    """Whether the tree (a loaded repository) needs the bootstrap releases installed before Flux applies it.
+
+    releases: check_bootstrap_rendered's result. Returns findings, each {release ("ns/name" or None), object
+    ("Kind ns/name", "Kind name" when cluster-scoped, or None), file (repository-relative or None), reason (one
+    of NEEDS_REASONS), message}; [] when nothing in the tree needs them. Conservative: what cannot be read ahead
+    (HelmReleases' charts, other sources, unparsable files, remote kustomize resources) counts as needing them.
+    """
+    if not releases:
+        return []
+    views = [(release, _release_view(release)) for release in releases]
+    crd_scopes = {}
+    for record in repo.objects:
+        if record.get('crd'):
+            crd_scopes[(record['crd']['group'], record['crd']['kind'])] = record['crd']['scope']
+    for _release, view in views:
+        for entry in view['crds']:
+            crd_scopes[(entry['crd']['group'], entry['crd']['kind'])] = entry['crd']['scope']
+    crd_group_owner = {}
+    api_service_owner = {}
+    release_objects = {}
+    for release, view in views:
+        for group in sorted(view['crd_groups']):
+            crd_group_owner.setdefault(group, []).append((release, next(e for e in view['crds'] if e['crd']['group'] == group)))
+        for entry in view['api_services']:
+            api_service_owner.setdefault(entry['served_group'], []).append((release, entry))
+        for entry in view['objects']:
+            if entry['kind'] == 'Namespace' or _is_flux_group(entry['group']):
+                continue
+            scoped = _cluster_scoped(entry['group'], entry['kind'], crd_scopes)
+            release_objects.setdefault((entry['kind'], entry['name']), []).append(
+                (release, None if scoped else entry['namespace'], entry))
+    by_helm_release = dict(((release['name'], release['namespace']), release) for release in releases)
+    targets = _target_namespaces(repo)
+
+    findings = []
+    for record in repo.objects:
+        scoped = _cluster_scoped(record['group'], record['kind'], crd_scopes)
+        namespace = None if scoped else record['namespace']
+        label = _object_label(record['kind'], namespace, record['name'])
+        where = '%s (%s)' % (label, record['file'])
+        if record['kind'] == HELMRELEASE and record['group'] == FLUX_GROUPS[HELMRELEASE].rstrip('/'):
+            name, namespaces = _helm_release_identity(record)
+            taken = [by_helm_release[(name, ns)] for ns in namespaces if (name, ns) in by_helm_release]
+            for release in taken:
+                findings.append({'release': release['id'], 'object': label, 'file': record['file'], 'reason': 'takes_over_release',
+                                 'message': '%s manages Helm release %s in namespace %s, which is bootstrap release %s: Flux '
+                                            'would take it over, so it must come after that release'
+                                            % (where, name, release['namespace'], release['id'])})
+            if not taken:
+                findings.append({'release': None, 'object': label, 'file': record['file'], 'reason': 'unreadable_helmrelease',
+                                 'message': '%s installs a chart whose objects cannot be read ahead: they may use what the '
+                                            'bootstrap releases bring' % where})
+            continue
+        if _is_flux_group(record['group']):
+            continue
+        for release, crd in crd_group_owner.get(record['group'], ()):
+            findings.append({'release': release['id'], 'object': label, 'file': record['file'], 'reason': 'uses_crd',
+                             'message': '%s is of API group %s, whose CustomResourceDefinition %s bootstrap release %s brings: '
+                                        'it cannot be applied before that release' % (where, record['group'], crd['name'], release['id'])})
+        for release, service in api_service_owner.get(record['group'], ()):
+            findings.append({'release': release['id'], 'object': label, 'file': record['file'], 'reason': 'uses_api_service',
+                             'message': '%s is of API group %s, which APIService %s of bootstrap release %s serves: it cannot '
+                                        'be applied before that release' % (where, record['group'], service['name'], release['id'])})
+        if record['kind'] == 'Namespace':
+            continue
+        # The namespaces the object may land in: its own (or its kustomization.yaml's) and the targetNamespace of
+        # the Flux Kustomizations applying it; none known matches any namespace.
+        tree_namespaces = set([namespace] if namespace else []) | targets.get(record['file'], set())
+        for release, release_namespace, entry in release_objects.get((record['kind'], record['name']), ()):
+            if not scoped and release_namespace is not None and tree_namespaces and release_namespace not in tree_namespaces:
+                continue
+            findings.append({'release': release['id'], 'object': label, 'file': record['file'], 'reason': 'same_object',
+                             'message': '%s is the same object as the %s that bootstrap release %s installs: Flux and the '
+                                        'release would both manage it' % (where, _object_label(entry['kind'], release_namespace, entry['name']),
+                                                                          release['id'])})
+    findings.extend(_unreadable_sources(repo))
+    for release, view in views:
+        own = view['crd_groups']
+        hooks = [entry for entry in view['webhooks']
+                 if any(group in ('*', '') or group not in own for group in _webhook_groups(entry['doc']))]
+        if hooks:
+            first = hooks[0]
+            groups = sorted(set().union(*[_webhook_groups(entry['doc']) for entry in hooks]) - own)
+            findings.append({'release': release['id'], 'object': _object_label(first['kind'], None, first['name']), 'file': None,
+                             'reason': 'webhook',
+                             'message': 'bootstrap release %s installs %s, an admission webhook for API groups %s beyond its own '
+                                        'CRDs: any object in the tree may go through it, so the tree must come after that release'
+                                        % (release['id'], ', '.join(_object_label(e['kind'], None, e['name']) for e in hooks),
+                                           ', '.join('"%s" (core)' % g if g == '' else g for g in groups))})
+    return findings
 
 
 # --- command line ----------------------------------------------------------------------------
@@ -775,6 +1125,10 @@ def format_text(report):
     for title, items in (('ERROR', report['errors']), ('warning', report['warnings'])):
         for item in items:
             lines.append('%s: %s' % (title, item))
+    if 'tree_needs_bootstrap' in report:
+        needs = report['tree_needs_bootstrap']
+        lines.append('the tree needs the bootstrap releases: %s' % ('yes (%d findings)' % len(needs) if needs else 'no'))
+        lines.extend('needs (%s): %s' % (item['reason'], item['message']) for item in needs)
     lines.append('')
     lines.append('result: %s (%d errors, %d warnings)' % ('FAILED' if report['failed'] else 'ok', len(report['errors']), len(report['warnings'])))
     return '\n'.join(lines) + '\n'
@@ -796,6 +1150,8 @@ def main(argv=None, stdout=None):
     parser.add_argument('--rules', help='YAML file with a list of critical-dependency rules')
     parser.add_argument('--no-default-rules', action='store_true', help='use only the rules from --rules')
     parser.add_argument('--bootstrap', help='helmfile (or YAML list of releases with needs) installed before Flux')
+    parser.add_argument('--bootstrap-rendered', help='YAML/JSON file: what the bootstrap releases install ({"ns/name": {crds, objects}}); '
+                                                     'prints whether the tree needs them')
     parser.add_argument('--exclude', action='append', default=[], help='glob of repository paths to leave out (repeatable)')
     parser.add_argument('--default-namespace', default=DEFAULT_NAMESPACE)
     parser.add_argument('--fail-on', default=','.join(DEFAULT_FAIL_ON), help='comma-separated: %s' % ', '.join(FINDINGS))
@@ -808,8 +1164,13 @@ def main(argv=None, stdout=None):
         bootstrap = None
         if args.bootstrap:
             bootstrap = releases_from_file(args.bootstrap)
+        rendered = None
+        if args.bootstrap_rendered:
+            rendered = _load_yaml_file(args.bootstrap_rendered, '--bootstrap-rendered')
+            if rendered is None:
+                rendered = {}
         fail_on = [item.strip() for item in args.fail_on.split(',') if item.strip()]
-        report = analyze_path(args.path, rules, bootstrap, fail_on, args.exclude, args.default_namespace)
+        report = analyze_path(args.path, rules, bootstrap, fail_on, args.exclude, args.default_namespace, rendered)
     except ValidationError as exc:
         sys.stderr.write('flux_graph: %s\n' % exc)
         return 2

@@ -21,6 +21,12 @@ description:
   - Cross-checks the bootstrap releases' helmfile-style C(needs) against Flux's order and reports contradictions
     (the bootstrap installs B before A, but in Flux B depends on A), orders Flux does not keep, and needs that
     name no bootstrap release.
+  - With O(bootstrap_rendered), also tells whether the tree needs the bootstrap releases installed before Flux
+    applies it (RV(tree_needs_bootstrap)) - an object of an API group a release's CRD or APIService serves, the same
+    object as one a release installs, a HelmRelease that takes over a release, an admission webhook of a release that
+    may see the tree's objects. What cannot be read ahead counts as needing them (HelmReleases' charts, Kustomizations
+    of other sources or of paths not in the checkout, files that are not YAML, remote kustomize resources). These
+    findings describe an ordering choice, not a defect - they are never warnings or errors.
   - Read-only. Fails when a finding listed in O(fail_on) is present (cycles and dangling references by default);
     every other finding is returned and given as a warning.
   - The same analysis runs without Ansible, for CI, as
@@ -72,6 +78,13 @@ options:
       - A plain-YAML helmfile (or a YAML list of releases) to read O(bootstrap_releases) from.
       - Mutually exclusive with O(bootstrap_releases).
     type: path
+  bootstrap_rendered:
+    description:
+      - What the bootstrap releases install, as the fact C(bootstrap_apps_rendered) of role
+        P(proxtalos.cluster.bootstrap_apps#role) holds it - a mapping of C(namespace/name) of each release to a mapping
+        with lists C(crds) and C(objects) of Kubernetes documents.
+      - When given, the result has RV(tree_needs_bootstrap). An empty mapping means no releases, and no findings.
+    type: dict
   fail_on:
     description: Findings that fail the task; the others are warnings.
     type: list
@@ -90,6 +103,17 @@ EXAMPLES = r"""
     path: "{{ gitops_repo_dir }}"
     bootstrap_releases: "{{ bootstrap_apps_releases }}"
   register: flux_graph
+
+- name: Whether Flux may get the repository before the bootstrap releases are installed
+  proxtalos.cluster.flux_graph:
+    path: "{{ gitops_repo_dir }}"
+    bootstrap_rendered: "{{ bootstrap_apps_rendered }}"
+  register: flux_graph_needs
+
+- name: Say why the releases come first
+  ansible.builtin.debug:
+    msg: "{{ flux_graph_needs.tree_needs_bootstrap | map(attribute='message') | list }}"
+  when: flux_graph_needs.tree_needs_bootstrap | length > 0
 
 - name: Show the order Flux will follow
   ansible.builtin.debug:
@@ -180,6 +204,31 @@ errors:
   returned: always
   type: list
   elements: str
+tree_needs_bootstrap:
+  description:
+    - What in the tree needs the bootstrap releases installed before Flux applies it; empty when nothing does.
+    - Absent when O(bootstrap_rendered) is not given.
+    - Each finding has C(release) (C(namespace/name), or null when no single release is concerned), C(object)
+      (C(Kind namespace/name), C(Kind name) when cluster-scoped, or null), C(file) (repository-relative, or null),
+      C(reason) and C(message) (one sentence naming the object, its file and the release).
+    - C(reason) is one of C(uses_crd) (an object of a group a release's CRD defines), C(uses_api_service) (of a group
+      a release's APIService serves), C(same_object) (an object a release installs too; Namespaces do not count),
+      C(takes_over_release) (a HelmRelease whose Helm release is a bootstrap release), C(unreadable_helmrelease) (any
+      other HelmRelease - its chart cannot be read ahead), C(unreadable_source) (a Kustomization of another source or
+      of a path not in the checkout, a file that is not YAML, remote resources or helmCharts in a kustomization.yaml),
+      C(webhook) (a release's admission webhook whose rules reach beyond the release's own CRD groups).
+  returned: when O(bootstrap_rendered) is given
+  type: list
+  elements: dict
+  sample:
+    - release: widgets-system/widget-operator
+      object: HelmRelease widgets-system/widget-operator
+      file: clusters/lab/widget-operator.yaml
+      reason: takes_over_release
+      message: >-
+        HelmRelease widgets-system/widget-operator (clusters/lab/widget-operator.yaml) manages Helm release
+        widget-operator in namespace widgets-system, which is bootstrap release widgets-system/widget-operator:
+        Flux would take it over, so it must come after that release
 """
 
 import traceback
@@ -203,6 +252,7 @@ def argument_spec():
         use_default_rules=dict(type='bool', default=True),
         bootstrap_releases=dict(type='list', elements='dict'),
         bootstrap_helmfile=dict(type='path'),
+        bootstrap_rendered=dict(type='dict'),
         fail_on=dict(type='list', elements='str', choices=list(_flux_graph.FINDINGS), default=list(_flux_graph.DEFAULT_FAIL_ON)),
     )
 
@@ -215,7 +265,7 @@ def run(params):
     if params['bootstrap_helmfile']:
         bootstrap = _flux_graph.releases_from_file(params['bootstrap_helmfile'])
     return _flux_graph.analyze_path(params['path'], rules, bootstrap, params['fail_on'], params['exclude'],
-                                    params['default_namespace'])
+                                    params['default_namespace'], params['bootstrap_rendered'])
 
 
 def main():
@@ -232,6 +282,8 @@ def main():
 
     result = dict((key, report[key]) for key in REPORT_KEYS)
     result['skipped_documents'] = report['skipped']
+    if 'tree_needs_bootstrap' in report:
+        result['tree_needs_bootstrap'] = report['tree_needs_bootstrap']
     for warning in report['warnings']:
         module.warn(warning)
     if report['failed']:

@@ -116,3 +116,21 @@ def test_every_default_rule_firing_reaches_the_user_as_a_warning_then_as_the_fai
     strict = run(capsys, path=path, fail_on=['missing_critical'])
     assert strict['failed'] is True
     assert all(item['message'] in strict['msg'] for item in strict['missing_critical']), strict['msg']
+
+
+def test_bootstrap_rendered_gives_tree_needs_bootstrap_and_nothing_else(capsys, warnings, tmp_path):
+    """The findings are returned, never warned about or failed on; without the option the key is absent."""
+    (tmp_path / 'apps').mkdir()
+    (tmp_path / 'apps' / 'gizmo.yaml').write_text('apiVersion: example.dev/v1\nkind: Gizmo\nmetadata: {name: blue, namespace: web}\n',
+                                                  encoding='utf-8')
+    gizmo_crd = {'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition', 'metadata': {'name': 'gizmos.example.dev'},
+                 'spec': {'group': 'example.dev', 'scope': 'Namespaced', 'names': {'kind': 'Gizmo', 'plural': 'gizmos'}}}
+    rendered = {'gizmos/gizmo-operator': {'crds': [gizmo_crd], 'objects': []}}
+    result = run(capsys, path=str(tmp_path), bootstrap_rendered=rendered, fail_on=['cycles', 'dangling', 'missing_critical', 'bootstrap_contradictions'])
+    assert result.get('failed') is not True and result['changed'] is False and warnings == []
+    assert [(item['reason'], item['release'], item['object'], item['file']) for item in result['tree_needs_bootstrap']] == [
+        ('uses_crd', 'gizmos/gizmo-operator', 'Gizmo web/blue', 'apps/gizmo.yaml')]
+    assert 'tree_needs_bootstrap' not in run(capsys, path=str(tmp_path))
+    assert run(capsys, path=str(tmp_path), bootstrap_rendered={})['tree_needs_bootstrap'] == []
+    bad = run(capsys, path=str(tmp_path), bootstrap_rendered={'gizmos/gizmo-operator': {'crds': [gizmo_crd]}})
+    assert bad['failed'] is True and bad['field'] == 'bootstrap_rendered["gizmos/gizmo-operator"].objects'
