@@ -711,12 +711,16 @@ def mermaid(repo, resolved, dangling, tiers, cycle_members, owners):
     return '\n'.join(lines) + '\n'
 
 
-def analyze(repo, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_FAIL_ON, bootstrap_rendered=None):
+def analyze(repo, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_FAIL_ON, bootstrap_rendered=None,
+            bootstrap_source=None, tree_objects=None):
     """The report (a dict of plain data) for a loaded repository. With bootstrap_rendered (see
-    check_bootstrap_rendered), also `tree_needs_bootstrap` (see bootstrap_needs); without it the key is absent."""
+    check_bootstrap_rendered), also `tree_needs_bootstrap` (see bootstrap_needs, which also takes bootstrap_source
+    and tree_objects); without it the key is absent."""
     rules = check_rules(rules)
     bootstrap = check_bootstrap(bootstrap_releases)
     rendered = None if bootstrap_rendered is None else check_bootstrap_rendered(bootstrap_rendered)
+    check_bootstrap_source(bootstrap_source)     # bad input fails even without bootstrap_rendered
+    check_tree_objects(tree_objects)
     unknown = sorted(set(fail_on) - set(FINDINGS))
     if unknown:
         raise ValidationError('fail_on', 'unknown findings %s (choose from %s)' % (', '.join(unknown), ', '.join(FINDINGS)))
@@ -812,22 +816,39 @@ def analyze(repo, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_
     }
     if rendered is not None:
         # An ordering choice, not a defect: never in warnings, errors or fail_on.
-        report['tree_needs_bootstrap'] = bootstrap_needs(repo, rendered)
+        report['tree_needs_bootstrap'] = bootstrap_needs(repo, rendered, rules, bootstrap, bootstrap_source, tree_objects)
     return report
 
 
 def analyze_path(path, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_FAIL_ON, exclude=(),
-                 default_namespace=DEFAULT_NAMESPACE, bootstrap_rendered=None):
+                 default_namespace=DEFAULT_NAMESPACE, bootstrap_rendered=None, bootstrap_source=None, tree_objects=None):
     """load_repo + analyze."""
-    return analyze(load_repo(path, exclude, default_namespace), rules, bootstrap_releases, fail_on, bootstrap_rendered)
+    return analyze(load_repo(path, exclude, default_namespace), rules, bootstrap_releases, fail_on, bootstrap_rendered,
+                   bootstrap_source, tree_objects)
 
 
 # --- does the tree need the bootstrap releases? ----------------------------------------------
 
 NEEDS_REASONS = ('uses_crd', 'uses_api_service', 'same_object', 'takes_over_release', 'unreadable_helmrelease',
-                 'unreadable_source', 'webhook')
+                 'unreadable_source', 'webhook', 'critical_rule', 'cluster_infrastructure', 'unknown_api')
 FLUX_TOOLKIT_SUFFIX = 'toolkit.fluxcd.io'
+FLUX_OPERATOR_GROUP = 'fluxcd.controlplane.io'
 WEBHOOK_KINDS = ('ValidatingWebhookConfiguration', 'MutatingWebhookConfiguration')
+ADMISSION_GROUP = 'admissionregistration.k8s.io'
+ADMISSION_POLICY_KINDS = ('ValidatingAdmissionPolicy', 'ValidatingAdmissionPolicyBinding', 'MutatingAdmissionPolicy',
+                          'MutatingAdmissionPolicyBinding')
+WEBHOOK_RESOURCES = ('validatingwebhookconfigurations', 'mutatingwebhookconfigurations')
+WRITE_VERBS = ('create', 'update', 'patch', '*')
+WORKLOAD_KINDS = ('Deployment', 'DaemonSet', 'StatefulSet')
+# The API groups every Kubernetes API server serves (kubernetes.io/docs/reference/kubernetes-api/group-versions/);
+# '' is the core group. An object of any other group needs a CRD or an APIService from somewhere.
+BUILTIN_API_GROUPS = frozenset((
+    '', 'admissionregistration.k8s.io', 'apiextensions.k8s.io', 'apiregistration.k8s.io', 'apps', 'authentication.k8s.io',
+    'authorization.k8s.io', 'autoscaling', 'batch', 'certificates.k8s.io', 'coordination.k8s.io', 'discovery.k8s.io',
+    'events.k8s.io', 'flowcontrol.apiserver.k8s.io', 'internal.apiserver.k8s.io', 'networking.k8s.io', 'node.k8s.io',
+    'policy', 'rbac.authorization.k8s.io', 'resource.k8s.io', 'scheduling.k8s.io', 'storage.k8s.io',
+    'storagemigration.k8s.io',
+))
 # Built-in kinds without a namespace. A kind a CRD defines gets its scope from that CRD's spec.scope;
 # any other kind is taken as namespaced.
 CLUSTER_SCOPED_KINDS = frozenset((
@@ -884,6 +905,53 @@ def check_bootstrap_rendered(rendered):
                 documents.append((part, position, item))
         releases.append({'id': key, 'namespace': identity[0], 'name': identity[1], 'documents': documents})
     return releases
+
+
+def check_bootstrap_source(source):
+    """(namespace, name) of the GitRepository Flux syncs from, from "namespace/name"; None when not given."""
+    if source is None:
+        return None
+    identity = _split_release_id(source)
+    if identity is None:
+        raise ValidationError('bootstrap_source', 'must be the GitRepository Flux syncs from as "namespace/name", got %s'
+                              % (json.dumps(source) if isinstance(source, str) else 'a %s' % type(source).__name__))
+    return identity
+
+
+def check_tree_objects(objects):
+    """Validated tree_objects - objects the run adds to the tree before Flux fetches it - as object records (see
+    _object_record; `file` is the given file or None). Each needs apiVersion, kind and metadata.name (strings);
+    metadata.namespace and file are optional strings; other keys are read only for a CustomResourceDefinition."""
+    if objects is None:
+        return []
+    if not isinstance(objects, (list, tuple)):
+        raise ValidationError('tree_objects', 'must be a list of objects (apiVersion, kind, metadata {name, namespace}, file), got %s'
+                              % type(objects).__name__)
+    records = []
+    for position, item in enumerate(objects):
+        field = 'tree_objects[%d]' % position
+        if not isinstance(item, dict):
+            raise ValidationError(field, 'must be a mapping with apiVersion, kind and metadata, got %s' % type(item).__name__)
+        for key in ('apiVersion', 'kind'):
+            if not isinstance(item.get(key), str) or not item[key].strip():
+                raise ValidationError('%s.%s' % (field, key), 'must be a non-empty string')
+        metadata = item.get('metadata')
+        if not isinstance(metadata, dict):
+            raise ValidationError(field + '.metadata', 'must be a mapping with name (and namespace when namespaced)')
+        if not isinstance(metadata.get('name'), str) or not metadata['name'].strip():
+            raise ValidationError(field + '.metadata.name', 'must be a non-empty string')
+        namespace = metadata.get('namespace')
+        if namespace is not None and not isinstance(namespace, str):
+            raise ValidationError(field + '.metadata.namespace', 'must be a string when given')
+        relpath = item.get('file')
+        if relpath is not None and (not isinstance(relpath, str) or not relpath.strip()):
+            raise ValidationError(field + '.file', 'must be a non-empty repository-relative path when given')
+        record = {'file': relpath, 'document': None, 'api_version': item['apiVersion'], 'group': _api_group(item['apiVersion']),
+                  'kind': item['kind'], 'name': metadata['name'], 'namespace': namespace or None, 'added': True}
+        if item['kind'] == 'CustomResourceDefinition':
+            record['crd'] = _crd_of(item)
+        records.append(record)
+    return records
 
 
 def _object_label(kind, namespace, name):
@@ -977,7 +1045,9 @@ def _helm_release_identity(record):
     return str(name), sorted(str(namespace) for namespace in namespaces)
 
 
-def _unreadable_sources(repo):
+def _unreadable_sources(repo, source=None):
+    """What the tree applies that cannot be read in this checkout; source: (namespace, name) of the GitRepository
+    Flux syncs from, when known - a Kustomization of another GitRepository applies another checkout."""
     findings = []
     for item in repo.parse_errors:
         findings.append({'release': None, 'object': None, 'file': item['file'], 'reason': 'unreadable_source',
@@ -1010,6 +1080,13 @@ def _unreadable_sources(repo):
                                         'be read ahead: it may need the bootstrap releases'
                                         % (label, node['file'], source_kind or 'a source of no kind', source_ref.get('name') or '')})
             continue
+        reference = (str(source_ref.get('namespace') or node['namespace']), str(source_ref.get('name') or ''))
+        if source is not None and reference != tuple(source):
+            findings.append({'release': None, 'object': label, 'file': node['file'], 'reason': 'unreadable_source',
+                             'message': '%s (%s) applies from GitRepository %s/%s, not from %s/%s that Flux syncs (bootstrap_source), '
+                                        'so its objects are not in this checkout and cannot be read ahead: it may need the '
+                                        'bootstrap releases' % ((label, node['file']) + reference + tuple(source))})
+            continue
         directory = _kustomization_directory(node['path'])
         on_disk = os.path.isdir(os.path.join(repo.root, directory))
         if not on_disk or (directory != '.' and _excluded(directory, repo.exclude)):
@@ -1021,21 +1098,158 @@ def _unreadable_sources(repo):
     return findings
 
 
-def bootstrap_needs(repo, releases):
+def _where(label, record):
+    """'Kind ns/name (file)' for a tree object; objects the run adds may have no file."""
+    return '%s (%s)' % (label, record['file'] if record.get('file') else 'added to the tree by the run')
+
+
+def _tree_records(repo, tree_objects):
+    """The tree's objects and the run's additions (an addition already in the tree - a re-run - is left out)."""
+    records = list(repo.objects)
+    seen = set((r['group'], r['kind'], r['namespace'], r['name']) for r in records)
+    for record in check_tree_objects(tree_objects):
+        key = (record['group'], record['kind'], record['namespace'], record['name'])
+        if key not in seen:
+            seen.add(key)
+            records.append(record)
+    return records
+
+
+def _release_names(releases, bootstrap):
+    """[(release id, release name)] of the rendered releases and of bootstrap_releases / the helmfile."""
+    names = dict((release['id'], release['name']) for release in releases)
+    for release in bootstrap or ():
+        names.setdefault('%s/%s' % (release.get('namespace') or 'default', release['name']), str(release['name']))
+    return sorted(names.items())
+
+
+def _critical_rule_needs(repo, rules, release_names):
+    """A rule's subject in the tree that comes after no tree node matching the rule's requires, while a bootstrap
+    release matches it: only that release satisfies the rule, so the subject needs it installed first."""
+    resolved = dict((identifier, [ref for ref in node['depends_on'] if ref in repo.nodes]) for identifier, node in repo.nodes.items())
+    owners, _ownership_warnings = ownership(repo)
+    edges = _effective_edges(repo, owners, resolved)
+    findings = []
+    for rule in rules:
+        from_bootstrap = [release_id for release_id, name in release_names if _matches(name, rule['requires'])]
+        if not from_bootstrap:
+            continue
+        providers = set(node['id'] for node in repo.nodes.values() if _matches(node['name'], rule['requires']))
+        for node in sorted(repo.nodes.values(), key=lambda n: n['id']):
+            if not _matches(node['name'], rule['subject']) or _matches(node['name'], rule['requires']) \
+                    or _matches(node['name'], rule['exclude']):
+                continue
+            if _closure(edges, node['id']) & providers:
+                continue
+            label = _object_label(node['kind'], node['namespace'], node['name'])
+            findings.append({'release': from_bootstrap[0], 'object': label, 'file': node['file'], 'reason': 'critical_rule',
+                             'message': '%s (%s) is a subject of rule "%s"%s and comes after nothing in the tree named %s: '
+                                        'only bootstrap release %s provides it, so it must come after that release'
+                                        % (label, node['file'], rule['name'], ' (%s)' % rule['reason'] if rule['reason'] else '',
+                                           ' or '.join(rule['requires']), ' or '.join(from_bootstrap))})
+    return findings
+
+
+def _pod_spec(doc):
+    spec = doc.get('spec') if isinstance(doc.get('spec'), dict) else {}
+    template = spec.get('template') if isinstance(spec.get('template'), dict) else {}
+    return template.get('spec') if isinstance(template.get('spec'), dict) else {}
+
+
+def _uses_host_ports(pod_spec):
+    for key in ('containers', 'initContainers'):
+        for container in pod_spec.get(key) or []:
+            if isinstance(container, dict) and any(isinstance(port, dict) and port.get('hostPort')
+                                                   for port in container.get('ports') or []):
+                return True
+    return False
+
+
+def _infrastructure_role(entry):
+    """Why a release's object may be what Flux's own controllers need (DNS, networking, image pulls), or None."""
+    if entry['group'] == 'apps' and entry['kind'] in WORKLOAD_KINDS and entry['namespace'] == 'kube-system':
+        return 'a workload in kube-system'
+    if entry['group'] == '' and entry['kind'] == 'Service' and entry['name'] == 'kube-dns':
+        return 'the cluster DNS Service'
+    if entry['group'] == 'apps' and entry['kind'] == 'DaemonSet':
+        pod_spec = _pod_spec(entry['doc'])
+        if pod_spec.get('hostNetwork') is True:
+            return 'a DaemonSet on the host network (a CNI, a registry mirror?)'
+        if _uses_host_ports(pod_spec):
+            return 'a DaemonSet with host ports (a CNI, a registry mirror?)'
+    return None
+
+
+def _writes_webhook_configurations(rule):
+    """An RBAC rule that lets its holder create, update or patch webhook configurations."""
+    if not isinstance(rule, dict):
+        return False
+    groups = [str(group) for group in rule.get('apiGroups') or []]
+    resources = [str(resource) for resource in rule.get('resources') or []]
+    verbs = [str(verb) for verb in rule.get('verbs') or []]
+    return (any(group in (ADMISSION_GROUP, '*') for group in groups)
+            and any(resource in WEBHOOK_RESOURCES + ('*',) for resource in resources)
+            and any(verb in WRITE_VERBS for verb in verbs))
+
+
+def _webhook_needs(release, view):
+    """A release's admission webhooks reaching beyond its own CRD groups, its admission policies, and the roles that
+    let it register or patch webhooks at run time - any object in the tree may go through them."""
+    findings = []
+    own = view['crd_groups']
+    hooks = [entry for entry in view['webhooks']
+             if any(group in ('*', '') or group not in own for group in _webhook_groups(entry['doc']))]
+    if hooks:
+        first = hooks[0]
+        groups = sorted(set().union(*[_webhook_groups(entry['doc']) for entry in hooks]) - own)
+        findings.append({'release': release['id'], 'object': _object_label(first['kind'], None, first['name']), 'file': None,
+                         'reason': 'webhook',
+                         'message': 'bootstrap release %s installs %s, an admission webhook for API groups %s beyond its own '
+                                    'CRDs: any object in the tree may go through it, so the tree must come after that release'
+                                    % (release['id'], ', '.join(_object_label(e['kind'], None, e['name']) for e in hooks),
+                                       ', '.join('"%s" (core)' % g if g == '' else g for g in groups))})
+    policies = [entry for entry in view['objects'] if entry['group'] == ADMISSION_GROUP and entry['kind'] in ADMISSION_POLICY_KINDS]
+    if policies:
+        findings.append({'release': release['id'], 'object': _object_label(policies[0]['kind'], None, policies[0]['name']),
+                         'file': None, 'reason': 'webhook',
+                         'message': 'bootstrap release %s installs %s, admission policy: any object in the tree may be checked '
+                                    'or changed by it, so the tree must come after that release'
+                                    % (release['id'], ', '.join(_object_label(e['kind'], None, e['name']) for e in policies))})
+    roles = [entry for entry in view['objects']
+             if entry['group'] == 'rbac.authorization.k8s.io' and entry['kind'] in ('ClusterRole', 'Role')
+             and any(_writes_webhook_configurations(rule) for rule in entry['doc'].get('rules') or [])]
+    if roles:
+        labels = [_object_label(e['kind'], None if e['kind'] == 'ClusterRole' else e['namespace'], e['name']) for e in roles]
+        findings.append({'release': release['id'], 'object': labels[0], 'file': None, 'reason': 'webhook',
+                         'message': 'bootstrap release %s installs %s, which may create, update or patch admission webhook '
+                                    'configurations: it registers webhooks at run time that any object in the tree may go '
+                                    'through, so the tree must come after that release' % (release['id'], ', '.join(labels))})
+    return findings
+
+
+def bootstrap_needs(repo, releases, rules=(), bootstrap=None, bootstrap_source=None, tree_objects=None):
     """Whether the tree (a loaded repository) needs the bootstrap releases installed before Flux applies it.
 
-    releases: check_bootstrap_rendered's result. Returns findings, each {release ("ns/name" or None), object
-    ("Kind ns/name", "Kind name" when cluster-scoped, or None), file (repository-relative or None), reason (one
-    of NEEDS_REASONS), message}; [] when nothing in the tree needs them. Conservative: what cannot be read ahead
-    (HelmReleases' charts, other sources, unparsable files, remote kustomize resources) counts as needing them.
+    releases: check_bootstrap_rendered's result. rules: check_rules' result (the critical-dependency rules the
+    analysis uses). bootstrap: check_bootstrap's result (more releases, by name, for the rules). bootstrap_source:
+    "namespace/name" of the GitRepository Flux syncs from, or None. tree_objects: objects the run adds to the tree
+    before Flux fetches it (see check_tree_objects). Returns findings, each {release ("ns/name" or None), object
+    ("Kind ns/name", "Kind name" when cluster-scoped, or None), file (repository-relative or None), reason (one of
+    NEEDS_REASONS), message}; [] when nothing in the tree needs them. Conservative: what cannot be read ahead
+    (HelmReleases' charts, other sources, unparsable files, remote kustomize resources, API groups nothing here
+    defines) counts as needing them.
     """
+    source = check_bootstrap_source(bootstrap_source)
+    records = _tree_records(repo, tree_objects)
     if not releases:
         return []
     views = [(release, _release_view(release)) for release in releases]
     crd_scopes = {}
-    for record in repo.objects:
+    tree_crd_groups = set()
+    for record in records:
         if record.get('crd'):
             crd_scopes[(record['crd']['group'], record['crd']['kind'])] = record['crd']['scope']
+            tree_crd_groups.add(record['crd']['group'])
     for _release, view in views:
         for entry in view['crds']:
             crd_scopes[(entry['crd']['group'], entry['crd']['kind'])] = entry['crd']['scope']
@@ -1044,7 +1258,7 @@ def bootstrap_needs(repo, releases):
     release_objects = {}
     for release, view in views:
         for group in sorted(view['crd_groups']):
-            crd_group_owner.setdefault(group, []).append((release, next(e for e in view['crds'] if e['crd']['group'] == group)))
+            crd_group_owner.setdefault(group, []).append((release, [e for e in view['crds'] if e['crd']['group'] == group]))
         for entry in view['api_services']:
             api_service_owner.setdefault(entry['served_group'], []).append((release, entry))
         for entry in view['objects']:
@@ -1057,11 +1271,12 @@ def bootstrap_needs(repo, releases):
     targets = _target_namespaces(repo)
 
     findings = []
-    for record in repo.objects:
+    unknown_apis = {}
+    for record in records:
         scoped = _cluster_scoped(record['group'], record['kind'], crd_scopes)
         namespace = None if scoped else record['namespace']
         label = _object_label(record['kind'], namespace, record['name'])
-        where = '%s (%s)' % (label, record['file'])
+        where = _where(label, record)
         if record['kind'] == HELMRELEASE and record['group'] == FLUX_GROUPS[HELMRELEASE].rstrip('/'):
             name, namespaces = _helm_release_identity(record)
             taken = [by_helm_release[(name, ns)] for ns in namespaces if (name, ns) in by_helm_release]
@@ -1077,7 +1292,8 @@ def bootstrap_needs(repo, releases):
             continue
         if _is_flux_group(record['group']):
             continue
-        for release, crd in crd_group_owner.get(record['group'], ()):
+        for release, crds in crd_group_owner.get(record['group'], ()):
+            crd = next((e for e in crds if e['crd']['kind'] == record['kind']), crds[0])
             findings.append({'release': release['id'], 'object': label, 'file': record['file'], 'reason': 'uses_crd',
                              'message': '%s is of API group %s, whose CustomResourceDefinition %s bootstrap release %s brings: '
                                         'it cannot be applied before that release' % (where, record['group'], crd['name'], release['id'])})
@@ -1085,6 +1301,9 @@ def bootstrap_needs(repo, releases):
             findings.append({'release': release['id'], 'object': label, 'file': record['file'], 'reason': 'uses_api_service',
                              'message': '%s is of API group %s, which APIService %s of bootstrap release %s serves: it cannot '
                                         'be applied before that release' % (where, record['group'], service['name'], release['id'])})
+        if (record['group'] not in BUILTIN_API_GROUPS and record['group'] != FLUX_OPERATOR_GROUP and record['group'] not in tree_crd_groups
+                and record['group'] not in crd_group_owner and record['group'] not in api_service_owner):
+            unknown_apis.setdefault((record['group'], record['kind']), (label, record))
         if record['kind'] == 'Namespace':
             continue
         # The namespaces the object may land in: its own (or its kustomization.yaml's) and the targetNamespace of
@@ -1097,20 +1316,26 @@ def bootstrap_needs(repo, releases):
                              'message': '%s is the same object as the %s that bootstrap release %s installs: Flux and the '
                                         'release would both manage it' % (where, _object_label(entry['kind'], release_namespace, entry['name']),
                                                                           release['id'])})
-    findings.extend(_unreadable_sources(repo))
+    for (group, kind), (label, record) in sorted(unknown_apis.items()):
+        findings.append({'release': None, 'object': label, 'file': record['file'], 'reason': 'unknown_api',
+                         'message': '%s is of kind %s in API group %s, which no Kubernetes built-in API, no CRD in the tree and '
+                                    'no bootstrap release defines: something installed at run time must create it (an operator, a '
+                                    'CNI - maybe a bootstrap release), so it may need the bootstrap releases'
+                                    % (_where(label, record), kind, group)})
+    findings.extend(_unreadable_sources(repo, source))
+    findings.extend(_critical_rule_needs(repo, rules or (), _release_names(releases, bootstrap)))
     for release, view in views:
-        own = view['crd_groups']
-        hooks = [entry for entry in view['webhooks']
-                 if any(group in ('*', '') or group not in own for group in _webhook_groups(entry['doc']))]
-        if hooks:
-            first = hooks[0]
-            groups = sorted(set().union(*[_webhook_groups(entry['doc']) for entry in hooks]) - own)
-            findings.append({'release': release['id'], 'object': _object_label(first['kind'], None, first['name']), 'file': None,
-                             'reason': 'webhook',
-                             'message': 'bootstrap release %s installs %s, an admission webhook for API groups %s beyond its own '
-                                        'CRDs: any object in the tree may go through it, so the tree must come after that release'
-                                        % (release['id'], ', '.join(_object_label(e['kind'], None, e['name']) for e in hooks),
-                                           ', '.join('"%s" (core)' % g if g == '' else g for g in groups))})
+        findings.extend(_webhook_needs(release, view))
+        infrastructure = [(entry, _infrastructure_role(entry)) for entry in view['objects']]
+        infrastructure = [(entry, role) for entry, role in infrastructure if role]
+        if infrastructure:
+            entry, role = infrastructure[0]
+            scoped = _cluster_scoped(entry['group'], entry['kind'], crd_scopes)
+            label = _object_label(entry['kind'], None if scoped else entry['namespace'], entry['name'])
+            findings.append({'release': release['id'], 'object': label, 'file': None, 'reason': 'cluster_infrastructure',
+                             'message': "bootstrap release %s installs %s, %s: Flux's own controllers may need it to resolve "
+                                        'names, reach the network or pull images before they can fetch the tree, so Flux must '
+                                        'come after that release' % (release['id'], label, role)})
     return findings
 
 
@@ -1152,6 +1377,9 @@ def main(argv=None, stdout=None):
     parser.add_argument('--bootstrap', help='helmfile (or YAML list of releases with needs) installed before Flux')
     parser.add_argument('--bootstrap-rendered', help='YAML/JSON file: what the bootstrap releases install ({"ns/name": {crds, objects}}); '
                                                      'prints whether the tree needs them')
+    parser.add_argument('--bootstrap-source', help='namespace/name of the GitRepository Flux syncs from (with --bootstrap-rendered)')
+    parser.add_argument('--tree-objects', help='YAML/JSON file: a list of objects the run adds to the tree before Flux fetches it '
+                                               '(with --bootstrap-rendered)')
     parser.add_argument('--exclude', action='append', default=[], help='glob of repository paths to leave out (repeatable)')
     parser.add_argument('--default-namespace', default=DEFAULT_NAMESPACE)
     parser.add_argument('--fail-on', default=','.join(DEFAULT_FAIL_ON), help='comma-separated: %s' % ', '.join(FINDINGS))
@@ -1169,8 +1397,10 @@ def main(argv=None, stdout=None):
             rendered = _load_yaml_file(args.bootstrap_rendered, '--bootstrap-rendered')
             if rendered is None:
                 rendered = {}
+        tree_objects = _load_yaml_file(args.tree_objects, '--tree-objects') if args.tree_objects else None
         fail_on = [item.strip() for item in args.fail_on.split(',') if item.strip()]
-        report = analyze_path(args.path, rules, bootstrap, fail_on, args.exclude, args.default_namespace, rendered)
+        report = analyze_path(args.path, rules, bootstrap, fail_on, args.exclude, args.default_namespace, rendered,
+                              args.bootstrap_source, tree_objects)
     except ValidationError as exc:
         sys.stderr.write('flux_graph: %s\n' % exc)
         return 2

@@ -23,10 +23,12 @@ description:
     name no bootstrap release.
   - With O(bootstrap_rendered), also tells whether the tree needs the bootstrap releases installed before Flux
     applies it (RV(tree_needs_bootstrap)) - an object of an API group a release's CRD or APIService serves, the same
-    object as one a release installs, a HelmRelease that takes over a release, an admission webhook of a release that
-    may see the tree's objects. What cannot be read ahead counts as needing them (HelmReleases' charts, Kustomizations
-    of other sources or of paths not in the checkout, files that are not YAML, remote kustomize resources). These
-    findings describe an ordering choice, not a defect - they are never warnings or errors.
+    object as one a release installs, a HelmRelease that takes over a release, an admission webhook, admission policy or
+    webhook-registering role of a release that may see the tree's objects, a critical-dependency rule only a release
+    satisfies, a release Flux's own controllers may need (DNS, networking, image pulls). What cannot be read ahead
+    counts as needing them (HelmReleases' charts, Kustomizations of other sources, of another GitRepository than
+    O(bootstrap_source) or of paths not in the checkout, files that are not YAML, remote kustomize resources, API groups
+    nothing known defines). These findings describe an ordering choice, not a defect - they are never warnings or errors.
   - Read-only. Fails when a finding listed in O(fail_on) is present (cycles and dangling references by default);
     every other finding is returned and given as a warning.
   - The same analysis runs without Ansible, for CI, as
@@ -84,7 +86,24 @@ options:
         P(proxtalos.cluster.bootstrap_apps#role) holds it - a mapping of C(namespace/name) of each release to a mapping
         with lists C(crds) and C(objects) of Kubernetes documents.
       - When given, the result has RV(tree_needs_bootstrap). An empty mapping means no releases, and no findings.
+      - The release names also count for the critical-dependency rules (O(rules), O(use_default_rules)), as do
+        O(bootstrap_releases) and O(bootstrap_helmfile).
     type: dict
+  bootstrap_source:
+    description:
+      - The GitRepository Flux syncs from, as C(namespace/name) (for example V(flux-system/flux-system)).
+      - When given, a Flux Kustomization whose C(sourceRef) is another GitRepository (its namespace defaulting to the
+        Kustomization's) counts in RV(tree_needs_bootstrap) as C(unreadable_source) - its objects are not in this checkout.
+    type: str
+  tree_objects:
+    description:
+      - Objects the run adds to the tree before Flux fetches it (for example the SealedSecrets the flux stage seals
+        into the repository). They count in RV(tree_needs_bootstrap) like the tree's own objects; one already in the
+        tree (same API group, kind, namespace and name) counts once.
+      - Each has C(apiVersion), C(kind) and C(metadata) (C(name), and C(namespace) when namespaced), and optionally
+        C(file), the repository-relative path it will be written to.
+    type: list
+    elements: dict
   fail_on:
     description: Findings that fail the task; the others are warnings.
     type: list
@@ -214,9 +233,15 @@ tree_needs_bootstrap:
     - C(reason) is one of C(uses_crd) (an object of a group a release's CRD defines), C(uses_api_service) (of a group
       a release's APIService serves), C(same_object) (an object a release installs too; Namespaces do not count),
       C(takes_over_release) (a HelmRelease whose Helm release is a bootstrap release), C(unreadable_helmrelease) (any
-      other HelmRelease - its chart cannot be read ahead), C(unreadable_source) (a Kustomization of another source or
-      of a path not in the checkout, a file that is not YAML, remote resources or helmCharts in a kustomization.yaml),
-      C(webhook) (a release's admission webhook whose rules reach beyond the release's own CRD groups).
+      other HelmRelease - its chart cannot be read ahead), C(unreadable_source) (a Kustomization of another source, of
+      another GitRepository than O(bootstrap_source), or of a path not in the checkout, a file that is not YAML, remote
+      resources or helmCharts in a kustomization.yaml),
+      C(webhook) (a release's admission webhook whose rules reach beyond the release's own CRD groups, its admission
+      policies or policy bindings, or a ClusterRole or Role of it that may create, update or patch webhook
+      configurations), C(critical_rule) (a subject of a critical-dependency rule whose C(requires) only a bootstrap
+      release satisfies), C(cluster_infrastructure) (a release Flux's own controllers may need - a workload in
+      C(kube-system), a Service C(kube-dns), a DaemonSet on the host network or with host ports), C(unknown_api) (an
+      object of an API group that no built-in API, Flux, CRD in the tree or release defines; one per group and kind).
   returned: when O(bootstrap_rendered) is given
   type: list
   elements: dict
@@ -253,6 +278,8 @@ def argument_spec():
         bootstrap_releases=dict(type='list', elements='dict'),
         bootstrap_helmfile=dict(type='path'),
         bootstrap_rendered=dict(type='dict'),
+        bootstrap_source=dict(type='str'),
+        tree_objects=dict(type='list', elements='dict'),
         fail_on=dict(type='list', elements='str', choices=list(_flux_graph.FINDINGS), default=list(_flux_graph.DEFAULT_FAIL_ON)),
     )
 
@@ -265,7 +292,8 @@ def run(params):
     if params['bootstrap_helmfile']:
         bootstrap = _flux_graph.releases_from_file(params['bootstrap_helmfile'])
     return _flux_graph.analyze_path(params['path'], rules, bootstrap, params['fail_on'], params['exclude'],
-                                    params['default_namespace'], params['bootstrap_rendered'])
+                                    params['default_namespace'], params['bootstrap_rendered'], params['bootstrap_source'],
+                                    params['tree_objects'])
 
 
 def main():

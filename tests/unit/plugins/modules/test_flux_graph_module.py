@@ -134,3 +134,26 @@ def test_bootstrap_rendered_gives_tree_needs_bootstrap_and_nothing_else(capsys, 
     assert run(capsys, path=str(tmp_path), bootstrap_rendered={})['tree_needs_bootstrap'] == []
     bad = run(capsys, path=str(tmp_path), bootstrap_rendered={'gizmos/gizmo-operator': {'crds': [gizmo_crd]}})
     assert bad['failed'] is True and bad['field'] == 'bootstrap_rendered["gizmos/gizmo-operator"].objects'
+
+
+def test_bootstrap_source_and_tree_objects_reach_tree_needs_bootstrap(capsys, warnings, tmp_path):
+    """bootstrap_source and tree_objects are passed to the analysis; bad shapes fail naming the field."""
+    (tmp_path / 'clusters').mkdir()
+    (tmp_path / 'clusters' / 'platform.yaml').write_text(
+        'apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: platform, namespace: flux-system}\n'
+        'spec: {interval: 1h, path: ./clusters, prune: true, sourceRef: {kind: GitRepository, name: platform}}\n', encoding='utf-8')
+    rendered = {'tools/tools': {'crds': [], 'objects': []}}
+    sealed = {'apiVersion': 'bitnami.com/v1alpha1', 'kind': 'SealedSecret', 'metadata': {'name': 'creds', 'namespace': 'web'},
+              'file': 'apps/creds.sealedsecret.yaml'}
+    assert run(capsys, path=str(tmp_path), bootstrap_rendered=rendered)['tree_needs_bootstrap'] == []
+    warnings.clear()
+    result = run(capsys, path=str(tmp_path), bootstrap_rendered=rendered, bootstrap_source='flux-system/flux-system', tree_objects=[sealed],
+                 use_default_rules=False)
+    assert result.get('failed') is not True and result['changed'] is False and warnings == []
+    assert [(item['reason'], item['object'], item['file']) for item in result['tree_needs_bootstrap']] == [
+        ('unknown_api', 'SealedSecret web/creds', 'apps/creds.sealedsecret.yaml'),
+        ('unreadable_source', 'Kustomization flux-system/platform', 'clusters/platform.yaml')]
+    bad = run(capsys, path=str(tmp_path), bootstrap_rendered=rendered, bootstrap_source='flux-system')
+    assert bad['failed'] is True and bad['field'] == 'bootstrap_source'
+    bad = run(capsys, path=str(tmp_path), bootstrap_rendered=rendered, tree_objects=[{'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {}}])
+    assert bad['failed'] is True and bad['field'] == 'tree_objects[0].metadata.name'
