@@ -360,6 +360,7 @@ class Bootstrap(object):
                    critical_path_seconds=round(self.critical.length, 3),
                    critical_path=[(s.kind, s.target, round(s.weight, 3)) for s in self.critical.chain],
                    critical_path_with_stage_contract_seconds=round(self.contract.length, 3),
+                   flux_handoff_before_apps=self.handoff_before_apps,
                    unmodelled_delays=self.critical.unmodelled, unmatched_pods=self.critical.unmatched,
                    lab_peak_rss_kb=self.lab_peak_kb, artifacts=self.artifacts,
                    stage_breakdown=stage_breakdown(self.run.report, self.critical.chain, self.shift))
@@ -397,6 +398,13 @@ def stage_breakdown(report, chain, shift):
 _BOOTSTRAPS = {}
 
 
+def flux_handed_over_before_apps(report):
+    """Whether the run handed Flux the GitOps repository before the apps stage (flux_handoff): the flux stage's row of
+    the run report starts before the apps stage's (the report lists a stage from its first task that ran)."""
+    starts = dict((stage['name'], stage['start']) for stage in report.get('stages') or () if stage.get('status') != 'skipped')
+    return 'flux' in starts and 'apps' in starts and starts['flux'] < starts['apps']
+
+
 def bootstrap(control_planes, workers, time_scale, forks=None, seed=1):
     """Run (once per `python -m bench`: later calls with the same arguments get the same result) a whole
     site.yml against a fresh lab of that size and measure it. See Bootstrap."""
@@ -418,12 +426,14 @@ def bootstrap(control_planes, workers, time_scale, forks=None, seed=1):
         facts = critical_path.facts_from_objects(hosts, lab.vms(), objects['pods'], objects['replicasets'],
                                                  objects['workloads'], objects['kustomizations'], releases)
         path = critical_path.compute(delays, facts)
-        contract_path = critical_path.compute(delays, facts, stage_contract=True)
+        handoff_before_apps = flux_handed_over_before_apps(run.report)
+        contract_path = critical_path.compute(delays, facts, stage_contract=True, handoff_before_apps=handoff_before_apps)
         started = datetime.datetime.fromisoformat(run.report['started'].replace('Z', '+00:00')).timestamp()
         shift = lab_clock_offset(lab) - started
     finally:
         lab.stop()
-    measured = Bootstrap(run=run, critical=path, contract=contract_path, delays=delays, shift=shift, lab_peak_kb=lab_peak, facts=facts,
+    measured = Bootstrap(run=run, critical=path, contract=contract_path, handoff_before_apps=handoff_before_apps,
+                         delays=delays, shift=shift, lab_peak_kb=lab_peak, facts=facts,
                          time_scale=float(time_scale), control_planes=control_planes, workers=workers, forks=forks,
                          artifacts=artifacts)
     # Everything needed to look at the run again (python -m bench.timeline ARTIFACTS) without running it again.

@@ -41,14 +41,16 @@ overhead):
                              the Kustomization that applied K (if any), and for each D in K.dependsOn: D
                              Ready = flux_reconcile D and the pods of D's workloads (health checks)
 
-With stage_contract=True one more rule holds, the collection's documented stage order rather than a physical
-need: the pods of the bootstrap releases and of Flux's controllers wait for the Cilium agent on every node (both are
-written after the cni stage's gate, which waits for all of them), and Flux is handed the GitOps repository only once
-the bootstrap releases (stage apps) are Ready ("the releases a cluster needs before GitOps takes over"), so the first
-fetch of a GitRepository also waits for the pods of every bootstrap release. (Flux's controllers do not with the
-manifest method, the lab's: site.yml applies them before the apps stage.) The difference between the two critical
-paths is what the stage order costs; what is left between the stage-order critical path and the wall time is the
-collection's own time.
+With stage_contract=True the collection's documented stage order holds too, rather than only the physical needs:
+the pods of the bootstrap releases wait for the Cilium agent on every node (the apps stage writes after the cni
+stage's gate, which waits for all of them; Flux's controllers do not: site.yml applies them right after the
+kubeconfig stage), and so does the first fetch of a GitRepository (Flux is handed the repository after that gate).
+With handoff_before_apps=False (flux_handoff decided after_apps: the tree needs the releases), the first fetch also
+waits for the pods of every bootstrap release ("the releases a cluster needs before GitOps takes over"); with True,
+the releases' pods wait for the flux stage's gates instead: the pods of every Deployment in Flux's namespace (its
+controllers) and the first fetch. The
+difference between the two critical paths is what the stage order costs; what is left between the stage-order
+critical path and the wall time is the collection's own time.
 
 Earliest finish: EF(s) = max(EF(p) for p in prerequisites(s)) + weight(s) (an ANY group contributes its
 smallest EF). The cluster's critical path is max EF over all steps; the chain is found by walking back from
@@ -155,10 +157,11 @@ def _split_ref(target):
 class _Rules(object):
     """The prerequisites of each step, from the facts and the steps present."""
 
-    def __init__(self, facts, steps, stage_contract=False):
+    def __init__(self, facts, steps, stage_contract=False, handoff_before_apps=False):
         self.facts = facts
         self.steps = steps
         self.stage_contract = stage_contract
+        self.handoff_before_apps = handoff_before_apps
         self.control_planes = set(facts.control_planes)
         self.pods_by_workload = {}
         self.cni_pod_on_node = {}
@@ -178,9 +181,6 @@ class _Rules(object):
         for workload in workload_keys:
             found += [('pod_ready', 'pod/' + p) for p in self.pods_by_workload.get(workload, ())]
         return self._have(*found)
-
-    def _flux_namespaces(self):
-        return set(w.split('/')[1] for w in self._workloads_named(SOURCE_CONTROLLER) + self._workloads_named(KUSTOMIZE_CONTROLLER))
 
     def _workloads_named(self, name):
         return [w for w in self.facts.workloads if w.split('/')[-1] == name]
@@ -274,19 +274,31 @@ class _Rules(object):
             release = self._release_of(workload, pod_key.split('/')[0]) if workload else None
             for needed in (self.facts.releases.get(release) or {}).get('needs') or ():
                 needs += self._pods_of(self._workloads_of_release(needed))
-            agents = self.cni_pod_on_node.values()
-            if self.stage_contract and pod_key not in agents and \
-                    (release or (workload and workload.split('/')[1] in self._flux_namespaces())):
+            if self.stage_contract and release and pod_key not in self.cni_pod_on_node.values():
                 # written only after the cni stage's gate: a Ready agent on every node
-                needs += self._have(*[('pod_ready', 'pod/' + agent) for agent in agents])
+                needs += self._every_agent()
+                if self.handoff_before_apps:
+                    # and after the flux play before the apps stage, whose gates wait for every Flux controller and
+                    # the first fetch
+                    needs += self._flux_controller_pods() + self._have(*[k for k in self.steps if k[0] == 'flux_git_fetch'])
         return [('all', needs)]
+
+    def _flux_controller_pods(self):
+        namespaces = set(w.split('/')[1] for w in self._workloads_named(SOURCE_CONTROLLER))
+        return self._pods_of([w for w in self.facts.workloads if w.split('/')[0] == 'Deployment' and w.split('/')[1] in namespaces])
+
+    def _every_agent(self):
+        return self._have(*[('pod_ready', 'pod/' + agent) for agent in self.cni_pod_on_node.values()])
 
     def _flux_git_fetch(self, target):
         del target
         needs = self._pods_of(self._workloads_named(SOURCE_CONTROLLER))
         if self.stage_contract:
-            for release in self.facts.releases:
-                needs += self._pods_of(self._workloads_of_release(release))
+            # handed over after the cni stage's gate, and after the releases unless the hand-off came before them
+            needs += self._every_agent()
+            if not self.handoff_before_apps:
+                for release in self.facts.releases:
+                    needs += self._pods_of(self._workloads_of_release(release))
         return [('all', needs)]
 
     def _flux_reconcile(self, target):
@@ -323,15 +335,15 @@ def select_steps(records):
     return steps, unmodelled
 
 
-def compute(records, facts, stage_contract=False):
+def compute(records, facts, stage_contract=False, handoff_before_apps=False):
     """The critical path of `records` (the lab's delay records) under the rules above (stage_contract: also the
-    bootstrap releases before Flux)."""
+    stage order, with Flux handed the repository before or after the bootstrap releases)."""
     steps, unmodelled = select_steps(records)
     unmatched = sorted(k[1] for k in steps if k[0] == 'pod_ready' and _split_pod(k[1]) not in facts.pods)
     for key in list(steps):
         if key[0] == 'pod_ready' and _split_pod(key[1]) not in facts.pods:
             del steps[key]   # a pod that no longer exists (replaced): not part of the end state
-    rules = _Rules(facts, steps, stage_contract)
+    rules = _Rules(facts, steps, stage_contract, handoff_before_apps)
     visiting = set()
 
     def finish(key):

@@ -6,9 +6,10 @@ computes the longest chain of them that gate one another (VM boot -> Talos insta
 kubelet -> the CNI agent -> pods -> Flux reconciles in dependsOn order ...), the time an orchestrator without
 any overhead would have needed. Reported: the wall time, the critical path, their ratio (goal <= 1.10) and the
 difference (what the collection added, in seconds; at another time scale the ratio changes, this much less).
-Also the critical path under the collection's stage order (nothing written after the cni stage before a Ready Cilium
-agent on every node; the bootstrap releases Ready before Flux gets the GitOps repository; bench.critical_path
-stage_contract): what is left between it and the wall time is the collection's own time.
+Also the critical path under the collection's stage order (the bootstrap releases, and Flux's repository, only after
+a Ready Cilium agent on every node; the repository after the releases unless flux_handoff handed it over before them,
+as the run did; bench.critical_path stage_contract): what is left between it and the wall time is the collection's
+own time.
 """
 
 from bench.common import Benchmark, Metric, bootstrap, option
@@ -30,7 +31,8 @@ def metrics_of(measured, label, goal):
         Metric('%s: ratio wall / critical path' % label, round(ratio, 3) if ratio else None, '',
                goal='<= %.2f' % goal, met=ratio is not None and ratio <= goal, detail=detail),
         Metric('%s: added by the collection (wall - critical path)' % label, round(run.wall - path.length, 2), 's'),
-        Metric('%s: critical path under the stage order (a Ready agent on every node first, the releases before the first fetch)' % label,
+        Metric('%s: critical path under the stage order (a Ready agent on every node before the releases and the first fetch; '
+               'Flux handed the repository %s the releases)' % (label, 'before' if measured.handoff_before_apps else 'after'),
                round(measured.contract.length, 2), 's', detail={'chain': measured.contract.summary()}),
     ]
 

@@ -169,13 +169,20 @@ def test_stage_contract_puts_the_bootstrap_releases_before_the_first_fetch():
     known = facts(workloads=workloads, pods=pods, releases={'ops/operator': {'needs': []}})
     assert compute(records, known).steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].finish == pytest.approx(117.0)
     contract = compute(records, known, stage_contract=True)
-    # The controllers start with the releases (site.yml applies them before the apps stage); the sync waits for them.
+    # The controllers start right away (site.yml applies them after the kubeconfig stage); the sync waits for the
+    # releases when Flux is handed the repository after them (flux_handoff after_apps)
     assert contract.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(105.0)
     assert contract.steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].start == pytest.approx(135.0)
     assert contract.length == pytest.approx(137.0)
+    # ... and not when it is handed the repository before them: then the releases wait for the flux stage's gates (the
+    # controllers' pods and the first fetch)
+    early = compute(records, known, stage_contract=True, handoff_before_apps=True)
+    assert early.steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].start == pytest.approx(115.0)
+    assert early.steps[('pod_ready', 'pod/ops/operator-1')].start == pytest.approx(117.0)
+    assert early.length == pytest.approx(147.0)
 
 
-def test_stage_contract_starts_release_and_flux_pods_after_the_agent_on_every_node():
+def test_stage_contract_starts_release_pods_and_the_first_fetch_after_the_agent_on_every_node():
     workloads = {'Deployment/ops/operator': {'labels': {}, 'annotations': {}},
                  'Deployment/flux-system/source-controller': {'labels': {}},
                  'DaemonSet/kube-system/cilium': {'labels': {}}}
@@ -187,17 +194,27 @@ def test_stage_contract_starts_release_and_flux_pods_after_the_agent_on_every_no
     records = (node_records('cp-1') + node_records('cp-2') +
                [rec('etcd_bootstrap', 'cp-1', 20.0), rec('kubelet_start', 'cp-1', 5.0), rec('kubelet_start', 'cp-2', 5.0),
                 rec('pod_ready', 'pod/kube-system/cilium-1', 10.0), rec('pod_ready', 'pod/kube-system/cilium-2', 40.0),
-                rec('pod_ready', 'pod/ops/operator-1', 10.0), rec('pod_ready', 'pod/flux-system/source-1', 10.0)])
+                rec('pod_ready', 'pod/ops/operator-1', 10.0), rec('pod_ready', 'pod/flux-system/source-1', 10.0),
+                rec('flux_git_fetch', 'GitRepository/flux-system/flux-system', 2.0)])
     known = facts(workloads=workloads, pods=pods, releases={'ops/operator': {'needs': []}})
     # cp-1's agent is Ready at 115 (cp-2's at 140): the network of cp-1 is all its pods need
     free = compute(records, known)
     assert free.steps[('pod_ready', 'pod/ops/operator-1')].start == pytest.approx(115.0)
     assert free.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(115.0)
-    # the stage order: nothing is written after the cni stage before the agent on every node is Ready
-    contract = compute(records, known, stage_contract=True)
-    assert contract.steps[('pod_ready', 'pod/ops/operator-1')].start == pytest.approx(140.0)
-    assert contract.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(140.0)
-    assert contract.length == pytest.approx(150.0)
+    assert free.steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].start == pytest.approx(125.0)
+    # the stage order: the releases are written, and Flux gets the repository, after the cni stage's gate (the agent on
+    # every node Ready); Flux's controllers are applied before it and start with their node's network
+    late = compute(records, known, stage_contract=True)
+    assert late.steps[('pod_ready', 'pod/ops/operator-1')].start == pytest.approx(140.0)
+    assert late.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(115.0)
+    assert late.steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].start == pytest.approx(150.0)
+    assert late.length == pytest.approx(152.0)
+    # handed over before the releases: the fetch after the last agent, the releases after the fetch
+    early = compute(records, known, stage_contract=True, handoff_before_apps=True)
+    assert early.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(115.0)
+    assert early.steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].start == pytest.approx(140.0)
+    assert early.steps[('pod_ready', 'pod/ops/operator-1')].start == pytest.approx(142.0)
+    assert early.length == pytest.approx(152.0)
 
 
 def test_a_release_in_kube_system_is_told_by_its_helm_annotation_only():
