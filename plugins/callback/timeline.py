@@ -38,10 +38,11 @@ options:
       - section: callback_timeline
         key: output_dir
   stages:
-    description: The stage tags, in run order.
+    description:
+      - The stage tags. The report lists the stages in the order they started; this order breaks ties.
     type: list
     elements: str
-    default: [preflight, vms, secrets, apply, bootstrap, kubeconfig, cni, remediate, flux_install, apps, sealed_secrets, flux, gitops,
+    default: [preflight, vms, secrets, apply, bootstrap, kubeconfig, flux_install, sealed_secrets, cni, remediate, flux, apps, gitops,
               report]
     env:
       - name: PROXTALOS_REPORT_STAGES

@@ -110,6 +110,12 @@ options:
     elements: str
     choices: [cycles, dangling, missing_critical, bootstrap_contradictions]
     default: [cycles, dangling]
+  warn:
+    description:
+      - Give the findings that do not fail the task as Ansible warnings. V(false) leaves them in the result only (for a
+        second read of a tree that an earlier task already linted, as the flux role's hand-off decision does).
+    type: bool
+    default: true
 seealso:
   - name: Flux Kustomization dependencies
     description: How kustomize-controller orders Kustomizations with dependsOn.
@@ -140,6 +146,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+files_scanned:
+  description: How many YAML files of the repository were read.
+  returned: always
+  type: int
+  sample: 48
 nodes:
   description: Every Kustomization and HelmRelease found, with its file, resolved dependsOn ids, tier and the
     Kustomizations whose C(spec.path) applies it (C(applied_by)).
@@ -263,7 +274,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _flux_graph
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError
 
-REPORT_KEYS = ('nodes', 'tiers', 'untiered', 'cycles', 'dangling', 'missing_critical', 'components_not_found',
+REPORT_KEYS = ('files_scanned', 'nodes', 'tiers', 'untiered', 'cycles', 'dangling', 'missing_critical', 'components_not_found',
                'bootstrap_findings', 'bootstrap_contradictions', 'counts', 'summary_table', 'mermaid',
                'parse_errors', 'duplicates', 'errors')
 
@@ -281,6 +292,7 @@ def argument_spec():
         bootstrap_source=dict(type='str'),
         tree_objects=dict(type='list', elements='dict'),
         fail_on=dict(type='list', elements='str', choices=list(_flux_graph.FINDINGS), default=list(_flux_graph.DEFAULT_FAIL_ON)),
+        warn=dict(type='bool', default=True),
     )
 
 
@@ -312,7 +324,7 @@ def main():
     result['skipped_documents'] = report['skipped']
     if 'tree_needs_bootstrap' in report:
         result['tree_needs_bootstrap'] = report['tree_needs_bootstrap']
-    for warning in report['warnings']:
+    for warning in report['warnings'] if module.params['warn'] else ():
         module.warn(warning)
     if report['failed']:
         module.fail_json(msg='Flux dependency graph of %s: %d problem(s): %s' % (module.params['path'], len(report['errors']),

@@ -23,8 +23,8 @@ GENERATOR = 'proxtalos.cluster.timeline'
 
 # The stages of playbooks/site.yml, in run order (ARCHITECTURE.md). A task's stage is the innermost
 # of its tags (its own, its blocks', its role's, its play's) that is one of these.
-DEFAULT_STAGES = ('preflight', 'vms', 'secrets', 'apply', 'bootstrap', 'kubeconfig', 'cni', 'remediate', 'flux_install',
-                  'apps', 'sealed_secrets', 'flux', 'gitops', 'report')
+DEFAULT_STAGES = ('preflight', 'vms', 'secrets', 'apply', 'bootstrap', 'kubeconfig', 'flux_install', 'sealed_secrets', 'cni',
+                  'remediate', 'flux', 'apps', 'gitops', 'report')
 
 GATE_NAME_PREFIXES = ('Gate - ', 'Gate: ', 'Gates - ')
 REMEDIATION_NAME_PREFIXES = ('Remediate - ', 'Remediate: ')
@@ -510,10 +510,13 @@ class Recorder(object):
             mine = [event for event in events if event.stage == stage]
             if not mine:
                 continue
-            start = min(event.start for event in mine)
-            end = max(event.end for event in mine)
             statuses = set(event.status for event in mine)
             ran = [event for event in mine if event.status != 'skipped']
+            # A stage's span is that of the tasks that ran: a play whose tasks were all skipped (site.yml's flux play
+            # on the side Flux was not handed the repository) does not stretch it. Only a stage that ran nothing
+            # spans its skipped tasks.
+            start = min(event.start for event in ran or mine)
+            end = max(event.end for event in ran or mine)
             rows.append({
                 'name': stage,
                 'status': 'failed' if statuses & {'failed', 'unreachable'} else ('skipped' if not ran else 'ok'),
@@ -524,7 +527,9 @@ class Recorder(object):
                 'results': dict((status, sum(1 for event in mine if event.status == status)) for status in STATUS_ORDER),
                 'hosts': sorted(set(event.host for event in mine)),
             })
-        return rows
+        # In the order they started (the flux stage comes before or after apps, by flux_handoff); a stage's place in
+        # the configured list breaks ties.
+        return sorted(rows, key=lambda row: row['start'])
 
     def build(self, cluster):
         """The report.json document for one cluster."""

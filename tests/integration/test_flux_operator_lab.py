@@ -34,7 +34,7 @@ def operator_cluster(tmp_path_factory):
 def test_operator_mode_converges_with_its_gates_and_a_rerun_changes_nothing(operator_cluster):
     first = operator_cluster.first
     assert first.rc == 0, first.explain()
-    # flux-operator applied before the apps stage, not again in the flux stage
+    # flux-operator applied right after the kubeconfig stage, not again in the flux stage
     applied = first.result_values("Apply Flux's components")
     assert applied[0]['changed'] is True and applied[1].get('skipped') is True, applied
     assert first.result_values('Install Flux with the components manifest') == [] or \

@@ -61,27 +61,66 @@ def task_times(run, task_part):
             for play in run.data['plays'] for task in play['tasks'] if task_part in task['task']['name']]
 
 
-def test_flux_controllers_start_before_the_bootstrap_releases_and_get_the_repository_after_them(gitops_cluster):
+def test_flux_controllers_start_before_the_cni_gate_and_get_the_repository_before_the_releases(gitops_cluster):
+    """The lab's tree needs neither widget release (flux_handoff auto): Flux's components are applied before the cni
+    stage's gates, and Flux gets the repository after the cni gates and the sealed-secrets key but before the
+    releases are installed. The releases and the tree roll out side by side; both are gated."""
     first = gitops_cluster.first
     assert first.rc == 0, first.explain()
-    # applied once, right after the cni stage; the flux stage's main part skips it
+    # applied once, right after the kubeconfig stage; the flux stage's main part skips it (in both of its plays: the
+    # one after the apps stage skips all its tasks)
     applied = first.result_values("Apply Flux's components")
-    assert [r.get('changed') for r in applied] == [True, False] and applied[1].get('skipped') is True, applied
+    assert [r.get('changed') for r in applied] == [True, False, False], applied
+    assert [r.get('skipped') is True for r in applied] == [False, True, True], applied
+    decided = first.result_values('Flux hand-off - when Flux gets the GitOps repository')
+    assert len(decided) == 1 and decided[0]['msg'].startswith('Flux gets the GitOps repository before the bootstrap releases: nothing'), decided
     components_end = task_times(first, "Apply Flux's components")[0][1]
+    cni_gate_start, cni_gate_end = task_times(first, 'a Ready Cilium agent on every node')[0]
+    key_end = task_times(first, 'Keep the sealed-secrets keypair')[-1][1]
     release_starts = [start for start, _end in task_times(first, 'Helm release - install or upgrade')
                       + task_times(first, 'Manifests release - server-side apply')]
-    release_gate_ends = [end for _start, end in task_times(first, 'Gate - workloads of the release rolled out')]
     sync_start = task_times(first, 'The GitRepository and the root Kustomization')[0][0]
-    assert release_starts and release_gate_ends
-    assert components_end < min(release_starts), (components_end, release_starts)
-    assert sync_start > max(release_gate_ends), (sync_start, release_gate_ends)
+    assert release_starts
+    assert components_end < cni_gate_start, (components_end, cni_gate_start)
+    assert cni_gate_end < sync_start and key_end < sync_start < min(release_starts), (cni_gate_end, key_end, sync_start, release_starts)
 
-    # flux_install_before_apps false: the flux stage applies them itself (nothing to change on this cluster)
+    # after_apps: Flux gets the repository only after every release's gates (nothing to change on this cluster)
+    late = gitops_cluster.site('--tags', 'flux,apps', '-e', 'flux_handoff=after_apps')
+    assert late.rc == 0, late.explain()
+    release_gate_ends = [end for _start, end in task_times(late, 'Gate - workloads of the release rolled out')]
+    sync_start = task_times(late, 'The GitRepository and the root Kustomization')[-1][0]
+    assert release_gate_ends and sync_start > max(release_gate_ends), (sync_start, release_gate_ends)
+    assert set(late.changed().values()) == {0}, late.changed()
+
+    # flux_install_before_apps false: the flux stage applies the components itself, after the releases
     late = gitops_cluster.site('--tags', 'flux', '-e', 'flux_install_before_apps=false')
     assert late.rc == 0, late.explain()
-    applied = late.result_values("Apply Flux's components")
-    assert applied[0].get('skipped') is True and applied[1].get('skipped') is not True, applied
+    applied = [r for r in late.result_values("Apply Flux's components") if r.get('skipped') is not True]
+    assert len(applied) == 1, late.result_values("Apply Flux's components")
+    assert 'after the bootstrap releases: flux_install_before_apps is false' in \
+        late.result_values('Flux hand-off - when Flux gets the GitOps repository')[0]['msg']
     assert set(late.changed().values()) == {0}, late.changed()
+
+
+def test_a_tree_that_takes_over_a_release_gets_the_repository_after_the_releases(gitops_cluster):
+    """A HelmRelease in the working copy that takes over widget-operator: auto hands Flux the repository after the
+    releases, and says why (file and release). Read only from the working copy: nothing is committed or served."""
+    path = os.path.join(gitops_cluster.lab.run_dir, 'gitops', 'infrastructure', 'widget-operator-helmrelease.yaml')
+    with open(path, 'w', encoding='utf-8') as handle:
+        yaml.safe_dump({'apiVersion': 'helm.toolkit.fluxcd.io/v2', 'kind': 'HelmRelease',
+                        'metadata': {'name': 'widget-operator', 'namespace': 'widgets-system'},
+                        'spec': {'interval': '10m', 'chart': {'spec': {'chart': 'widget-operator',
+                                                                       'sourceRef': {'kind': 'HelmRepository', 'name': 'widgets'}}}}},
+                       handle)
+    try:
+        run = gitops_cluster.site('--tags', 'flux_install')
+        assert run.rc == 0, run.explain()
+        message = run.result_values('Flux hand-off - when Flux gets the GitOps repository')[0]['msg']
+        assert message.startswith('Flux gets the GitOps repository after the bootstrap releases:'), message
+        assert 'widget-operator-helmrelease.yaml' in message and 'widgets-system/widget-operator' in message, message
+        assert set(run.changed().values()) == {0}, run.changed()
+    finally:
+        os.unlink(path)
 
 
 def test_the_key_in_the_cluster_is_the_kept_one_byte_for_byte(gitops_cluster):

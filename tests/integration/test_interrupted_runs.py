@@ -19,13 +19,14 @@ middle of the stage's work rather than between stages:
                   scale 0 the quorum would be there at once, so lab-cp-3's etcd reports unhealthy for this run -
                   fault talos-etcd-unhealthy, cleared after the kill - and the quorum wait holds the run in the stage)
   kubeconfig      the Kubeconfig call reached the control plane (file maybe written, readyz gate not run)
-  cni             its kubelet check of the workers reported (the gates - one k8s_gate run - not run)
   flux_install    its first task result (Flux's components not applied yet)
-  apps            the first write of the stage reached the API server (CRDs first, then the releases); writes
-                  count from the start of the stage's play, since the run finishes flux_install first
   sealed_secrets  the keypair was written (the key Secret not necessarily applied)
+  cni             its kubelet check of the workers reported (the gates - one k8s_gate run - not run)
   flux            the first write into flux-system of the flux stage's play (the flux_install play, tag flux
                   too, writes there before it)
+  apps            the first write of the stage reached the API server (CRDs first, then the releases); writes
+                  count from the start of the stage's play, since the run (--tags flux,apps) finishes the flux
+                  plays first
   gitops          its first gate reported
   (any other)     the first task result of the stage
 
@@ -107,7 +108,7 @@ def stage_results(events, stage):
 
 def api_writes_in_stage(stage, running, requests, into=''):
     """Writes to the API server (whose path contains `into`) since the play of `stage` started: a stage whose
-    run also runs another that writes (--tags flux_install,apps; the flux_install play with --tags flux)."""
+    run also runs another that writes (the flux_install play and the flux play before the releases, with --tags flux)."""
     seen = requests.read()
     if requests.stage_start is None:
         started = [e for e in running.events() if e.get('_event') == 'v2_playbook_on_play_start'
@@ -137,13 +138,13 @@ def trigger(stage, workspace, running, requests):
         hits = [r for r in requests.read() if r['source'] == 'talos' and r['path'] == method]
         return bool(hits), '%s calls: %d' % (method, len(hits))
     if stage == 'apps':
-        # the run is --tags flux_install,apps: the apps stage's first write (CRDs, then the releases)
+        # the run is --tags flux,apps: the apps stage's first write (CRDs, then the releases), after the flux plays'
         hits = api_writes_in_stage(stage, running, requests)
         return bool(hits), 'writes to the API server in the apps stage: %d' % len(hits)
     if stage == 'sealed_secrets':
         return os.path.exists(workspace.sealed_key), 'keypair written: %s' % os.path.exists(workspace.sealed_key)
     if stage == 'flux':
-        # the run is --tags sealed_secrets,flux: the flux_install play (tag flux too) writes into flux-system first
+        # the run is --tags cni,flux: the flux_install play (tag flux too) writes into flux-system first
         hits = api_writes_in_stage(stage, running, requests, into='flux-system')
         return bool(hits), 'writes into flux-system in the flux stage: %d' % len(hits)
     results = stage_results(running.events(), stage)

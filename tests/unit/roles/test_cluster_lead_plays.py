@@ -100,10 +100,12 @@ def test_the_cluster_level_stages_run_on_the_lead_and_the_per_node_stages_on_eve
             by_stage.setdefault(play['tags'][0], set()).add(play['hosts'])
     for stage in ('kubeconfig', 'flux_install', 'apps', 'sealed_secrets', 'flux', 'gitops'):
         assert by_stage[stage] == {LEAD_HOSTS}, stage
-    # per node: inputs collected per host (secrets, apply), the services gate over the play's hosts (bootstrap), the
-    # kubelet repair on the worker itself (cni), each node's facts (report)
-    for stage in ('secrets', 'apply', 'bootstrap', 'cni', 'report'):
+    # per node: inputs collected per host (secrets, apply), the kubelet repair on the worker itself (cni), each node's
+    # facts (report)
+    for stage in ('secrets', 'apply', 'cni', 'report'):
         assert by_stage[stage] == {NODES_HOSTS}, stage
+    # bootstrap: etcd once on the lead, the services gate over every node (each with its own services)
+    assert by_stage['bootstrap'] == {LEAD_HOSTS, NODES_HOSTS}
 
 
 @pytest.mark.parametrize('play', lead_plays(), ids=lambda play: play['name'].split(' - ')[0])

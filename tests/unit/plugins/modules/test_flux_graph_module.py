@@ -157,3 +157,11 @@ def test_bootstrap_source_and_tree_objects_reach_tree_needs_bootstrap(capsys, wa
     assert bad['failed'] is True and bad['field'] == 'bootstrap_source'
     bad = run(capsys, path=str(tmp_path), bootstrap_rendered=rendered, tree_objects=[{'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {}}])
     assert bad['failed'] is True and bad['field'] == 'tree_objects[0].metadata.name'
+
+
+def test_warn_false_keeps_the_findings_in_the_result_only(capsys, warnings):
+    """A second read of a linted tree (the flux role's hand-off decision) does not repeat preflight's warnings."""
+    result = run(capsys, path=os.path.join(REPOS, 'missing_critical'), warn=False)
+    assert not result.get('failed') and result['missing_critical'], result
+    assert warnings == []
+    assert result['files_scanned'] > 0
