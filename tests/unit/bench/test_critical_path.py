@@ -157,6 +157,16 @@ def test_bootstrap_releases_follow_their_needs():
     assert path.length == pytest.approx(130.0)
 
 
+FETCH = ('flux_git_fetch', 'GitRepository/flux-system/flux-system')
+SOURCE = ('pod_ready', 'pod/flux-system/source-1')
+OPERATOR = ('pod_ready', 'pod/ops/operator-1')
+
+
+def starts(path, *keys):
+    """The start of each step, then the critical path's length."""
+    return [path.steps[key].start for key in keys] + [path.length]
+
+
 def test_stage_contract_puts_the_bootstrap_releases_before_the_first_fetch():
     workloads = {'Deployment/ops/operator': {'labels': {}, 'annotations': {}},
                  'Deployment/flux-system/source-controller': {'labels': {}}}
@@ -168,18 +178,14 @@ def test_stage_contract_puts_the_bootstrap_releases_before_the_first_fetch():
                                        rec('flux_git_fetch', 'GitRepository/flux-system/flux-system', 2.0)])
     known = facts(workloads=workloads, pods=pods, releases={'ops/operator': {'needs': []}})
     assert compute(records, known).steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].finish == pytest.approx(117.0)
-    contract = compute(records, known, stage_contract=True)
     # The controllers start right away (site.yml applies them after the kubeconfig stage); the sync waits for the
-    # releases when Flux is handed the repository after them (flux_handoff after_apps)
-    assert contract.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(105.0)
-    assert contract.steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].start == pytest.approx(135.0)
-    assert contract.length == pytest.approx(137.0)
+    # releases when Flux is handed the repository after them (flux_handoff after_apps) ...
+    late = compute(records, known, stage_contract=True)
+    assert starts(late, SOURCE, FETCH, OPERATOR) == pytest.approx([105.0, 135.0, 105.0, 137.0])
     # ... and not when it is handed the repository before them: then the releases wait for the flux stage's gates (the
     # controllers' pods and the first fetch)
     early = compute(records, known, stage_contract=True, handoff_before_apps=True)
-    assert early.steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].start == pytest.approx(115.0)
-    assert early.steps[('pod_ready', 'pod/ops/operator-1')].start == pytest.approx(117.0)
-    assert early.length == pytest.approx(147.0)
+    assert starts(early, SOURCE, FETCH, OPERATOR) == pytest.approx([105.0, 115.0, 117.0, 147.0])
 
 
 def test_stage_contract_starts_release_pods_and_the_first_fetch_after_the_agent_on_every_node():
@@ -205,16 +211,10 @@ def test_stage_contract_starts_release_pods_and_the_first_fetch_after_the_agent_
     # the stage order: the releases are written, and Flux gets the repository, after the cni stage's gate (the agent on
     # every node Ready); Flux's controllers are applied before it and start with their node's network
     late = compute(records, known, stage_contract=True)
-    assert late.steps[('pod_ready', 'pod/ops/operator-1')].start == pytest.approx(140.0)
-    assert late.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(115.0)
-    assert late.steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].start == pytest.approx(150.0)
-    assert late.length == pytest.approx(152.0)
+    assert starts(late, SOURCE, FETCH, OPERATOR) == pytest.approx([115.0, 150.0, 140.0, 152.0])
     # handed over before the releases: the fetch after the last agent, the releases after the fetch
     early = compute(records, known, stage_contract=True, handoff_before_apps=True)
-    assert early.steps[('pod_ready', 'pod/flux-system/source-1')].start == pytest.approx(115.0)
-    assert early.steps[('flux_git_fetch', 'GitRepository/flux-system/flux-system')].start == pytest.approx(140.0)
-    assert early.steps[('pod_ready', 'pod/ops/operator-1')].start == pytest.approx(142.0)
-    assert early.length == pytest.approx(152.0)
+    assert starts(early, SOURCE, FETCH, OPERATOR) == pytest.approx([115.0, 140.0, 142.0, 152.0])
 
 
 def test_a_release_in_kube_system_is_told_by_its_helm_annotation_only():
