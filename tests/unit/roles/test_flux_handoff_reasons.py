@@ -17,7 +17,7 @@ def decide(tmp_path, **facts):
     variables = dict((name, trust_as_template(value)) for name, value in role_vars.items())
     variables.update(flux_handoff='auto', flux_install_before_apps=True, flux_repo_dir=str(tmp_path), flux_git_branch='main',
                      bootstrap_apps_releases=[{'name': 'widget-operator'}, {'name': 'widget-demo'}], flux_sealed_secrets=[],
-                     flux_handoff_repo_branch='main', flux_handoff_graph={'tree_needs_bootstrap': [], 'files_scanned': 49})
+                     flux_handoff_repo_head='refs/heads/main', flux_handoff_graph={'tree_needs_bootstrap': [], 'files_scanned': 49})
     variables.update(facts)
     return Templar(loader=DataLoader(), variables=variables).template(trust_as_template('{{ flux_handoff_reasons }}'))
 
@@ -39,8 +39,10 @@ def test_findings_after_with_the_first_five_and_a_count(tmp_path):
     ({'flux_install_before_apps': 'false'}, False, "flux_install_before_apps is false (Flux's controllers need a bootstrap release)"),
     ({'bootstrap_apps_releases': [], 'flux_handoff_graph': None}, True, 'there are no bootstrap releases (bootstrap_apps_releases is empty)'),
     ({'flux_repo_dir': ''}, False, 'the GitOps tree cannot be read here: flux_repo_dir (its working copy on the controller) is not set'),
-    ({'flux_handoff_repo_branch': 'side'}, False, 'is not on flux_git_branch main, what Flux fetches (it is on side)'),
-    ({'flux_handoff_repo_branch': ''}, False, 'is not on flux_git_branch main, what Flux fetches (not a Git working copy on a branch)'),
+    ({'flux_handoff_repo_head': 'refs/heads/side'}, False, 'is not on flux_git_branch main, what Flux fetches (git: on branch side)'),
+    ({'flux_handoff_repo_head': ''}, False, 'is not on flux_git_branch main, what Flux fetches (git: HEAD is detached)'),
+    ({'flux_handoff_repo_head': 'fatal: not a git repository (or any of the parent directories): .git'}, False,
+     'what Flux fetches (git: fatal: not a git repository'),
     ({'flux_handoff_read_failure': 'helm: not found'}, False,
      'the bootstrap releases or the GitOps tree could not be read: helm: not found'),
 ])
