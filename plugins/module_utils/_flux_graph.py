@@ -582,6 +582,20 @@ def _effective_edges(repo, owners, resolved):
     return edges
 
 
+def _rule_subjects(repo, rule):
+    """The nodes a rule is about (in id order): they match its subject, and neither its requires nor its exclude."""
+    return [node for node in sorted(repo.nodes.values(), key=lambda n: n['id'])
+            if _matches(node['name'], rule['subject']) and not _matches(node['name'], rule['requires'])
+            and not _matches(node['name'], rule['exclude'])]
+
+
+def _repo_edges(repo):
+    """The effective order of a loaded repository (dependsOn within it, plus the owning Kustomization's)."""
+    resolved = dict((identifier, [ref for ref in node['depends_on'] if ref in repo.nodes]) for identifier, node in repo.nodes.items())
+    owners, _ownership_warnings = ownership(repo)
+    return _effective_edges(repo, owners, resolved)
+
+
 def _rule_findings(repo, rules, edges, bootstrap):
     missing = []
     not_found = []
@@ -589,9 +603,7 @@ def _rule_findings(repo, rules, edges, bootstrap):
     for rule in rules:
         providers = [node for node in repo.nodes.values() if _matches(node['name'], rule['requires'])]
         from_bootstrap = sorted(name for name in bootstrap_names if _matches(name, rule['requires']))
-        subjects = [node for node in sorted(repo.nodes.values(), key=lambda n: n['id'])
-                    if _matches(node['name'], rule['subject']) and not _matches(node['name'], rule['requires'])
-                    and not _matches(node['name'], rule['exclude'])]
+        subjects = _rule_subjects(repo, rule)
         if not subjects:
             continue
         if from_bootstrap:
@@ -816,7 +828,7 @@ def analyze(repo, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_
     }
     if rendered is not None:
         # An ordering choice, not a defect: never in warnings, errors or fail_on.
-        report['tree_needs_bootstrap'] = bootstrap_needs(repo, rendered, rules, bootstrap, bootstrap_source, tree_objects)
+        report['tree_needs_bootstrap'] = bootstrap_needs(repo, rendered, rules, bootstrap, bootstrap_source, tree_objects, edges)
     return report
 
 
@@ -1123,22 +1135,16 @@ def _release_names(releases, bootstrap):
     return sorted(names.items())
 
 
-def _critical_rule_needs(repo, rules, release_names):
+def _critical_rule_needs(repo, rules, release_names, edges):
     """A rule's subject in the tree that comes after no tree node matching the rule's requires, while a bootstrap
     release matches it: only that release satisfies the rule, so the subject needs it installed first."""
-    resolved = dict((identifier, [ref for ref in node['depends_on'] if ref in repo.nodes]) for identifier, node in repo.nodes.items())
-    owners, _ownership_warnings = ownership(repo)
-    edges = _effective_edges(repo, owners, resolved)
     findings = []
     for rule in rules:
         from_bootstrap = [release_id for release_id, name in release_names if _matches(name, rule['requires'])]
         if not from_bootstrap:
             continue
         providers = set(node['id'] for node in repo.nodes.values() if _matches(node['name'], rule['requires']))
-        for node in sorted(repo.nodes.values(), key=lambda n: n['id']):
-            if not _matches(node['name'], rule['subject']) or _matches(node['name'], rule['requires']) \
-                    or _matches(node['name'], rule['exclude']):
-                continue
+        for node in _rule_subjects(repo, rule):
             if _closure(edges, node['id']) & providers:
                 continue
             label = _object_label(node['kind'], node['namespace'], node['name'])
@@ -1227,7 +1233,7 @@ def _webhook_needs(release, view):
     return findings
 
 
-def bootstrap_needs(repo, releases, rules=(), bootstrap=None, bootstrap_source=None, tree_objects=None):
+def bootstrap_needs(repo, releases, rules=(), bootstrap=None, bootstrap_source=None, tree_objects=None, edges=None):
     """Whether the tree (a loaded repository) needs the bootstrap releases installed before Flux applies it.
 
     releases: check_bootstrap_rendered's result. rules: check_rules' result (the critical-dependency rules the
@@ -1237,7 +1243,7 @@ def bootstrap_needs(repo, releases, rules=(), bootstrap=None, bootstrap_source=N
     ("Kind ns/name", "Kind name" when cluster-scoped, or None), file (repository-relative or None), reason (one of
     NEEDS_REASONS), message}; [] when nothing in the tree needs them. Conservative: what cannot be read ahead
     (HelmReleases' charts, other sources, unparsable files, remote kustomize resources, API groups nothing here
-    defines) counts as needing them.
+    defines) counts as needing them. edges: the repository's effective order when the caller has it (analyze does).
     """
     source = check_bootstrap_source(bootstrap_source)
     records = _tree_records(repo, tree_objects)
@@ -1323,7 +1329,8 @@ def bootstrap_needs(repo, releases, rules=(), bootstrap=None, bootstrap_source=N
                                     'CNI - maybe a bootstrap release), so it may need the bootstrap releases'
                                     % (_where(label, record), kind, group)})
     findings.extend(_unreadable_sources(repo, source))
-    findings.extend(_critical_rule_needs(repo, rules or (), _release_names(releases, bootstrap)))
+    findings.extend(_critical_rule_needs(repo, rules or (), _release_names(releases, bootstrap),
+                                         _repo_edges(repo) if edges is None else edges))
     for release, view in views:
         findings.extend(_webhook_needs(release, view))
         infrastructure = [(entry, _infrastructure_role(entry)) for entry in view['objects']]
