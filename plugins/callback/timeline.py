@@ -122,6 +122,11 @@ try:
 except ImportError:
     context = None
 
+try:
+    from ansible.vars.hostvars import HostVarsVars
+except ImportError:
+    HostVarsVars = None
+
 SECRET_NAME = re.compile(r'(^|_)(secret|password|passwd|token|private_key|key_content)$')
 
 
@@ -137,6 +142,27 @@ def _is_vaulted(value):
 def _stdout_is_json():
     """Whether the stdout callback writes JSON (ansible.posix.json, ansible.posix.jsonl...): stdout is then a document."""
     return 'json' in str(getattr(C, 'DEFAULT_STDOUT_CALLBACK', '') or '')
+
+
+def _host_variables(hostvars, host):
+    """(the host's merged variables, untemplated; a view that templates them) from one read, or (None, None).
+
+    hostvars[host] would merge the host's variables again on every access; ansible-core 2.20+ lets the view be built
+    over the read already made (HostVarsVars(variables, loader, host)), older cores get hostvars[host]."""
+    try:
+        raw = hostvars.raw_get(host)
+        if not isinstance(raw, dict):
+            return None, None
+    except Exception:  # pylint: disable=broad-except
+        return None, None
+    try:
+        view = HostVarsVars(raw, loader=hostvars._loader, host=host)  # pylint: disable=protected-access
+    except Exception:  # pylint: disable=broad-except
+        try:
+            view = hostvars[host]
+        except Exception:  # pylint: disable=broad-except
+            view = None
+    return raw, view
 
 
 class CallbackModule(CallbackBase):
@@ -229,12 +255,16 @@ class CallbackModule(CallbackBase):
         if hostvars is None:
             return
         for host in list(hostvars):
-            if host not in self.scanned_hosts:
-                self._register_secrets(hostvars, host)
-                self.scanned_hosts.add(host)
-            elif not final and host in self.recorder.host_cluster:
+            scan = host not in self.scanned_hosts
+            if not scan and not final and host in self.recorder.host_cluster:
                 continue   # a host's cluster and artifacts folder do not change between plays: read once
-            values = self._read_vars(hostvars, host, _timeline.CLUSTER_VARS + _timeline.NODE_VARS + ('proxtalos_artifacts_dir',))
+            # One read of the host's variables (Ansible merges every source for it: the costly part at many hosts),
+            # then a templating view over that same read for the values below.
+            raw, view = _host_variables(hostvars, host)
+            if scan:
+                self._register_secrets(raw, view)
+                self.scanned_hosts.add(host)
+            values = self._read_vars(view, _timeline.CLUSTER_VARS + _timeline.NODE_VARS + ('proxtalos_artifacts_dir',))
             if values.get('cluster_name') is None:
                 continue
             cluster = str(values['cluster_name'])
@@ -250,11 +280,10 @@ class CallbackModule(CallbackBase):
             node['role'] = ','.join(role) or None
             self.recorder.set_node(cluster, host, self.masker.tree(node))
 
-    def _read_vars(self, hostvars, host, names):
+    @staticmethod
+    def _read_vars(host_values, names):
         values = {}
-        try:
-            host_values = hostvars[host]
-        except Exception:  # pylint: disable=broad-except
+        if host_values is None:
             return values
         for name in names:
             try:
@@ -265,19 +294,16 @@ class CallbackModule(CallbackBase):
                 values[name] = value if isinstance(value, (int, float)) else str(value)
         return values
 
-    def _register_secrets(self, hostvars, host):
-        try:
-            raw = hostvars.raw_get(host)
-            items = list(raw.items())
-        except Exception:  # pylint: disable=broad-except
+    def _register_secrets(self, raw, host_values):
+        if raw is None:
             return
-        for name, value in items:
+        for name, value in list(raw.items()):
             try:
                 if _is_vaulted(value):
                     self.masker.register(str(value))
                 elif SECRET_NAME.search(str(name)) and isinstance(value, str):
                     # a template (a vault variable, a file lookup) is masked by what it gives
-                    self.masker.register(str(hostvars[host].get(name)) if '{{' in value else value)
+                    self.masker.register(str(host_values.get(name)) if '{{' in value else value)
             except Exception:  # pylint: disable=broad-except
                 continue   # a value this run cannot decrypt or template is not in use
 

@@ -27,11 +27,12 @@ def host(vmid, **facts):
     return dict(vm_id=vmid, vm_pve_node='pve1', **facts)
 
 
-def gate(hostvars, check_mode=False):
+def gate(hostvars, check_mode=False, play_state='started'):
     """(the `vms` option, whether the task runs) for these hosts, the first host's view as with run_once."""
     spec = task('Gate - the VM runs')
     expr = spec['vars']['_proxmox_vms_gate_vms']
     variables = dict(hostvars=hostvars, ansible_play_hosts=list(hostvars), ansible_check_mode=check_mode,
+                     proxmox_vms_state=play_state,
                      _proxmox_vms_gate_vms=trust_as_template(expr))
     templar = Templar(loader=DataLoader(), variables=variables)
     assert spec['proxtalos.cluster.proxmox_vm_info']['vms'] == '{{ _proxmox_vms_gate_vms }}'
@@ -40,64 +41,95 @@ def gate(hostvars, check_mode=False):
     return templar.template(trust_as_template(expr)), runs
 
 
-def test_each_host_states_its_own_power_state_vm_and_deadline_before_the_vm_task_and_the_gate():
-    """Role defaults are not in hostvars: a per-host set_fact carries each host's values (default, inventory...)."""
-    names = [t['name'] for t in role_tasks()]
-    fact = task("This host's VM and power state")
-    facts = fact['ansible.builtin.set_fact']
-    assert facts['proxmox_vms_host_state'] == '{{ proxmox_vms_state }}'
-    assert facts['proxmox_vms_host_timeout'] == '{{ proxmox_vms_timeout }}'
-    vm = facts['proxmox_vms_host_vm']
-    assert vm['name'] == '{{ inventory_hostname }}' and vm['state'] == '{{ proxmox_vms_state }}'
-    assert vm['vmid'] == '{{ vm_id }}' and vm['node'] == '{{ vm_pve_node }}'
-    assert vm['restart_on_change'] == '{{ proxmox_vms_restart_on_change }}'
-    assert 'when' not in fact and 'run_once' not in fact
-    vm_task = task('Create or update the VM')
-    assert names.index(fact['name']) < names.index(vm_task['name']) < names.index(task('Gate - the VM runs')['name'])
+def role_defaults():
     with open(os.path.join(ROLE, 'defaults', 'main.yml')) as handle:
-        assert yaml.safe_load(handle)['proxmox_vms_state'] == 'started'
+        return yaml.safe_load(handle)
 
 
-def test_the_vm_task_runs_once_with_every_hosts_own_vm_and_the_longest_deadline():
+def vm_task_options(hostvars, groups=None, **play):
+    """The VM task's options as its one run (run_once) renders them: every host's VM from hostvars, with the role's
+    defaults (and play values) as the play sees them."""
+    spec = task('Create or update the VM')
+    variables = dict(role_defaults(), hostvars=hostvars, ansible_play_hosts=list(hostvars),
+                     groups=groups or {'controlplane': [list(hostvars)[0]]}, cluster_name='lab',
+                     talos_image_storage='local', talos_image_file='talos.iso',
+                     _proxmox_vms_play_vms=trust_as_template(spec['vars']['_proxmox_vms_play_vms']))
+    variables.update(play)
+    templar = Templar(loader=DataLoader(), variables=variables)
+    options = spec['proxtalos.cluster.proxmox_vm']
+    return dict((key, templar.template(trust_as_template(value))) for key, value in options.items())
+
+
+def vm_host(vmid, **hostvars):
+    return dict(vm_id=vmid, vm_pve_node='pve1', vm_bridge='vmbr0', vm_storage='local-lvm', **hostvars)
+
+
+def test_the_vm_task_runs_once_with_every_hosts_own_vm_and_no_task_on_every_host():
+    """Role defaults are not in hostvars: the one run builds each host's VM from its hostvars (host and group vars,
+    facts, extra vars), else the role's own value - no task runs on every host before it."""
+    names = [t['name'] for t in role_tasks()]
     spec = task('Create or update the VM')
     assert spec.get('run_once') is True and spec['register'] == 'proxmox_vms_vms'
-    hostvars = {'cp-1': host(1011, proxmox_vms_host_vm={'name': 'cp-1', 'vmid': 1011, 'state': 'stopped'},
-                             proxmox_vms_host_timeout='60'),
-                'w-1': host(1021, proxmox_vms_host_vm={'name': 'w-1', 'vmid': 1021, 'state': 'started'},
-                            proxmox_vms_host_timeout=900),
-                'w-2': host(1022, proxmox_vms_host_vm={'name': 'w-2', 'vmid': 1022, 'state': 'absent'},
-                            proxmox_vms_host_timeout=600)}
-    templar = Templar(loader=DataLoader(), variables=dict(hostvars=hostvars, ansible_play_hosts=list(hostvars)))
-    options = spec['proxtalos.cluster.proxmox_vm']
-    assert sorted(options) == ['vms', 'wait_timeout']
-    assert templar.template(trust_as_template(options['vms'])) == [
-        {'name': 'cp-1', 'vmid': 1011, 'state': 'stopped'}, {'name': 'w-1', 'vmid': 1021, 'state': 'started'},
-        {'name': 'w-2', 'vmid': 1022, 'state': 'absent'}]
-    assert templar.template(trust_as_template(options['wait_timeout'])) == 900
-    # Each host keeps its own part as proxmox_vms_vm.
-    fact = task("This host's VM as the VM task left it")
-    assert fact['ansible.builtin.set_fact'] == {'proxmox_vms_vm': '{{ proxmox_vms_vms.vms[inventory_hostname] }}'}
+    assert sorted(spec['proxtalos.cluster.proxmox_vm']) == ['vms', 'wait_timeout']
+    per_host = [t['name'] for t in role_tasks() if not t.get('run_once')]
+    assert per_host == [], per_host
+    assert names.index(spec['name']) < names.index(task('Gate - the VM runs')['name'])
+    assert role_defaults()['proxmox_vms_state'] == 'started'
+    options = vm_task_options({'cp-1': vm_host(1011), 'w-1': vm_host(1021)})
+    cp1, w1 = options['vms']
+    assert cp1 == {'name': 'cp-1', 'vm_name': 'cp-1', 'vmid': 1011, 'node': 'pve1', 'state': 'started', 'cores': 2,
+                   'sockets': 1, 'memory': 4096, 'cpu': 'x86-64-v2-AES', 'bridge': 'vmbr0', 'disk_storage': 'local-lvm',
+                   'disk_size': 20, 'scsihw': 'virtio-scsi-single', 'cdrom': 'local:iso/talos.iso',
+                   'boot': 'order=scsi0;ide2;net0', 'agent': True, 'serial': True, 'ostype': 'l26', 'onboot': True,
+                   'tags': ['talos', 'lab', 'controlplane'],
+                   'description': 'Talos node cp-1 of cluster lab, managed by proxtalos.cluster', 'restart_on_change': False}
+    assert w1['tags'] == ['talos', 'lab', 'worker'] and w1['vmid'] == 1021
+    assert options['wait_timeout'] == 600
+
+
+def test_a_hosts_own_values_win_over_the_role_and_the_longest_deadline_is_taken():
+    hostvars = {'cp-1': vm_host(1011, proxmox_vms_state='stopped', proxmox_vms_timeout='60', vm_cores=8,
+                                proxmox_vms_memory_mb=1024, vm_name='first', vm_vlan=20, vm_macaddr='BC:24:11:00:00:01'),
+                'w-1': vm_host(1021, proxmox_vms_timeout=900, proxmox_vms_cores=4, proxmox_vms_tags=['edge'],
+                               node_ip='10.0.0.21', node_prefix=24, node_gateway='10.0.0.1'),
+                'w-2': vm_host(1022, vm_memory_mb=2048, proxmox_vms_memory_mb=1024, node_ip='10.0.0.22', node_prefix=24,
+                               vm_cloudinit_storage='ci', proxmox_vms_nameservers=['1.1.1.1', '9.9.9.9'])}
+    options = vm_task_options(hostvars, proxmox_vms_state='present')
+    cp1, w1, w2 = options['vms']
+    assert (cp1['state'], cp1['cores'], cp1['memory'], cp1['vm_name']) == ('stopped', 8, 1024, 'first')
+    assert cp1['vlan_tag'] == 20 and cp1['macaddr'] == 'BC:24:11:00:00:01'
+    assert 'ipconfig0' not in cp1 and 'cloudinit_storage' not in cp1 and 'nameserver' not in cp1
+    # The play's own value (here proxmox_vms_state) counts for every host that does not set its own.
+    assert (w1['state'], w1['cores'], w1['tags']) == ('present', 4, ['edge', 'lab', 'worker'])
+    assert 'vlan_tag' not in w1 and 'macaddr' not in w1
+    assert (w1['cloudinit_storage'], w1['ipconfig0']) == ('local-lvm', 'ip=10.0.0.21/24,gw=10.0.0.1')
+    assert 'nameserver' not in w1
+    assert (w2['memory'], w2['cloudinit_storage'], w2['ipconfig0'], w2['nameserver']) == (
+        2048, 'ci', 'ip=10.0.0.22/24', '1.1.1.1 9.9.9.9')
+    assert options['wait_timeout'] == 900
 
 
 def test_only_hosts_whose_own_state_is_started_are_gated_whatever_the_first_hosts_state():
-    hostvars = {'cp-1': host(1011, proxmox_vms_host_state='stopped'),
-                'w-1': host(1021, proxmox_vms_host_state='started', node_ip='10.0.0.21'),
-                'w-2': host(1022, proxmox_vms_host_state='present'),
-                'w-3': host(1023, proxmox_vms_host_state='started')}
+    hostvars = {'cp-1': host(1011, proxmox_vms_state='stopped'),
+                'w-1': host(1021, proxmox_vms_state='started', node_ip='10.0.0.21'),
+                'w-2': host(1022, proxmox_vms_state='present'),
+                'w-3': host(1023)}
     vms, runs = gate(hostvars)
     assert runs is True
     assert vms == [{'name': 'w-1', 'vmid': 1021, 'node': 'pve1', 'expected_address': '10.0.0.21'},
                    {'name': 'w-3', 'vmid': 1023, 'node': 'pve1', 'expected_address': None}]
 
 
-def test_without_the_fact_a_host_falls_back_to_its_inventory_state_then_started():
+def test_a_host_without_its_own_state_takes_the_plays():
     vms, runs = gate({'a': host(1, proxmox_vms_state='stopped'), 'b': host(2)})
     assert runs is True and [vm['name'] for vm in vms] == ['b']
+    vms, runs = gate({'a': host(1, proxmox_vms_state='started'), 'b': host(2)}, play_state='stopped')
+    assert runs is True and [vm['name'] for vm in vms] == ['a']
 
 
 @pytest.mark.parametrize('hostvars, check_mode', [
-    ({'a': host(1, proxmox_vms_host_state='stopped'), 'b': host(2, proxmox_vms_host_state='present')}, False),
-    ({'a': host(1, proxmox_vms_host_state='started')}, True),
+    ({'a': host(1, proxmox_vms_state='stopped'), 'b': host(2, proxmox_vms_state='present')}, False),
+    ({'a': host(1, proxmox_vms_state='started')}, True),
 ])
 def test_the_gate_is_skipped_when_no_host_is_started_and_in_check_mode(hostvars, check_mode):
     _vms, runs = gate(hostvars, check_mode)
