@@ -98,11 +98,14 @@ def test_the_cluster_level_stages_run_on_the_lead_and_the_per_node_stages_on_eve
     for play in plays():
         if play.get('tags') != ['always']:
             by_stage.setdefault(play['tags'][0], set()).add(play['hosts'])
-    for stage in ('kubeconfig', 'flux_install', 'apps', 'sealed_secrets', 'flux', 'gitops'):
+    # apply: one apply over every node, each node's address and config read from hostvars
+    for stage in ('kubeconfig', 'flux_install', 'apps', 'sealed_secrets', 'flux', 'gitops', 'apply'):
         assert by_stage[stage] == {LEAD_HOSTS}, stage
-    # per node: inputs collected per host (secrets, apply), the kubelet repair on the worker itself (cni), each node's
-    # facts (report)
-    for stage in ('secrets', 'apply', 'cni', 'report'):
+    # vms: the VMs and their address gate on every node, then the Talos API gate over every node, once, on the lead
+    assert by_stage['vms'] == {'cluster', LEAD_HOSTS}
+    # per node: inputs collected per host in their own context (secrets), the kubelet repair on the worker itself
+    # (cni), each node's facts (report)
+    for stage in ('secrets', 'cni', 'report'):
         assert by_stage[stage] == {NODES_HOSTS}, stage
     # bootstrap: etcd once on the lead, the services gate over every node (each with its own services)
     assert by_stage['bootstrap'] == {LEAD_HOSTS, NODES_HOSTS}
