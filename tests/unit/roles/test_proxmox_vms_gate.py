@@ -9,7 +9,11 @@ import pytest
 import yaml
 
 from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
+
+# The role's vars read its defaults file with the file lookup: the lookup plugins must be loadable.
+init_plugin_loader()
 
 ROLE = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'roles', 'proxmox_vms')
 
@@ -27,13 +31,12 @@ def host(vmid, **facts):
     return dict(vm_id=vmid, vm_pve_node='pve1', **facts)
 
 
-def gate(hostvars, check_mode=False, play_state='started'):
+def gate(hostvars, check_mode=False, play_state=None):
     """(the `vms` option, whether the task runs) for these hosts, the first host's view as with run_once."""
     spec = task('Gate - the VM runs')
     expr = spec['vars']['_proxmox_vms_gate_vms']
-    variables = dict(hostvars=hostvars, ansible_play_hosts=list(hostvars), ansible_check_mode=check_mode,
-                     proxmox_vms_state=play_state,
-                     _proxmox_vms_gate_vms=trust_as_template(expr))
+    variables = first_host_variables(hostvars, **({'proxmox_vms_state': play_state} if play_state else {}))
+    variables.update(ansible_check_mode=check_mode, _proxmox_vms_gate_vms=trust_as_template(expr))
     templar = Templar(loader=DataLoader(), variables=variables)
     assert spec['proxtalos.cluster.proxmox_vm_info']['vms'] == '{{ _proxmox_vms_gate_vms }}'
     assert spec.get('run_once') is True
@@ -46,15 +49,31 @@ def role_defaults():
         return yaml.safe_load(handle)
 
 
+def role_vars():
+    with open(os.path.join(ROLE, 'vars', 'main.yml')) as handle:
+        return dict((name, trust_as_template(value)) for name, value in yaml.safe_load(handle).items())
+
+
+def first_host_variables(hostvars, **play):
+    """What a run_once task on the first host sees, in Ansible's order: the role defaults, the first host's own
+    (inventory) values, the play's vars, the role's vars/main.yml."""
+    first = list(hostvars)[0]
+    variables = dict(role_defaults(), hostvars=hostvars, ansible_play_hosts=list(hostvars), inventory_hostname=first,
+                     role_path=os.path.abspath(ROLE))
+    variables.update(hostvars[first])
+    variables.update(play)
+    variables.update(role_vars())
+    return variables
+
+
 def vm_task_options(hostvars, groups=None, **play):
     """The VM task's options as its one run (run_once) renders them: every host's VM from hostvars, with the role's
     defaults (and play values) as the play sees them."""
     spec = task('Create or update the VM')
-    variables = dict(role_defaults(), hostvars=hostvars, ansible_play_hosts=list(hostvars),
-                     groups=groups or {'controlplane': [list(hostvars)[0]]}, cluster_name='lab',
+    variables = first_host_variables(hostvars, **play)
+    variables.update(groups=groups or {'controlplane': [list(hostvars)[0]]}, cluster_name='lab',
                      talos_image_storage='local', talos_image_file='talos.iso',
                      _proxmox_vms_play_vms=trust_as_template(spec['vars']['_proxmox_vms_play_vms']))
-    variables.update(play)
     templar = Templar(loader=DataLoader(), variables=variables)
     options = spec['proxtalos.cluster.proxmox_vm']
     return dict((key, templar.template(trust_as_template(value))) for key, value in options.items())
@@ -94,19 +113,32 @@ def test_a_hosts_own_values_win_over_the_role_and_the_longest_deadline_is_taken(
                                node_ip='10.0.0.21', node_prefix=24, node_gateway='10.0.0.1'),
                 'w-2': vm_host(1022, vm_memory_mb=2048, proxmox_vms_memory_mb=1024, node_ip='10.0.0.22', node_prefix=24,
                                vm_cloudinit_storage='ci', proxmox_vms_nameservers=['1.1.1.1', '9.9.9.9'])}
-    options = vm_task_options(hostvars, proxmox_vms_state='present')
+    # The first host sets its own state, which must not reach the others: they get the role default.
+    options = vm_task_options(hostvars)
     cp1, w1, w2 = options['vms']
     assert (cp1['state'], cp1['cores'], cp1['memory'], cp1['vm_name']) == ('stopped', 8, 1024, 'first')
+    assert w1['state'] == 'started' and w2['state'] == 'started' and w2['cores'] == 2
     assert cp1['vlan_tag'] == 20 and cp1['macaddr'] == 'BC:24:11:00:00:01'
     assert 'ipconfig0' not in cp1 and 'cloudinit_storage' not in cp1 and 'nameserver' not in cp1
-    # The play's own value (here proxmox_vms_state) counts for every host that does not set its own.
-    assert (w1['state'], w1['cores'], w1['tags']) == ('present', 4, ['edge', 'lab', 'worker'])
+    assert (w1['cores'], w1['tags']) == (4, ['edge', 'lab', 'worker'])
     assert 'vlan_tag' not in w1 and 'macaddr' not in w1
     assert (w1['cloudinit_storage'], w1['ipconfig0']) == ('local-lvm', 'ip=10.0.0.21/24,gw=10.0.0.1')
     assert 'nameserver' not in w1
     assert (w2['memory'], w2['cloudinit_storage'], w2['ipconfig0'], w2['nameserver']) == (
         2048, 'ci', 'ip=10.0.0.22/24', '1.1.1.1 9.9.9.9')
     assert options['wait_timeout'] == 900
+    # A play var wins over every host's inventory value, the first host's included (Ansible's precedence).
+    cp1, w1, w2 = vm_task_options(hostvars, proxmox_vms_state='present', proxmox_vms_cores=6)['vms']
+    assert (cp1['state'], w1['state'], w2['state']) == ('present', 'present', 'present')
+    assert (cp1['cores'], w1['cores'], w2['cores']) == (8, 6, 6)   # vm_cores (cp-1) is the host's own VM size
+    # A first host without its own value: a play var counts for every host, a host's own inventory value wins over
+    # the role default.
+    del hostvars['cp-1']['proxmox_vms_state']
+    cp1, w1, w2 = vm_task_options(hostvars, proxmox_vms_state='present')['vms']
+    assert (cp1['state'], w1['state'], w2['state']) == ('present', 'present', 'present')
+    hostvars['w-2']['proxmox_vms_state'] = 'stopped'
+    cp1, w1, w2 = vm_task_options(hostvars)['vms']
+    assert (cp1['state'], w1['state'], w2['state']) == ('started', 'started', 'stopped')
 
 
 def test_only_hosts_whose_own_state_is_started_are_gated_whatever_the_first_hosts_state():
@@ -123,8 +155,8 @@ def test_only_hosts_whose_own_state_is_started_are_gated_whatever_the_first_host
 def test_a_host_without_its_own_state_takes_the_plays():
     vms, runs = gate({'a': host(1, proxmox_vms_state='stopped'), 'b': host(2)})
     assert runs is True and [vm['name'] for vm in vms] == ['b']
-    vms, runs = gate({'a': host(1, proxmox_vms_state='started'), 'b': host(2)}, play_state='stopped')
-    assert runs is True and [vm['name'] for vm in vms] == ['a']
+    vms, runs = gate({'a': host(1), 'b': host(2)}, play_state='stopped')
+    assert runs is False and vms == []
 
 
 @pytest.mark.parametrize('hostvars, check_mode', [
