@@ -20,7 +20,7 @@ ROLE = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'roles', 'proxm
 
 def role_tasks():
     with open(os.path.join(ROLE, 'tasks', 'main.yml')) as handle:
-        return yaml.safe_load(handle)[0]['block']
+        return [entry for entry in yaml.safe_load(handle) if 'block' in entry][0]['block']
 
 
 def task(prefix):

@@ -1,0 +1,82 @@
+"""plugins/filter/host_arguments.py, and roles/proxmox_vms/tasks/host_options_check.yml through ansible-playbook.
+
+A role imported run_once (site.yml: preflight, vms) has its own argument check once, in the first host's context; its
+first task checks every host's own values of its options in one validate_argument_spec task, naming the host.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.proxtalos.cluster.plugins.filter.host_arguments import host_argument_spec, host_arguments
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+ANSIBLE_PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+
+OPTIONS = {'vm_cores': {'type': 'int', 'description': 'cores'},
+           'vm_id': {'type': 'int', 'required': True},
+           'proxmox_vms_state': {'type': 'str', 'choices': ['started', 'stopped'], 'default': 'started'}}
+
+
+def test_the_spec_has_one_dict_option_per_host_with_the_roles_options_but_required_and_default():
+    spec = host_argument_spec(OPTIONS, ['cp-1', 'w-1'])
+    assert sorted(spec) == ['cp-1', 'w-1']
+    assert spec['w-1']['type'] == 'dict'
+    assert spec['w-1']['options'] == {'vm_cores': {'type': 'int', 'description': 'cores'}, 'vm_id': {'type': 'int'},
+                                      'proxmox_vms_state': {'type': 'str', 'choices': ['started', 'stopped']}}
+    assert OPTIONS['vm_id']['required'] is True   # the role's own options are not changed
+
+
+def test_the_arguments_are_each_hosts_own_values_only_the_hosts_that_set_one():
+    hostvars = {'cp-1': {'vm_id': 1011, 'other': 1}, 'w-1': {'other': 2}, 'w-2': {'vm_cores': 'x', 'vm_id': 1022}}
+    assert host_arguments(['cp-1', 'w-1', 'w-2'], hostvars, OPTIONS.keys()) == {
+        'cp-1': {'vm_id': 1011}, 'w-2': {'vm_cores': 'x', 'vm_id': 1022}}
+
+
+@pytest.mark.parametrize('options', [None, ['vm_id'], {'vm_id': 'int'}])
+def test_options_that_are_not_a_dict_of_dicts_are_an_error(options):
+    with pytest.raises(AnsibleFilterError, match='host_argument_spec'):
+        host_argument_spec(options, ['h'])
+
+
+def run_check(tmp_path, hosts):
+    """host_options_check.yml of proxmox_vms (entry point main) on local hosts; the JSON callback's document."""
+    playbook = [{'name': 'Per-host check', 'hosts': 'cluster', 'gather_facts': False, 'tasks': [
+        {'name': 'Check', 'ansible.builtin.import_role': {'name': 'proxtalos.cluster.proxmox_vms',
+                                                          'tasks_from': 'host_options_check'},
+         'vars': {'proxmox_vms_entry_point': 'main'}}]}]
+    inventory = {'all': {'vars': {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable},
+                         'children': {'cluster': {'hosts': dict(hosts)}}}}
+    (tmp_path / 'inventory.yml').write_text(yaml.safe_dump(inventory, sort_keys=False))
+    (tmp_path / 'play.yml').write_text(yaml.safe_dump(playbook, sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'),
+               ANSIBLE_STDOUT_CALLBACK='ansible.posix.json', PROXTALOS_REPORT_DIR=str(tmp_path / 'report'),
+               ANSIBLE_LOCALHOST_WARNING='false')
+    run = subprocess.run([ANSIBLE_PLAYBOOK, '-i', str(tmp_path / 'inventory.yml'), str(tmp_path / 'play.yml')],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+    document = json.loads(run.stdout[run.stdout.index('{'):])
+    return run.returncode, [result for task in document['plays'][0]['tasks'] for result in task['hosts'].items()]
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
+def test_a_wrong_value_of_another_host_fails_naming_that_host_and_the_option(tmp_path):
+    good = {'vm_id': 1011, 'vm_pve_node': 'pve1', 'vm_cores': 4}
+    code, results = run_check(tmp_path, [('cp-1', good), ('w-1', dict(good, vm_id=1021)),
+                                         ('w-2', dict(good, vm_id=1022, vm_cores='many', proxmox_vms_state='sleeping'))])
+    assert code != 0
+    assert [host for host, _result in results] == ['cp-1']   # one task, run once, on the first host
+    message = results[0][1]['msg']
+    assert "found in 'w-2'" in message and 'vm_cores' in message and 'proxmox_vms_state' in message, message
+    assert "'cp-1'" not in message and "'w-1'" not in message
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
+def test_good_values_pass(tmp_path):
+    good = {'vm_id': 1011, 'vm_pve_node': 'pve1'}
+    code, results = run_check(tmp_path, [('cp-1', good), ('w-1', dict(good, vm_id=1021, proxmox_vms_state='stopped'))])
+    assert code == 0 and not results[0][1].get('failed'), results
