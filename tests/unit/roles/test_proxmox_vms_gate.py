@@ -9,11 +9,7 @@ import pytest
 import yaml
 
 from ansible.parsing.dataloader import DataLoader
-from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
-
-# The role's vars read its defaults file with the file lookup: the lookup plugins must be loadable.
-init_plugin_loader()
 
 ROLE = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'roles', 'proxmox_vms')
 
@@ -49,9 +45,30 @@ def role_defaults():
         return yaml.safe_load(handle)
 
 
+def test_the_roles_own_copy_of_the_defaults_is_the_defaults():
+    with open(os.path.join(ROLE, 'vars', 'main.yml')) as handle:
+        role_vars_file = yaml.safe_load(handle)
+    copy, seen = role_vars_file['__proxmox_vms_defaults'], role_vars_file['__proxmox_vms_seen']
+    defaults = role_defaults()
+    assert copy == dict((name, defaults[name]) for name in copy)
+    assert sorted(seen) == sorted(copy) and all(seen[name] == '{{ %s }}' % name for name in seen)
+    # every option a VM is built from
+    assert set(copy) >= set(name for name in defaults if name not in (
+        'proxmox_vms_address_timeout', 'proxmox_vms_image_timeout', 'proxmox_vms_wait_sleep'))
+
+
 def role_vars():
     with open(os.path.join(ROLE, 'vars', 'main.yml')) as handle:
-        return dict((name, trust_as_template(value)) for name, value in yaml.safe_load(handle).items())
+        return dict((name, trusted(value)) for name, value in yaml.safe_load(handle).items())
+
+
+def trusted(value):
+    """A vars file's value with its templates trusted, as Ansible trusts a role's own files."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return dict((key, trusted(item)) for key, item in value.items())
+    return value
 
 
 def first_host_variables(hostvars, **play):

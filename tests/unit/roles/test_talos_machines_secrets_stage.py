@@ -19,9 +19,10 @@ PLAYBOOK = """---
   gather_facts: false
   tasks:
     - name: The secrets entry point
-      ansible.builtin.include_role:
+      ansible.builtin.import_role:
         name: proxtalos.cluster.talos_machines
         tasks_from: secrets
+      run_once: true
 """
 
 

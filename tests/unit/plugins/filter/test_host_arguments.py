@@ -1,4 +1,4 @@
-"""plugins/filter/host_arguments.py, and roles/proxmox_vms/tasks/host_options_check.yml through ansible-playbook.
+"""plugins/filter/host_arguments.py, and the role node_options through ansible-playbook.
 
 A role imported run_once (site.yml: preflight, vms) has its own argument check once, in the first host's context; its
 first task checks every host's own values of its options in one validate_argument_spec task, naming the host.
@@ -45,11 +45,10 @@ def test_options_that_are_not_a_dict_of_dicts_are_an_error(options):
 
 
 def run_check(tmp_path, hosts):
-    """host_options_check.yml of proxmox_vms (entry point main) on local hosts; the JSON callback's document."""
+    """The role node_options over proxmox_vms' main entry point on local hosts; the JSON callback's document."""
     playbook = [{'name': 'Per-host check', 'hosts': 'cluster', 'gather_facts': False, 'tasks': [
-        {'name': 'Check', 'ansible.builtin.import_role': {'name': 'proxtalos.cluster.proxmox_vms',
-                                                          'tasks_from': 'host_options_check'},
-         'vars': {'proxmox_vms_entry_point': 'main'}}]}]
+        {'name': 'Check', 'ansible.builtin.import_role': {'name': 'proxtalos.cluster.node_options'},
+         'vars': {'node_options_role': 'proxmox_vms', 'node_options_entry_point': 'main'}, 'run_once': True}]}]
     inventory = {'all': {'vars': {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable},
                          'children': {'cluster': {'hosts': dict(hosts)}}}}
     (tmp_path / 'inventory.yml').write_text(yaml.safe_dump(inventory, sort_keys=False))
@@ -69,8 +68,9 @@ def test_a_wrong_value_of_another_host_fails_naming_that_host_and_the_option(tmp
     code, results = run_check(tmp_path, [('cp-1', good), ('w-1', dict(good, vm_id=1021)),
                                          ('w-2', dict(good, vm_id=1022, vm_cores='many', proxmox_vms_state='sleeping'))])
     assert code != 0
-    assert [host for host, _result in results] == ['cp-1']   # one task, run once, on the first host
-    message = results[0][1]['msg']
+    # the role's own argument check, then one task, run once, on the first host
+    assert [host for host, _result in results] == ['cp-1', 'cp-1']
+    message = results[-1][1]['msg']
     assert "found in 'w-2'" in message and 'vm_cores' in message and 'proxmox_vms_state' in message, message
     assert "'cp-1'" not in message and "'w-1'" not in message
 
@@ -79,4 +79,4 @@ def test_a_wrong_value_of_another_host_fails_naming_that_host_and_the_option(tmp
 def test_good_values_pass(tmp_path):
     good = {'vm_id': 1011, 'vm_pve_node': 'pve1'}
     code, results = run_check(tmp_path, [('cp-1', good), ('w-1', dict(good, vm_id=1021, proxmox_vms_state='stopped'))])
-    assert code == 0 and not results[0][1].get('failed'), results
+    assert code == 0 and not any(result.get('failed') for _host, result in results), results
