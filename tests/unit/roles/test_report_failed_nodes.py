@@ -44,8 +44,8 @@ pytestmark = pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no
 def test_each_node_that_does_not_answer_fails_by_its_own_name_and_the_run_goes_on(tmp_path):
     plays = site_plays()
     addresses = [play for play in plays if play['name'].startswith('Node addresses')][0]
-    grouping = [task for task in addresses['tasks'] if task['name'].startswith(('Nodes the stages after vms',
-                                                                                 'The node the cluster-level'))]
+    wanted = ('Nodes the stages after vms', 'The node the cluster-level')
+    grouping = [task for task in addresses['tasks'] if task['name'].startswith(wanted)]
     assert len(grouping) == 2
     report_plays = [play for play in plays if play.get('tags') == ['report']]
     assert [play['hosts'] for play in report_plays] == [
