@@ -1,4 +1,5 @@
-"""The cluster-level stages (kubeconfig, apps, sealed_secrets, flux, gitops) run their plays on one host, the first
+"""The cluster-level stages (bootstrap, kubeconfig, apps, sealed_secrets, flux, gitops, report) run their plays on one
+host, the first
 node in inventory order (playbooks/site.yml, group proxtalos_cluster_lead), against a lab taken through site.yml:
 the per-node stages still run on every node; with --limit and without the first node, the first node of the limited
 set runs them, in check mode too, and every gate still passes with changed=0."""
@@ -10,8 +11,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gitops_lab import gitops_cluster  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import,import-error
 
 NODES = ['lab-cp-1', 'lab-cp-2', 'lab-cp-3', 'lab-w-1', 'lab-w-2', 'lab-w-3']
-CLUSTER_LEVEL = ('kubeconfig', 'apps', 'sealed_secrets', 'flux', 'gitops')
-PER_NODE = ('bootstrap', 'cni', 'report')
+CLUSTER_LEVEL = ('bootstrap', 'kubeconfig', 'apps', 'sealed_secrets', 'flux', 'gitops', 'report')
+PER_NODE = ('cni',)
 
 
 def hosts_by_stage(run):
@@ -36,6 +37,11 @@ def test_the_cluster_level_stages_ran_on_the_first_node_only(gitops_cluster):
         assert ran[stage] == ['lab-cp-1'], (stage, ran[stage])
     for stage in PER_NODE:
         assert ran[stage] == NODES, (stage, ran[stage])
+    # the services gate and the report read every node all the same, from the lead
+    gate = first.result_values('Gate - Talos services Running and healthy')
+    assert len(gate) == 1 and sorted(item['host'] for item in gate[0]['gates']) == NODES, gate
+    read = first.result_values("Read every node's Talos version")
+    assert len(read) == 1 and sorted(read[0]['report_facts_by_host']) == NODES, read
     # every node is in the recap all the same (the per-node stages)
     assert sorted(first.stats) == NODES
 
@@ -44,10 +50,17 @@ def test_a_limit_without_the_first_node_runs_them_on_the_first_node_of_the_limit
     tags = ','.join(CLUSTER_LEVEL)
     limited = gitops_cluster.site('--limit', 'lab-w-3,lab-w-2', '--tags', tags)
     assert limited.rc == 0, limited.explain()
-    assert limited.changed() == {'lab-w-2': 0, 'lab-w-3': 0}, limited.changed()
+    assert limited.changed() == {'lab-w-2': 0, 'lab-w-3': 0}, [
+        (play['play']['name'], task['task']['name'], host) for play in limited.data['plays'] for task in play['tasks']
+        for host, result in task['hosts'].items() if result.get('changed')]
     ran = hosts_by_stage(limited)
     for stage in CLUSTER_LEVEL:
         assert ran[stage] == ['lab-w-2'], (stage, ran[stage])   # inventory order, not the order of --limit
+    # the services gate and the report: the nodes of the limit only
+    gate = limited.result_values('Gate - Talos services Running and healthy')
+    assert len(gate) == 1 and sorted(item['host'] for item in gate[0]['gates']) == ['lab-w-2', 'lab-w-3'], gate
+    read = limited.result_values("Read every node's Talos version")
+    assert len(read) == 1 and sorted(read[0]['report_facts_by_host']) == ['lab-w-2', 'lab-w-3'], read
     # the gates ran there and passed: the API, the Flux tree, the CSI plugin on every node, our sealing key
     assert [host for host, _result in limited.results('Gate - the Kubernetes API server answers ready')] == ['lab-w-2']
     tree = limited.results('Gate on the Flux Kustomization tree')
