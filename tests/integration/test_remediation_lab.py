@@ -123,10 +123,14 @@ def test_two_stuck_workers_are_remediated_at_the_same_step_each_on_its_own_host(
     assert_converged(run)
     (host, diagnosis), = run.results('Kubelet on the workers - running, or why not')
     assert diagnosis['nodes_remediable'] == ['lab-w-1', 'lab-w-3']
-    # one task set every worker's log (run_once, each worker's facts delegated to it)
-    (host, logs), = run.results('Remediation log of every worker')
-    outcomes = dict((item['cni_worker'], item['ansible_facts']['cni_remediation']['outcome']) for item in logs['results'])
-    assert outcomes == {'lab-w-1': 'pending', 'lab-w-2': 'not needed', 'lab-w-3': 'pending'}
+    # one task (run_once) put the stuck workers, and only them, in the repair play's group, each with its log
+    (host, stuck), = run.results('Workers whose kubelet waits on its volume')
+    added = dict((item['cni_worker'], item['add_host']) for item in stuck['results'])
+    assert sorted(added) == ['lab-w-1', 'lab-w-3']
+    for worker, entry in added.items():
+        assert entry['groups'] == ['proxtalos_cni_kubelet_stuck']
+        assert entry['host_vars']['cni_remediation']['outcome'] == 'pending'
+        assert entry['host_vars']['cni_kubelet']['classification'] == 'waiting_on_volume'
     # the repair is per worker: the same reboot task ran for both stuck workers, each under its own host (not one
     # host looping over them), and the healthy worker ran none of it
     rebooted = sorted(name for name, result in run.results('Talos reboot of the worker') if not result.get('skipped'))
@@ -134,9 +138,9 @@ def test_two_stuck_workers_are_remediated_at_the_same_step_each_on_its_own_host(
     for worker in ('lab-w-1', 'lab-w-3'):
         assert [(step['action'], step['outcome']) for step in steps(run, worker)] == [('talos reboot', 'kubelet running')]
     assert steps(run, 'lab-w-2') == []
-    included = [name for name, result in run.results('Remediate a kubelet that waits on its volume - this worker')
-                if not result.get('skipped')]
-    assert sorted(included) == ['lab-w-1', 'lab-w-3']
+    # the repair play ran on the stuck workers alone: the healthy worker has no result in it, not even a skipped one
+    repaired = sorted(name for name, result in run.results('Talos reboot attempts'))
+    assert repaired == ['lab-w-1', 'lab-w-3']
 
 
 def test_check_mode_says_which_worker_would_be_remediated_and_reboots_nothing(cluster):
@@ -160,5 +164,32 @@ def test_check_mode_says_which_worker_would_be_remediated_and_reboots_nothing(cl
 def test_skip_tags_remediate_runs_the_gates_without_the_kubelet_check(cluster):
     run = cluster.site('--tags', 'cni', '--skip-tags', 'remediate', *FAST)
     assert_converged(run)
-    assert run.results('Kubelet on the workers') == [] and run.results('Remediation log of every worker') == []
-    assert run.results('Remediate a kubelet that waits on its volume') == []
+    assert run.results('Kubelet on the workers') == [] and run.results('Workers whose kubelet waits on its volume') == []
+    assert run.results('Talos reboot attempts') == []
+
+
+def test_with_limit_only_the_limited_workers_are_checked_and_repaired(cluster):
+    cluster.stick_kubelet('lab-w-2', p=1.0)
+    run = cluster.site('--tags', 'cni', '--limit', 'lab-cp-2,lab-w-2', *FAST)
+    assert_converged(run)
+    (host, diagnosis), = run.results('Kubelet on the workers - running, or why not')
+    assert host == 'lab-cp-2', 'the check runs on the first node of the limited set'
+    assert sorted(diagnosis['nodes']) == ['lab-w-2']
+    assert [(step['action'], step['outcome']) for step in steps(run, 'lab-w-2')] == [('talos reboot', 'kubelet running')]
+
+
+def test_a_wrong_remediation_setting_in_a_workers_host_vars_fails_naming_the_worker(cluster):
+    host_vars = os.path.join(cluster.inventory, 'host_vars')
+    os.makedirs(host_vars, exist_ok=True)
+    path = os.path.join(host_vars, 'lab-w-3.yml')
+    with open(path, 'w', encoding='utf-8') as handle:
+        handle.write('cni_remediate_reset_attempts: twice\n')
+    try:
+        failed = cluster.site('--tags', 'cni', *FAST)
+    finally:
+        os.remove(path)
+    assert failed.rc != 0
+    (task, host, message), = failed.failures()
+    assert task.endswith("Check each worker's settings of the kubelet check and the repair (node_ip, cni_remediate_* in host or group vars)")
+    assert message == 'cni settings of the workers: lab-w-3: cni_remediate_reset_attempts must be a whole number of zero or more (got twice)'
+    assert failed.results('Kubelet on the workers') == [], 'nothing was checked or repaired before the settings'

@@ -2,7 +2,8 @@
 
 1. Every play on `cluster:&proxtalos_cluster_lead` does only cluster-level work: each task its roles reach is
    run_once (its own, or from the block, import or include `apply` around it) or is itself an include/import (a
-   per-host no-op), and none reads the play's host list or a host's own identity. A per-node task added to one of
+   per-host no-op), and none reads the play's host list or a host's own identity (another host's variables, as
+   hostvars[host]['node_ip'], are cluster-level reads). A per-node task added to one of
    these roles would otherwise run on the lead alone, silently, and fails here instead.
 2. The lead is the first of proxtalos_nodes in inventory order: site.yml's own group_by and add_host tasks, run by
    ansible-playbook on local hosts (no lab), then a play on the lead's pattern; with --limit, the first node of the
@@ -22,6 +23,8 @@ ANSIBLE_PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 SITE = os.path.join(ROOT, 'playbooks', 'site.yml')
 LEAD_HOSTS = 'cluster:&proxtalos_cluster_lead'
 NODES_HOSTS = 'cluster:&proxtalos_nodes'
+# The cni stage's repair play: only the workers its kubelet check found stuck (none: the play has no host).
+STUCK_HOSTS = "{{ groups['proxtalos_cni_kubelet_stuck'] | default([]) }}"
 COLLECTION_PREFIX = 'proxtalos.cluster.'
 
 # What a cluster-level task must not read: the play's host list or a host's own identity (the per-node work).
@@ -105,9 +108,10 @@ def test_the_cluster_level_stages_run_on_the_lead_and_the_per_node_stages_on_eve
     # vms: the VMs and their address gate on every node (the role imported run_once), then the Talos API gate over
     # every node, once, on the lead
     assert by_stage['vms'] == {'cluster', LEAD_HOSTS}
-    # per node: inputs collected per host in their own context (secrets), the kubelet repair on the worker itself (cni)
-    for stage in ('secrets', 'cni'):
-        assert by_stage[stage] == {NODES_HOSTS}, stage
+    # per node: inputs collected per host in their own context (secrets)
+    assert by_stage['secrets'] == {NODES_HOSTS}
+    # cni: Cilium, the kubelet check and the gates once on the lead; the repair on each stuck worker itself
+    assert by_stage['cni'] == {LEAD_HOSTS, STUCK_HOSTS}
     # report: every node read once on the lead; then only the nodes that did not answer, each failed by its own name
     assert by_stage['report'] == {LEAD_HOSTS, "{{ groups['proxtalos_report_failed'] | default([]) }}"}
 
@@ -121,8 +125,40 @@ def test_every_task_of_a_lead_play_is_cluster_level(play):
     for path, name, action, run_once, task in found:
         where = '%s: %r' % (os.path.relpath(path, ROOT), name)
         assert run_once or action in INCLUDES, '%s runs on every host of the play (not run_once)' % where
-        words = PER_HOST_WORDS.findall(yaml.safe_dump(task))
+        words = PER_HOST_WORDS.findall(' '.join(template_code(task)))
         assert not words, '%s reads %s: per-node work does not belong in a play on one host' % (where, [w[0] for w in words])
+
+
+# A quoted word inside a template is a literal, not a read: a key of another host's variables (hostvars[host]['node_ip'],
+# what a cluster-level task may read of every node) or text of a message.
+TEMPLATE_LITERAL = re.compile(r"'[^']*'|\"[^\"]*\"")
+TEMPLATE_COMMENT = re.compile(r'\{#.*?#\}', re.S)
+
+
+def template_code(value, key=None):
+    """The strings of a task that Ansible reads as code or templates, without their quoted literals and comments; a task's
+    name is prose (a name that mentions node_ip reads nothing)."""
+    if key == 'name' and isinstance(value, str):
+        return []
+    if isinstance(value, str):
+        return [TEMPLATE_LITERAL.sub("''", TEMPLATE_COMMENT.sub('', value))]
+    if isinstance(value, dict):
+        return [code for item_key, item in value.items() for code in [str(item_key)] + template_code(item, item_key)]
+    if isinstance(value, list):
+        return [code for item in value for code in template_code(item)]
+    return []
+
+
+def test_a_read_of_the_hosts_own_identity_is_found_and_another_hosts_variable_is_not():
+    own = {'name': 'per node (node_ip)', 'ansible.builtin.debug': {'msg': '{{ node_ip }}'}, 'run_once': True}
+    play_hosts = {'name': 'hosts', 'ansible.builtin.debug': {'msg': '{{ ansible_play_hosts | length }}'}, 'run_once': True}
+    others = {'name': 'every node (node_ip)', 'run_once': True,
+              'ansible.builtin.debug': {'msg': "{{ groups['worker'] | map('extract', hostvars, 'node_ip') | list }}"},
+              'vars': {'each': "{% for host in groups['worker'] %}{#- the worker's node_ip -#}"
+                               "{{ hostvars[host]['node_ip'] ~ ': node_ip' }}{% endfor %}"}}
+    assert PER_HOST_WORDS.findall(' '.join(template_code(own))) == [('node_ip', '', '')]
+    assert [words[0] for words in PER_HOST_WORDS.findall(' '.join(template_code(play_hosts)))] == ['ansible_play_hosts']
+    assert PER_HOST_WORDS.findall(' '.join(template_code(others))) == []
 
 
 def test_the_walk_sees_a_task_without_run_once(tmp_path):
