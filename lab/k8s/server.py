@@ -112,13 +112,15 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
 
     # --- lifecycle ----------------------------------------------------------------------------
 
-    def _ssl_context(self):
+    def _serving_files(self):
+        """The serving certificate for every address of self.hosts (and its key, 0600), written; their paths."""
         cert_pem, key_pem = pki.serving_cert(self.ca_cert_pem, self.ca_key_pem, self.hosts)
         if self.state_dir:
             os.makedirs(self.state_dir, exist_ok=True)
             directory = self.state_dir
         else:
-            self._tmp = tempfile.TemporaryDirectory(prefix='lab-kubeapi-')  # pylint: disable=consider-using-with
+            if self._tmp is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix='lab-kubeapi-')  # pylint: disable=consider-using-with
             directory = self._tmp.name
         cert_path = os.path.join(directory, 'apiserver.crt')
         key_path = os.path.join(directory, 'apiserver.key')
@@ -127,6 +129,10 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
         fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, 'w', encoding='utf-8') as handle:
             handle.write(key_pem)
+        return cert_path, key_path
+
+    def _ssl_context(self):
+        cert_path, key_path = self._serving_files()
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(cert_path, key_path)
         context.load_verify_locations(cadata=self.ca_cert_pem if isinstance(self.ca_cert_pem, str) else self.ca_cert_pem.decode())
@@ -164,8 +170,11 @@ class ApiServer:  # pylint: disable=too-many-instance-attributes
                 return
             self.hosts.append(host)
             if self._runner is not None:
-                await self._stop()
-                await self._start()
+                # The serving certificate gets the new address in place (new handshakes use it), and only the new
+                # address starts listening: the addresses that serve already - the cluster endpoint among them - keep
+                # their connections and watches, as the API servers of a cluster do when a control plane joins.
+                self._context.load_cert_chain(*self._serving_files())
+                await self._listen(host)
 
     async def remove_host(self, host):
         """Stop listening on one address (its control plane went down); the others keep serving."""

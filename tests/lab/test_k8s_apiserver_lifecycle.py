@@ -45,3 +45,45 @@ def test_concurrent_host_changes_and_stop_leave_the_port_free(tmp_path):
     assert errors == []
     assert open_after == []
     assert rebuilt_open
+
+
+def test_a_control_plane_joining_leaves_the_served_addresses_and_their_connections_alone(tmp_path):
+    """kube-apiserver on the first control plane (and the cluster endpoint in front of it) keeps serving while another
+    control plane joins: a connection open before the join still answers after it, and the new address serves with a
+    certificate that names it."""
+    import http.client   # pylint: disable=import-outside-toplevel
+    import ssl   # pylint: disable=import-outside-toplevel
+
+    net = free_net()
+    endpoint, joining = '%s.10' % net, '%s.12' % net
+
+    def client_context(ca_pem):
+        context = ssl.create_default_context(cadata=ca_pem if isinstance(ca_pem, str) else ca_pem.decode())
+        return context
+
+    def version(connection):
+        connection.request('GET', '/version')
+        response = connection.getresponse()
+        response.read()
+        return response.status
+
+    async def scenario():
+        ca_pem, ca_key_pem = pki.make_ca()
+        cluster = KubeCluster(ca_pem, ca_key_pem, state_dir=str(tmp_path / 'pki'))
+        await cluster.start_api([endpoint], 6443)
+        before = http.client.HTTPSConnection(endpoint, 6443, context=client_context(ca_pem), timeout=5)
+        first = await asyncio.to_thread(version, before)
+        sock = before.sock
+        await cluster.add_api_host(joining)
+        again = await asyncio.to_thread(version, before)   # same connection: http.client does not reconnect
+        same_socket = before.sock is sock
+        joined = http.client.HTTPSConnection(joining, 6443, context=client_context(ca_pem), timeout=5)
+        new_address = await asyncio.to_thread(version, joined)
+        before.close()
+        joined.close()
+        await cluster.stop()
+        return first, again, same_socket, new_address
+
+    first, again, same_socket, new_address = asyncio.run(scenario())
+    assert (first, again, new_address) == (200, 200, 200)
+    assert same_socket
