@@ -6,7 +6,7 @@
 A role whose tasks all run once for the play (run_once) has its argument check run once too, in the first host's
 context. The options a host may set for itself (host and group vars) are then checked for every host by one
 ansible.builtin.validate_argument_spec task: the spec has one dict option per host, whose suboptions are the role's
-options (without `required` and `default`: those are the role's own check's), and the arguments are each host's own
+options (without `required` and `default`, which are the role's own check's, and their descriptions), and the arguments are each host's own
 values of those options from hostvars - so that an error names the host ("... found in 'lab-w-2'") and the option.
 """
 
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-# What a role option declares that belongs to the role's own check, not to a host's own value.
-ROLE_ONLY_KEYS = ('required', 'default')
+# What a role option declares that belongs to the role's own check (required, default) or to its documentation, not to
+# the check of a host's own value.
+ROLE_ONLY_KEYS = ('required', 'default', 'description')
 
 
 def host_argument_spec(options, hosts):
-    """{host: {type: dict, options: the role's options without required/default}} for every host."""
+    """{host: {type: dict, options: the role's options without required, default and description}} for every host."""
     if not isinstance(options, dict):
         raise AnsibleFilterError('host_argument_spec: expected the role\'s options (a dict), got %s' % type(options).__name__)
     own = {}

@@ -27,7 +27,7 @@ def test_the_spec_has_one_dict_option_per_host_with_the_roles_options_but_requir
     spec = host_argument_spec(OPTIONS, ['cp-1', 'w-1'])
     assert sorted(spec) == ['cp-1', 'w-1']
     assert spec['w-1']['type'] == 'dict'
-    assert spec['w-1']['options'] == {'vm_cores': {'type': 'int', 'description': 'cores'}, 'vm_id': {'type': 'int'},
+    assert spec['w-1']['options'] == {'vm_cores': {'type': 'int'}, 'vm_id': {'type': 'int'},
                                       'proxmox_vms_state': {'type': 'str', 'choices': ['started', 'stopped']}}
     assert OPTIONS['vm_id']['required'] is True   # the role's own options are not changed
 
@@ -68,9 +68,11 @@ def test_a_wrong_value_of_another_host_fails_naming_that_host_and_the_option(tmp
     code, results = run_check(tmp_path, [('cp-1', good), ('w-1', dict(good, vm_id=1021)),
                                          ('w-2', dict(good, vm_id=1022, vm_cores='many', proxmox_vms_state='sleeping'))])
     assert code != 0
-    # the role's own argument check, then one task, run once, on the first host
-    assert [host for host, _result in results] == ['cp-1', 'cp-1']
+    # the role's own argument check, the check of every host's values and the task that says what is wrong: each run
+    # once, on the first host
+    assert [host for host, _result in results] == ['cp-1', 'cp-1', 'cp-1']
     message = results[-1][1]['msg']
+    assert message.startswith("proxmox_vms (main) - a host's own value is wrong: "), message
     assert "found in 'w-2'" in message and 'vm_cores' in message and 'proxmox_vms_state' in message, message
     assert "'cp-1'" not in message and "'w-1'" not in message
 
