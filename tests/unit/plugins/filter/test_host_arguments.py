@@ -23,19 +23,24 @@ OPTIONS = {'vm_cores': {'type': 'int', 'description': 'cores'},
            'proxmox_vms_state': {'type': 'str', 'choices': ['started', 'stopped'], 'default': 'started'}}
 
 
-def test_the_spec_has_one_dict_option_per_host_with_the_roles_options_but_required_and_default():
-    spec = host_argument_spec(OPTIONS, ['cp-1', 'w-1'])
+def test_the_spec_has_one_dict_option_per_host_with_the_roles_options_but_default_and_description():
+    spec = host_argument_spec(OPTIONS, ['cp-1', 'w-1'], {'vm_id': 1011})
     assert sorted(spec) == ['cp-1', 'w-1']
     assert spec['w-1']['type'] == 'dict'
-    assert spec['w-1']['options'] == {'vm_cores': {'type': 'int'}, 'vm_id': {'type': 'int'},
+    assert spec['w-1']['options'] == {'vm_cores': {'type': 'int'}, 'vm_id': {'type': 'int', 'required': True},
                                       'proxmox_vms_state': {'type': 'str', 'choices': ['started', 'stopped']}}
-    assert OPTIONS['vm_id']['required'] is True   # the role's own options are not changed
+    assert OPTIONS['vm_id']['required'] is True and 'default' in OPTIONS['proxmox_vms_state']   # not changed
 
 
-def test_the_arguments_are_each_hosts_own_values_only_the_hosts_that_set_one():
+def test_an_option_the_first_host_gets_from_the_play_is_not_required_of_every_host():
+    spec = host_argument_spec(OPTIONS, ['cp-1', 'w-1'], {'vm_cores': 2})
+    assert spec['cp-1']['options']['vm_id'] == {'type': 'int'}
+
+
+def test_the_arguments_are_each_hosts_own_values_every_host():
     hostvars = {'cp-1': {'vm_id': 1011, 'other': 1}, 'w-1': {'other': 2}, 'w-2': {'vm_cores': 'x', 'vm_id': 1022}}
     assert host_arguments(['cp-1', 'w-1', 'w-2'], hostvars, OPTIONS.keys()) == {
-        'cp-1': {'vm_id': 1011}, 'w-2': {'vm_cores': 'x', 'vm_id': 1022}}
+        'cp-1': {'vm_id': 1011}, 'w-1': {}, 'w-2': {'vm_cores': 'x', 'vm_id': 1022}}
 
 
 @pytest.mark.parametrize('options', [None, ['vm_id'], {'vm_id': 'int'}])
@@ -72,9 +77,19 @@ def test_a_wrong_value_of_another_host_fails_naming_that_host_and_the_option(tmp
     # once, on the first host
     assert [host for host, _result in results] == ['cp-1', 'cp-1', 'cp-1']
     message = results[-1][1]['msg']
-    assert message.startswith("proxmox_vms (main) - a host's own value is wrong: "), message
+    assert message.startswith("proxmox_vms (main) - a host's own values are wrong or missing: "), message
     assert "found in 'w-2'" in message and 'vm_cores' in message and 'proxmox_vms_state' in message, message
     assert "'cp-1'" not in message and "'w-1'" not in message
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
+def test_a_host_without_a_required_value_of_its_own_fails_naming_that_host(tmp_path):
+    good = {'vm_id': 1011, 'vm_pve_node': 'pve1'}
+    code, results = run_check(tmp_path, [('cp-1', good), ('w-1', dict(good, vm_id=1021)), ('w-3', {'vm_pve_node': 'pve1'})])
+    assert code != 0
+    message = results[-1][1]['msg']
+    assert 'missing required arguments: vm_id found in w-3' in message, message
+    assert "'w-1'" not in message
 
 
 @pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
