@@ -44,12 +44,12 @@ overhead):
 With stage_contract=True the collection's documented stage order holds too, rather than only the physical needs:
 the pods of the bootstrap releases wait for the Cilium agent on every node (the apps stage writes after the cni
 stage's gate, which waits for all of them; Flux's controllers do not: site.yml applies them right after the
-kubeconfig stage), and so does the first fetch of a GitRepository (Flux is handed the repository after that gate).
-With handoff_before_apps=False (flux_handoff decided after_apps: the tree needs the releases), the first fetch also
-waits for the pods of every bootstrap release ("the releases a cluster needs before GitOps takes over"); with True,
-the releases' pods wait for the flux stage's gates instead: the pods of every Deployment in Flux's namespace (its
-controllers) and the first fetch. The
-difference between the two critical paths is what the stage order costs; what is left between the stage-order
+kubeconfig stage). With handoff_before_apps=False (flux_handoff decided after_apps: the tree needs the releases), the
+first fetch of a GitRepository waits for the pods of every bootstrap release ("the releases a cluster needs before
+GitOps takes over"), and so for every agent too. With True, site.yml hands Flux the repository before the cni stage's
+gates: the first fetch waits for the source controller alone (as without the stage order), and the releases' pods
+also wait for the flux stage's gates: the pods of every Deployment in Flux's namespace (its controllers) and the
+first fetch. The difference between the two critical paths is what the stage order costs; what is left between the stage-order
 critical path and the wall time is the collection's own time.
 
 Earliest finish: EF(s) = max(EF(p) for p in prerequisites(s)) + weight(s) (an ANY group contributes its
@@ -293,12 +293,13 @@ class _Rules(object):
     def _flux_git_fetch(self, target):
         del target
         needs = self._pods_of(self._workloads_named(SOURCE_CONTROLLER))
-        if self.stage_contract:
-            # handed over after the cni stage's gate, and after the releases unless the hand-off came before them
+        if self.stage_contract and not self.handoff_before_apps:
+            # handed over after the releases, so after the cni stage's gate (a Ready agent on every node) too; handed
+            # over before them, the flux play runs before the cni gates and the fetch waits for Flux's source
+            # controller alone
             needs += self._every_agent()
-            if not self.handoff_before_apps:
-                for release in self.facts.releases:
-                    needs += self._pods_of(self._workloads_of_release(release))
+            for release in self.facts.releases:
+                needs += self._pods_of(self._workloads_of_release(release))
         return [('all', needs)]
 
     def _flux_reconcile(self, target):

@@ -81,12 +81,29 @@ class Gate(object):
     def observe(self, client):
         raise NotImplementedError
 
-    def diagnose(self, client, verdict):  # pylint: disable=unused-argument
-        lines = []
-        for item in verdict.failing():
-            where = ' on %s' % item['node'] if item.get('node') else ''
-            lines.append('%s%s: %s' % (item['name'], where, item.get('reason')))
-        return lines
+    def diagnose(self, client, verdict):
+        return _failing_lines(client, verdict.failing())
+
+
+def _failing_lines(client, items, unplaced=None):
+    """'name on node: reason' for each failing item; a pod's node that is not Ready adds its reason, so that a pod
+    waiting for its node (its Cilium agent, its kubelet) names the node and why. Nodes are read only when a failing
+    item has one."""
+    on_nodes = set(item['node'] for item in items if item.get('node'))
+    not_ready = {}
+    if on_nodes:
+        for node in client.list('v1', 'Node'):
+            reason = diagnosis.node_reason(node) if objects.name(node) in on_nodes else None
+            if reason:
+                not_ready[objects.name(node)] = reason
+    lines = []
+    for item in items:
+        node = item.get('node') or unplaced
+        text = '%s%s: %s' % (item['name'], ' on %s' % node if node else '', item.get('reason'))
+        if node in not_ready:
+            text += ' (node not Ready: %s)' % not_ready[node]
+        lines.append(text)
+    return lines
 
 
 class NodesGate(Gate):
@@ -172,8 +189,7 @@ class WorkloadGate(Gate):
                     text += ' (node not Ready: %s)' % item['node_reason']
                 lines.append(text)
         else:
-            lines.extend('%s on %s: %s' % (item['name'], item.get('node') or '(no node)', item['reason'])
-                         for item in verdict.failing())
+            lines.extend(_failing_lines(client, verdict.failing(), unplaced='(no node)'))
         lines.extend(verdict.notes)
         return lines
 

@@ -223,3 +223,27 @@ ADDRESSED = [('cp-1', {'node_ip': '10.5.0.11'}), ('cp-2', {'node_ip': '10.5.0.12
 ], ids=['first-node', 'limit-without-the-first-node', 'first-node-without-address', 'no-address-at-all'])
 def test_the_lead_is_the_first_node_with_an_address_in_inventory_order(tmp_path, hosts, limit, lead):
     assert run_lead_selection(tmp_path, hosts, limit) == lead
+
+
+def test_the_flux_hand_off_before_the_releases_sits_between_the_cni_repair_and_the_cni_gates():
+    """Flux's controllers need their own nodes' network only: the flux play that hands Flux the repository before the
+    bootstrap releases comes after Cilium and the repair, before the cni gates; the gates still come before the apps
+    and gitops stages, and the other flux play (after the releases) after the apps stage."""
+    order = []   # role:entry point of each stage play's roles and role imports, in site.yml's order
+    for play in plays():
+        order.extend('%s:main' % role['role'].replace(COLLECTION_PREFIX, '') for role in play.get('roles') or [])
+        for task in play.get('tasks') or []:
+            action, args = action_of(task)
+            if action != 'import_role' or play.get('tags') == ['always']:
+                continue
+            name = '%s:%s' % (args['name'].replace(COLLECTION_PREFIX, ''), args.get('tasks_from') or 'main')
+            if name == 'flux:main':
+                # the two hand-off plays, told apart by their condition on flux_handoff_before_apps
+                name += ':after' if str(task.get('when', '')).startswith('not') else ':before'
+            order.append(name)
+    wanted = ['cni:main', 'cni:remediate', 'flux:main:before', 'cni:gates', 'bootstrap_apps:main', 'flux:main:after',
+              'gitops:main']
+    assert [name for name in order if name in wanted] == wanted, order
+    # what Flux needs before it gets the repository: its components, the key Secret, the credentials and seals
+    for earlier in ('flux:components', 'sealed_secrets:main', 'flux:prepare'):
+        assert order.index(earlier) < order.index('flux:main:before'), (earlier, order)

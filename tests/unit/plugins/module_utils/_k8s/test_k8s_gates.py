@@ -198,6 +198,26 @@ def test_deployment_gate_accepting_unschedulable_replicas():
                                      '(required pod anti-affinity on kubernetes.io/hostname allows 1)']
 
 
+def test_deployment_gate_timeout_names_the_not_ready_node_of_a_waiting_pod():
+    # a Flux controller's pod on a node whose Cilium agent is not Ready yet: the line names the node and why
+    clock = FakeClock()
+    kube = cluster(clock, pod_names=('coredns-5d78c9869d-kq8wz',)).add(fixture('workloads.yaml', 'coredns'))
+    deployment = kube.find('Deployment', 'coredns')
+    deployment['spec']['replicas'] = 1
+    deployment['status'].update(replicas=1, updatedReplicas=1, readyReplicas=0, availableReplicas=0)
+    pod = kube.find('Pod', 'coredns-5d78c9869d-kq8wz')
+    pod['spec']['nodeName'] = 'w-2'
+    pod['status'] = {'phase': 'Pending', 'conditions': [{'type': 'PodScheduled', 'status': 'True'}]}
+    outcome = run(params(gate='workload', kind='Deployment', namespace='kube-system', name='coredns'), kube, clock, timeout=0)
+    assert not outcome.passed
+    lines = gates.explain(outcome, kube).splitlines()
+    assert '- coredns-5d78c9869d-kq8wz on w-2: Pending (ContainerCreating) (node not Ready: NetworkPluginNotReady)' in lines, lines
+    # on a Ready node the line has no node reason
+    pod['spec']['nodeName'] = 'w-1'
+    outcome = run(params(gate='workload', kind='Deployment', namespace='kube-system', name='coredns'), kube, clock, timeout=0)
+    assert '- coredns-5d78c9869d-kq8wz on w-1: Pending (ContainerCreating)' in gates.explain(outcome, kube).splitlines()
+
+
 # --- pods, CRDs -----------------------------------------------------------------------------------
 
 def test_pods_gate_every_node():
