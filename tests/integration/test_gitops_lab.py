@@ -63,8 +63,9 @@ def task_times(run, task_part):
 
 def test_flux_controllers_start_before_the_cni_gate_and_get_the_repository_before_the_releases(gitops_cluster):
     """The lab's tree needs neither widget release (flux_handoff auto): Flux's components are applied before the cni
-    stage's gates, and Flux gets the repository after the cni gates and the sealed-secrets key but before the
-    releases are installed. The releases and the tree roll out side by side; both are gated."""
+    stage's gates, and Flux gets the repository after Cilium, the kubelet check of the workers and the sealed-secrets
+    key, before the cni gates (its controllers need only their own nodes' network); the cni gates still come before
+    the releases are installed. The releases and the tree roll out side by side; both are gated."""
     first = gitops_cluster.first
     assert first.rc == 0, first.explain()
     # applied once, right after the kubeconfig stage; the flux stage's main part skips it (in both of its plays: the
@@ -76,13 +77,15 @@ def test_flux_controllers_start_before_the_cni_gate_and_get_the_repository_befor
     assert len(decided) == 1 and decided[0]['msg'].startswith('Flux gets the GitOps repository before the bootstrap releases: nothing'), decided
     components_end = task_times(first, "Apply Flux's components")[0][1]
     cni_gate_start, cni_gate_end = task_times(first, 'a Ready Cilium agent on every node')[0]
+    kubelet_check_end = task_times(first, 'Kubelet on the workers - running, or why not')[0][1]
     key_end = task_times(first, 'Keep the sealed-secrets keypair')[-1][1]
     release_starts = [start for start, _end in task_times(first, 'Helm release - install or upgrade')
                       + task_times(first, 'Manifests release - server-side apply')]
     sync_start = task_times(first, 'The GitRepository and the root Kustomization')[0][0]
     assert release_starts
     assert components_end < cni_gate_start, (components_end, cni_gate_start)
-    assert cni_gate_end < sync_start and key_end < sync_start < min(release_starts), (cni_gate_end, key_end, sync_start, release_starts)
+    assert key_end < sync_start and kubelet_check_end < sync_start < cni_gate_start, (key_end, kubelet_check_end, sync_start, cni_gate_start)
+    assert cni_gate_end < min(release_starts), (cni_gate_end, release_starts)
 
     # after_apps: Flux gets the repository only after every release's gates (nothing to change on this cluster)
     late = gitops_cluster.site('--tags', 'flux,apps', '-e', 'flux_handoff=after_apps')
