@@ -47,9 +47,10 @@ stage's gate, which waits for all of them; Flux's controllers do not: site.yml a
 kubeconfig stage). With handoff_before_apps=False (flux_handoff decided after_apps: the tree needs the releases), the
 first fetch of a GitRepository waits for the pods of every bootstrap release ("the releases a cluster needs before
 GitOps takes over"), and so for every agent too. With True, site.yml hands Flux the repository before the cni stage's
-gates: the first fetch waits for the source controller alone (as without the stage order), and the releases' pods
-also wait for the flux stage's gates: the pods of every Deployment in Flux's namespace (its controllers) and the
-first fetch. The difference between the two critical paths is what the stage order costs; what is left between the stage-order
+gates, after the bootstrap stage's services gate and the cni stage's kubelet check of every worker: the first fetch
+waits for the source controller and the kubelet of every node (not for every agent), and the releases' pods also
+wait for the flux stage's gates: the pods of every Deployment in Flux's namespace (its controllers) and the first
+fetch. The difference between the two critical paths is what the stage order costs; what is left between the stage-order
 critical path and the wall time is the collection's own time.
 
 Earliest finish: EF(s) = max(EF(p) for p in prerequisites(s)) + weight(s) (an ANY group contributes its
@@ -294,12 +295,14 @@ class _Rules(object):
         del target
         needs = self._pods_of(self._workloads_named(SOURCE_CONTROLLER))
         if self.stage_contract and not self.handoff_before_apps:
-            # handed over after the releases, so after the cni stage's gate (a Ready agent on every node) too; handed
-            # over before them, the flux play runs before the cni gates and the fetch waits for Flux's source
-            # controller alone
+            # handed over after the releases, so after the cni stage's gate (a Ready agent on every node) too
             needs += self._every_agent()
             for release in self.facts.releases:
                 needs += self._pods_of(self._workloads_of_release(release))
+        elif self.stage_contract:
+            # handed over before the cni stage's gates, but after the bootstrap stage's services gate and the cni
+            # stage's kubelet check of every worker: the kubelet of every node runs
+            needs += self._have(*[k for k in self.steps if k[0] == 'kubelet_start'])
         return [('all', needs)]
 
     def _flux_reconcile(self, target):

@@ -327,7 +327,8 @@ details:
   description:
     - Per-item details of the last observation, one dict per node, pod or object, each with at
       least C(name), C(ok) and C(reason) (null when ok). Gate kinds add fields such as
-      C(pod), C(node), C(roles), C(generation), C(observed_generation), C(conditions); a node also has
+      C(pod), C(node), C(roles), C(generation), C(observed_generation), C(conditions), C(unschedulable) (a pod's
+      scheduler message while it cannot be placed, else null); a node also has
       what its kubelet reports in status.nodeInfo, when it does (C(kubelet_version), C(os_image),
       C(kernel_version), C(container_runtime)), which the run report shows per node.
   type: list

@@ -21,6 +21,8 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import diag
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import objects
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import predicates
 
+# The taint a node carries while it is not Ready; a pod without its toleration waits for a Ready node.
+NOT_READY_TAINT = 'node.kubernetes.io/not-ready'
 GATE_KINDS = ('nodes', 'workload', 'pods', 'crds', 'condition', 'api')
 WORKLOAD_KINDS = ('DaemonSet', 'Deployment', 'StatefulSet')
 
@@ -86,24 +88,42 @@ class Gate(object):
 
 
 def _failing_lines(client, items, unplaced=None):
-    """'name on node: reason' for each failing item; a pod's node that is not Ready adds its reason, so that a pod
-    waiting for its node (its Cilium agent, its kubelet) names the node and why. Nodes are read only when a failing
-    item has one."""
+    """'name on node: reason' for each failing item. A pod's node that is not Ready adds its reason, so that a pod
+    waiting for its node (its Cilium agent, its kubelet) names the node and why. A pod the scheduler cannot place
+    because nodes are not Ready (their not-ready taint: Flux's controllers before any node has its network) is followed
+    by each node that is not Ready, its reason and the pods not Ready there (the Cilium agent, its state), as the nodes
+    gate says them. Nodes are read only when a failing item has a node or waits for one."""
     on_nodes = set(item['node'] for item in items if item.get('node'))
+    waits_for_ready_node = any(NOT_READY_TAINT in (item.get('unschedulable') or '') for item in items)
     not_ready = {}
-    if on_nodes:
+    if on_nodes or waits_for_ready_node:
         for node in client.list('v1', 'Node'):
-            reason = diagnosis.node_reason(node) if objects.name(node) in on_nodes else None
+            reason = diagnosis.node_reason(node)
             if reason:
-                not_ready[objects.name(node)] = reason
+                not_ready[objects.name(node)] = (node, reason)
     lines = []
     for item in items:
         node = item.get('node') or unplaced
         text = '%s%s: %s' % (item['name'], ' on %s' % node if node else '', item.get('reason'))
-        if node in not_ready:
-            text += ' (node not Ready: %s)' % not_ready[node]
+        if node in not_ready and item.get('node'):
+            text += ' (node not Ready: %s)' % not_ready[node][1]
         lines.append(text)
+    if waits_for_ready_node:
+        lines.extend('node %s' % _node_line(client, name, node, reason) for name, (node, reason) in sorted(not_ready.items()))
     return lines
+
+
+def _node_line(client, name, node, reason):
+    """'NAME: Ready status, pressures, cordon; pods not Ready there: ...' for a node that is not Ready."""
+    text = '%s: %s' % (name, diagnosis.node_detail(node))
+    pods = client.list('v1', 'Pod', field_selector='spec.nodeName=%s' % name)
+    bad = [diagnosis.pod_line(pod) for pod in pods if diagnosis.pod_reason(pod)
+           and objects.status(pod).get('phase') not in predicates.TERMINAL_PHASES]
+    if bad:
+        text += '; pods not Ready there: %s' % diagnosis.limit_list(bad, 8)
+    elif reason == 'NetworkPluginNotReady':
+        text += '; no pod on it reports a problem: is a CNI agent (Cilium) scheduled on this node?'
+    return text
 
 
 class NodesGate(Gate):
@@ -131,15 +151,7 @@ class NodesGate(Gate):
             if node is None:
                 lines.append('%s: not registered (no Node object; is kubelet running on it?)' % item['name'])
                 continue
-            text = '%s: %s' % (item['name'], diagnosis.node_detail(node))
-            pods = client.list('v1', 'Pod', field_selector='spec.nodeName=%s' % item['name'])
-            bad = [diagnosis.pod_line(pod) for pod in pods if diagnosis.pod_reason(pod)
-                   and objects.status(pod).get('phase') not in predicates.TERMINAL_PHASES]
-            if bad:
-                text += '; pods not Ready there: %s' % diagnosis.limit_list(bad, 8)
-            elif item.get('reason') == 'NetworkPluginNotReady':
-                text += '; no pod on it reports a problem: is a CNI agent (Cilium) scheduled on this node?'
-            lines.append(text)
+            lines.append(_node_line(client, item['name'], node, item.get('reason')))
         return lines
 
 

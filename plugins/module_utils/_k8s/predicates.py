@@ -204,11 +204,16 @@ def daemonset_ready(daemonset, nodes, pods, what=None):
 
 
 def _pod_items(pods):
+    """Each pod: name, namespace, node, ok, reason, and 'unschedulable' - the scheduler's whole message while it
+    cannot place the pod (the reason is clipped), else None."""
     items = []
     for pod in sorted(pods, key=objects.name):
         reason = diagnosis.pod_reason(pod)
+        scheduled = objects.condition(pod, 'PodScheduled')
+        unschedulable = scheduled.get('message') if scheduled and scheduled.get('status') == 'False' else None
         items.append({'name': objects.name(pod), 'namespace': objects.metadata(pod).get('namespace'),
-                      'node': objects.pod_node(pod), 'ok': reason is None, 'reason': reason})
+                      'node': objects.pod_node(pod), 'ok': reason is None, 'reason': reason,
+                      'unschedulable': unschedulable})
     return items
 
 

@@ -213,9 +213,18 @@ def test_stage_contract_starts_release_pods_and_the_first_fetch_after_the_agent_
     late = compute(records, known, stage_contract=True)
     assert starts(late, SOURCE, FETCH, OPERATOR) == pytest.approx([115.0, 150.0, 140.0, 152.0])
     # handed over before the releases: site.yml's flux play runs before the cni gates, so the fetch waits for the
-    # source controller alone (cp-1's network), and the releases for the last agent and the flux stage's gates
+    # source controller (cp-1's network), not for cp-2's agent, and the releases for the last agent and the flux
+    # stage's gates
     early = compute(records, known, stage_contract=True, handoff_before_apps=True)
     assert starts(early, SOURCE, FETCH, OPERATOR) == pytest.approx([115.0, 125.0, 140.0, 150.0])
+    # ... but after the kubelet of every node (the services gate, the cni stage's kubelet check): cp-2's kubelet late
+    slow_kubelet = [rec('kubelet_start', 'cp-2', 130.0) if r['kind'] == 'kubelet_start' and r['target'] == 'cp-2' else r
+                    for r in records]
+    kubelet_end = compute(slow_kubelet, known).steps[('kubelet_start', 'cp-2')].finish
+    assert kubelet_end > 125.0
+    late_kubelet = compute(slow_kubelet, known, stage_contract=True, handoff_before_apps=True)
+    assert late_kubelet.steps[FETCH].start == pytest.approx(kubelet_end)
+    assert compute(slow_kubelet, known).steps[FETCH].start == pytest.approx(125.0)
 
 
 def test_a_release_in_kube_system_is_told_by_its_helm_annotation_only():

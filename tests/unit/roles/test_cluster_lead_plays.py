@@ -230,6 +230,7 @@ def test_the_flux_hand_off_before_the_releases_sits_between_the_cni_repair_and_t
     bootstrap releases comes after Cilium and the repair, before the cni gates; the gates still come before the apps
     and gitops stages, and the other flux play (after the releases) after the apps stage."""
     order = []   # role:entry point of each stage play's roles and role imports, in site.yml's order
+    tags = {}    # the same -> its play's tags
     for play in plays():
         order.extend('%s:main' % role['role'].replace(COLLECTION_PREFIX, '') for role in play.get('roles') or [])
         for task in play.get('tasks') or []:
@@ -241,9 +242,13 @@ def test_the_flux_hand_off_before_the_releases_sits_between_the_cni_repair_and_t
                 # the two hand-off plays, told apart by their condition on flux_handoff_before_apps
                 name += ':after' if str(task.get('when', '')).startswith('not') else ':before'
             order.append(name)
+            tags[name] = play.get('tags')
     wanted = ['cni:main', 'cni:remediate', 'flux:main:before', 'cni:gates', 'bootstrap_apps:main', 'flux:main:after',
               'gitops:main']
     assert [name for name in order if name in wanted] == wanted, order
     # what Flux needs before it gets the repository: its components, the key Secret, the credentials and seals
     for earlier in ('flux:components', 'sealed_secrets:main', 'flux:prepare'):
         assert order.index(earlier) < order.index('flux:main:before'), (earlier, order)
+    # inside the cni stage's plays, but its own stage: --tags cni does not hand Flux the repository
+    assert tags['flux:main:before'] == tags['flux:main:after'] == ['flux']
+    assert tags['cni:gates'] == ['cni']

@@ -199,7 +199,8 @@ def test_deployment_gate_accepting_unschedulable_replicas():
 
 
 def test_deployment_gate_timeout_names_the_not_ready_node_of_a_waiting_pod():
-    # a Flux controller's pod on a node whose Cilium agent is not Ready yet: the line names the node and why
+    # a pod bound before its node lost its network (a reboot; the scheduler places none on a NotReady node): the line
+    # names the node and why
     clock = FakeClock()
     kube = cluster(clock, pod_names=('coredns-5d78c9869d-kq8wz',)).add(fixture('workloads.yaml', 'coredns'))
     deployment = kube.find('Deployment', 'coredns')
@@ -216,6 +217,57 @@ def test_deployment_gate_timeout_names_the_not_ready_node_of_a_waiting_pod():
     pod['spec']['nodeName'] = 'w-1'
     outcome = run(params(gate='workload', kind='Deployment', namespace='kube-system', name='coredns'), kube, clock, timeout=0)
     assert '- coredns-5d78c9869d-kq8wz on w-1: Pending (ContainerCreating)' in gates.explain(outcome, kube).splitlines()
+
+
+NOT_READY_UNSCHEDULABLE = ('0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, '
+                           '2 node(s) had untolerated taint {node.kubernetes.io/not-ready: }. preemption: 0/3 nodes are '
+                           'available: 3 Preemption is not helpful for scheduling.')
+
+
+def unschedulable_flux_controller(kube):
+    """source-controller's Deployment, its one pod unplaced: no node without the not-ready taint will take it."""
+    deployment = fixture('workloads.yaml', 'coredns')
+    deployment['metadata'].update(name='source-controller', namespace='flux-system', labels={'app': 'source-controller'})
+    deployment['spec'].update(replicas=1, selector={'matchLabels': {'app': 'source-controller'}})
+    deployment['spec']['template']['metadata']['labels'] = {'app': 'source-controller'}
+    deployment['status'].update(replicas=1, updatedReplicas=1, readyReplicas=0, availableReplicas=0)
+    pod = fixture('pods.yaml', 'coredns-5d78c9869d-kq8wz')
+    pod['metadata'].update(name='source-controller-5f7c9d8b6-x2k4q', namespace='flux-system', labels={'app': 'source-controller'})
+    del pod['spec']['nodeName']
+    pod['status'] = {'phase': 'Pending', 'conditions': [{'type': 'PodScheduled', 'status': 'False', 'reason': 'Unschedulable',
+                                                          'message': NOT_READY_UNSCHEDULABLE}]}
+    kube.add(deployment, pod)
+
+
+def test_a_pod_waiting_for_a_ready_node_names_each_not_ready_node_its_reason_and_its_pods():
+    # Flux's controllers before any worker has its network: the gate names the nodes, why they are not Ready and the
+    # Cilium agent's state there, as the cni stage's nodes gate would
+    clock = FakeClock()
+    kube = cluster(clock)
+    unschedulable_flux_controller(kube)
+    outcome = run(params(gate='workload', kind='Deployment', namespace='flux-system', name='source-controller'), kube, clock, timeout=0)
+    assert not outcome.passed
+    lines = gates.explain(outcome, kube).splitlines()
+    assert lines[1].startswith('- source-controller-5f7c9d8b6-x2k4q on (no node): Pending Unschedulable: 0/3 nodes are available'), lines
+    node_lines = [line for line in lines if line.startswith('- node ')]
+    assert len(node_lines) == 1 and node_lines[0].startswith('- node w-2: Ready=False KubeletNotReady'), lines
+    assert 'NetworkPluginNotReady' in node_lines[0], node_lines
+    assert 'pods not Ready there: kube-system/cilium-x7k2m on w-2: CrashLoopBackOff' in node_lines[0], node_lines
+    # unplaced for another reason (anti-affinity): no node lines
+    kube.find('Pod', 'source-controller-5f7c9d8b6-x2k4q')['status']['conditions'][0]['message'] = '0/3 nodes are available: 3 Insufficient cpu.'
+    outcome = run(params(gate='workload', kind='Deployment', namespace='flux-system', name='source-controller'), kube, clock, timeout=0)
+    assert not [line for line in gates.explain(outcome, kube).splitlines() if line.startswith('- node ')]
+
+
+def test_pods_gate_timeout_names_the_not_ready_node_of_a_pod():
+    clock = FakeClock()
+    kube = cluster(clock)
+    gate_params = params(gate='pods', namespace='kube-system', label_selectors=['k8s-app=cilium'])
+    outcome = run(gate_params, kube, clock, timeout=0)
+    lines = gates.explain(outcome, kube).splitlines()
+    assert [line for line in lines if line.startswith('- cilium-x7k2m')] == [
+        '- cilium-x7k2m on w-2: CrashLoopBackOff (container cilium-agent, 7 restarts, last exit code 1 Error) '
+        '(node not Ready: NetworkPluginNotReady)'], lines
 
 
 # --- pods, CRDs -----------------------------------------------------------------------------------
