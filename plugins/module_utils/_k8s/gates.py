@@ -23,6 +23,8 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import pred
 
 # The taint a node carries while it is not Ready; a pod without its toleration waits for a Ready node.
 NOT_READY_TAINT = 'node.kubernetes.io/not-ready'
+# How many NotReady nodes a pod that waits for a Ready node lists in full (the rest by name).
+MAX_NODE_LINES = 8
 GATE_KINDS = ('nodes', 'workload', 'pods', 'crds', 'condition', 'api')
 WORKLOAD_KINDS = ('DaemonSet', 'Deployment', 'StatefulSet')
 
@@ -109,7 +111,10 @@ def _failing_lines(client, items, unplaced=None):
             text += ' (node not Ready: %s)' % not_ready[node][1]
         lines.append(text)
     if waits_for_ready_node:
-        lines.extend('node %s' % _node_line(client, name, node, reason) for name, (node, reason) in sorted(not_ready.items()))
+        names = sorted(not_ready)
+        lines.extend('node %s' % _node_line(client, name, *not_ready[name]) for name in names[:MAX_NODE_LINES])
+        if len(names) > MAX_NODE_LINES:
+            lines.append('%d more nodes not Ready: %s' % (len(names) - MAX_NODE_LINES, diagnosis.limit_list(names[MAX_NODE_LINES:], 20)))
     return lines
 
 

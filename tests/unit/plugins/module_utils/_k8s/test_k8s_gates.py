@@ -259,6 +259,20 @@ def test_a_pod_waiting_for_a_ready_node_names_each_not_ready_node_its_reason_and
     assert not [line for line in gates.explain(outcome, kube).splitlines() if line.startswith('- node ')]
 
 
+def test_a_pod_waiting_for_a_ready_node_lists_a_few_not_ready_nodes_in_full_and_names_the_rest():
+    clock = FakeClock()
+    kube = cluster(clock, node_names=('cp-1',), pod_names=())
+    for number in range(1, gates.MAX_NODE_LINES + 4):
+        node = fixture('nodes.yaml', 'w-2')
+        node['metadata']['name'] = 'w-%02d' % number
+        kube.add(node)
+    unschedulable_flux_controller(kube)
+    outcome = run(params(gate='workload', kind='Deployment', namespace='flux-system', name='source-controller'), kube, clock, timeout=0)
+    lines = gates.explain(outcome, kube).splitlines()
+    assert len([line for line in lines if line.startswith('- node w-')]) == gates.MAX_NODE_LINES, lines
+    assert lines[-1] == '- 3 more nodes not Ready: w-09; w-10; w-11', lines
+
+
 def test_pods_gate_timeout_names_the_not_ready_node_of_a_pod():
     clock = FakeClock()
     kube = cluster(clock)
