@@ -18,7 +18,7 @@ description:
   - Otherwise calls C(MachineService/Bootstrap) on the first control plane. A node that answers C(AlreadyExists)
     ("etcd data directory is not empty") was bootstrapped before; that is reported as done, C(changed=false).
   - Then waits until etcd has full quorum - every control plane runs a healthy etcd, and each lists the same members,
-    one per control plane, none a learner, each peer URL on a control-plane address.
+    one per control plane, none a learner, each peer URL on a control-plane address - unless O(wait_for_quorum=false).
   - Run it once for the cluster (C(run_once)), with all control planes in O(nodes), in inventory order.
 attributes:
   check_mode:
@@ -40,6 +40,15 @@ options:
     type: list
     elements: str
     required: true
+  wait_for_quorum:
+    description:
+      - Whether to wait for full quorum after the decision (and the Bootstrap call).
+      - V(false) returns once the first control plane is bootstrapped (or found bootstrapped), so that what needs only
+        the API can start while the other control planes join; a later run with V(true) on the same cluster calls
+        nothing and is the quorum gate (the role proxtalos.cluster.talos_cluster, entry points C(etcd) and
+        C(quorum)). The wait for every control plane to answer before deciding happens either way.
+    type: bool
+    default: true
 notes:
   - "Idempotence limits: the decision rests on what the control planes report. If a control plane of the cluster is
     missing from O(nodes), its etcd is not seen; if it holds the only etcd member, a bootstrap of the first node
@@ -82,7 +91,7 @@ members:
   type: list
   elements: dict
 quorum:
-  description: Whether full quorum was seen (every control plane a healthy member).
+  description: Whether full quorum was seen (every control plane a healthy member); false when not waited for.
   returned: always
   type: bool
 elapsed:
@@ -106,6 +115,7 @@ def argument_spec():
     return _argspec.spec(
         _argspec.TALOS_AUTH_SPEC, _argspec.WAIT_SPEC,
         nodes=dict(type='list', elements='str', required=True),
+        wait_for_quorum=dict(type='bool', default=True),
     )
 
 
@@ -242,7 +252,7 @@ def main():
             result['changed'] = outcome['action'] == 'bootstrapped'
             if outcome['action'] == 'already_exists':
                 result['details'].append('%s answered AlreadyExists: %s' % (sessions[0][1].name, outcome.get('message') or ''))
-        if not module.check_mode and params['wait']:
+        if not module.check_mode and params['wait'] and params['wait_for_quorum']:
             result['members'] = wait_quorum(sessions, deadline, interval)
             result['quorum'] = True
         result['elapsed'] = round(deadline.elapsed(), 3)

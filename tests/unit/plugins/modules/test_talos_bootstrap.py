@@ -108,6 +108,23 @@ def test_quorum_timeout_names_what_is_missing(capsys, monkeypatch, talosconfig):
     assert '10.5.0.13: etcd is Preparing' in result['msg'] and 'expected 3' in result['msg']
 
 
+def test_without_waiting_for_quorum_then_the_quorum_gate(capsys, monkeypatch, talosconfig):
+    # site.yml: bootstrap the first control plane and go on (the API answers with one member); the quorum is the gate
+    # of a later play, the same module waiting, which calls nothing on the bootstrapped cluster
+    nodes = cluster(monkeypatch)
+    then_form_etcd(monkeypatch, nodes, count=1)
+    started, _out = run_module(talos_bootstrap, capsys, **args(talosconfig, wait_for_quorum=False, wait_timeout=0.3))
+    assert started['changed'] is True and started['outcome'] == 'bootstrapped' and started['quorum'] is False
+    assert started['members'] == []
+    waiting, _out = run_module(talos_bootstrap, capsys, **args(talosconfig, wait_timeout=0.3))
+    assert waiting['failed'] is True and waiting['outcome'] == 'already_bootstrapped'
+    assert 'etcd quorum not reached' in waiting['msg'] and 'expected 3' in waiting['msg']
+    form_etcd(nodes)
+    gate, _out = run_module(talos_bootstrap, capsys, **args(talosconfig))
+    assert gate['changed'] is False and gate['outcome'] == 'already_bootstrapped' and gate['quorum'] is True
+    assert len(bootstrap_calls(nodes)) == 1
+
+
 def test_inputs(capsys, monkeypatch, talosconfig):
     cluster(monkeypatch)
     result, _out = run_module(talos_bootstrap, capsys, **args(talosconfig, nodes=['10.5.0.11', '10.5.0.11']))
