@@ -163,9 +163,12 @@ def test_maintenance_to_kubeconfig_then_rerun_unchanged(converged):
     nodes = workspace.talos_nodes()
     assert all(nodes[host]['mode'] == 'configured' for host in CONTROL_PLANES + WORKERS), nodes
 
+    # etcd bootstrapped without waiting for the joins; the quorum is the gate of the stage's later play
     bootstrap = results_by_host(first, 'Bootstrap etcd once')
-    assert list(bootstrap.values())[0]['outcome'] == 'bootstrapped' and list(bootstrap.values())[0]['quorum'] is True
-    assert len(list(bootstrap.values())[0]['members']) == 3
+    assert list(bootstrap.values())[0]['outcome'] == 'bootstrapped' and list(bootstrap.values())[0]['quorum'] is False
+    quorum = list(results_by_host(first, 'Gate - etcd quorum').values())
+    assert len(quorum) == 1 and quorum[0]['outcome'] == 'already_bootstrapped' and quorum[0]['changed'] is False
+    assert quorum[0]['quorum'] is True and len(quorum[0]['members']) == 3
     # one run_once task probes every node; its gates list carries one passed gate per node, under the node's host
     services_gate = list(results_by_host(first, 'Gate - Talos services Running and healthy').values())
     assert len(services_gate) == 1
@@ -202,7 +205,9 @@ def test_second_bootstrap_is_refused_by_talos_and_reported_ok(converged):
     run = workspace.run('--tags', 'bootstrap')
     assert run.rc == 0 and run.changed == 0, run.describe()
     result = list(results_by_host(run, 'Bootstrap etcd once').values())[0]
-    assert result['outcome'] == 'already_bootstrapped' and result['bootstrap_node'] == '' and result['quorum'] is True
+    assert result['outcome'] == 'already_bootstrapped' and result['bootstrap_node'] == '' and result['quorum'] is False
+    quorum = list(results_by_host(run, 'Gate - etcd quorum').values())[0]
+    assert quorum['outcome'] == 'already_bootstrapped' and quorum['quorum'] is True
     bootstraps = [entry for entry in workspace.lab.requests(since=since) if entry.get('method', '').endswith('/Bootstrap')]
     assert bootstraps == []
     # What Talos itself says to a second bootstrap, on any control plane: AlreadyExists.
