@@ -10,12 +10,10 @@ task (VariableManager.get_vars with the play, the host and this task: role defau
 facts, play, block and task vars, extra vars, magic variables), plus the play-level variables the strategy adds
 (ansible_current_hosts, ansible_failed_hosts), which are the same for every host.
 
-Most of the time of templating the same variable for many hosts goes to compiling its templates (about 20 ms a host
-for the machine config inputs: two dozen templates, compiled anew by every templating): the engine used here keeps
-each compiled template for the next hosts, keyed by the template text, its data tags (origin, trust) and the
-templating options, so that every host's value is still rendered from its own variables. The cache lives for one run
-of the plugin; on an ansible-core without the engine's compile hook (ansible.template.Templar's engine,
-_compile_template) the plain Templar is used.
+The variable is templated for every host through one engine that compiles each template once
+(plugin_utils/_compile_once.py): most of the time of templating the same variable for many hosts went to compiling its
+templates anew for each (about 20 ms a host for the machine config inputs); every host's value is still rendered from
+its own variables.
 """
 
 from __future__ import annotations
@@ -25,37 +23,10 @@ from ansible.module_utils.common.validation import check_type_list, check_type_s
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar
 
-try:
-    from ansible._internal._templating import _engine
-    from ansible.module_utils._internal._datatag import AnsibleTagHelper
-except ImportError:  # an ansible-core without them: no compile cache
-    _engine = AnsibleTagHelper = None
+from ansible_collections.proxtalos.cluster.plugins.plugin_utils._compile_once import compile_once_engine
 
 # Variables of the play, not of a host, that the strategy adds to every task's variables (add_tqm_variables).
 PLAY_LEVEL_VARS = ('ansible_current_hosts', 'ansible_failed_hosts')
-
-
-def compile_once_engine(loader, variables):
-    """A template engine that compiles each template once for every engine made from it (copies, nested templating);
-    None when this ansible-core has no such hook."""
-    if _engine is None or not callable(getattr(_engine.TemplateEngine, '_compile_template', None)):
-        return None
-    compiled = {}
-
-    class CompileOnceTemplateEngine(_engine.TemplateEngine):
-        """TemplateEngine whose compiled templates are kept (compiling is independent of the variables)."""
-
-        def _compile_template(self, template, options):
-            try:
-                key = (str(template), frozenset(AnsibleTagHelper.tags(template)), options)
-                hash(key)
-            except TypeError:  # a tag or an option that cannot be a key: compile as usual
-                return super()._compile_template(template, options)
-            if key not in compiled:
-                compiled[key] = super()._compile_template(template, options)
-            return compiled[key]
-
-    return CompileOnceTemplateEngine(loader=loader, variables=variables)
 
 
 class ActionModule(ActionBase):
