@@ -66,6 +66,10 @@ class HostVariables(object):
             return self.hostvars[host]  # a host the inventory does not have: hostvars says so, as before
         return _View(self.engine, raw)
 
+    def view(self, raw):
+        """A view over variables already read (hostvars.raw_get), or None without the compile-once engine."""
+        return _View(self.engine, raw) if self.engine is not None else None
+
 
 class _View(object):
     """A host's variables, templated on access with themselves as the context (as HostVarsVars)."""
