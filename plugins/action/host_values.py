@@ -10,7 +10,7 @@ task (VariableManager.get_vars with the play, the host and this task: role defau
 facts, play, block and task vars, extra vars, magic variables), plus the play-level variables the strategy adds
 (ansible_current_hosts, ansible_failed_hosts), which are the same for every host.
 
-The variable is templated for every host through one engine that compiles each template once
+The variable is templated for every host through an engine of its own, the engines sharing the templates they compile
 (plugin_utils/_compile_once.py): most of the time of templating the same variable for many hosts went to compiling its
 templates anew for each (about 20 ms a host for the machine config inputs); every host's value is still rendered from
 its own variables.
@@ -21,9 +21,8 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.validation import check_type_list, check_type_str
 from ansible.plugins.action import ActionBase
-from ansible.template import Templar
 
-from ansible_collections.proxtalos.cluster.plugins.plugin_utils._compile_once import compile_once_engine
+from ansible_collections.proxtalos.cluster.plugins.plugin_utils._compile_once import compile_once_engines, template_with
 
 # Variables of the play, not of a host, that the strategy adds to every task's variables (add_tqm_variables).
 PLAY_LEVEL_VARS = ('ansible_current_hosts', 'ansible_failed_hosts')
@@ -52,7 +51,7 @@ class ActionModule(ActionBase):
         inventory = manager._inventory  # pylint: disable=protected-access
         play = self._task.get_play()
         play_level = dict((key, task_vars[key]) for key in PLAY_LEVEL_VARS if key in task_vars)
-        engine = compile_once_engine(self._loader, task_vars)
+        engines = compile_once_engines(self._loader)
         values = {}
         for host_name in hosts:
             host = inventory.get_host(host_name)
@@ -67,10 +66,6 @@ class ActionModule(ActionBase):
                 host_vars.update(play_level)
             if name not in host_vars:
                 raise AnsibleActionFail('host_values: %s has no variable %s' % (host_name, name))
-            if engine is None:
-                values[host_name] = Templar(loader=self._loader, variables=host_vars).template(host_vars[name])
-            else:
-                engine.available_variables = host_vars
-                values[host_name] = engine.template(host_vars[name])
+            values[host_name] = template_with(self._loader, engines, host_vars, host_vars[name])
         result.update(changed=False, by_host=values)
         return result

@@ -7,15 +7,20 @@ Templating a variable for a host compiles each template string it meets anew (an
 templates between templatings). Reading the same variables for every host of a 96-node inventory - a role's inputs
 (proxtalos.cluster.host_values), the hosts' own option values (filter host_arguments) - compiles the same strings 96
 times: most of the time of such a read. A compiled template does not depend on the variables it is rendered with, so
-compile_once_engine() gives a template engine that keeps each compiled template for the next templatings of the same
-engine and of the engines made from it (copies, nested templating), keyed by the template text, its data tags
-(origin, trust) and the templating options; every value is still rendered from the variables it is given.
+compile_once_engines() gives a factory of template engines, one per host, each made over that host's variables (never
+switched to another host's: a dict or list value templated inside another template stays a lazy container bound to
+its engine, and is rendered later with that engine's variables), that share the templates compiled by any of them,
+keyed by the template text, its data tags (origin, trust) and the templating options; every value is still rendered
+from the variables of its own engine.
 
 Built on ansible-core's template engine (ansible._internal._templating._engine.TemplateEngine._compile_template,
-2.19 to 2.21); on a core without it, compile_once_engine() returns None and callers template as before.
+2.19 to 2.21); on a core
+without it, compile_once_engines() returns None and callers template as before (Templar, hostvars[host]).
 """
 
 from __future__ import annotations
+
+from ansible.template import Templar
 
 try:
     from ansible._internal._templating import _engine
@@ -24,9 +29,9 @@ except ImportError:  # an ansible-core without them: no compile cache
     _engine = AnsibleTagHelper = None
 
 
-def compile_once_engine(loader, variables):
-    """A TemplateEngine over variables that compiles each template once (see the module docstring); None when this
-    ansible-core has no such hook. Set `available_variables` to template for another host."""
+def compile_once_engines(loader):
+    """A factory engine(variables) -> a TemplateEngine over those variables; the engines of one factory share their
+    compiled templates (see the module docstring). None when this ansible-core has no such hook."""
     if _engine is None or not callable(getattr(_engine.TemplateEngine, '_compile_template', None)):
         return None
     compiled = {}
@@ -44,7 +49,18 @@ def compile_once_engine(loader, variables):
                 compiled[key] = super()._compile_template(template, options)
             return compiled[key]
 
-    return CompileOnceTemplateEngine(loader=loader, variables=variables)
+    def engine(variables):
+        return CompileOnceTemplateEngine(loader=loader, variables=variables)
+
+    return engine
+
+
+def template_with(loader, engines, variables, value):
+    """value templated with variables: through an engine of the factory engines (compile_once_engines) when there is
+    one, else through a plain Templar."""
+    if engines is None:
+        return Templar(loader=loader, variables=variables).template(value)
+    return engines(variables).template(value)
 
 
 class HostVariables(object):
@@ -56,23 +72,24 @@ class HostVariables(object):
     def __init__(self, hostvars):
         self.hostvars = hostvars
         loader = getattr(hostvars, '_loader', None)
-        self.engine = compile_once_engine(loader, {}) if callable(getattr(hostvars, 'raw_get', None)) else None
+        self.engines = compile_once_engines(loader) if callable(getattr(hostvars, 'raw_get', None)) else None
 
     def values(self, host):
-        if self.engine is None:
+        if self.engines is None:
             return self.hostvars[host]
         raw = self.hostvars.raw_get(host)
         if not isinstance(raw, dict):
             return self.hostvars[host]  # a host the inventory does not have: hostvars says so, as before
-        return _View(self.engine, raw)
+        return _View(self.engines(raw), raw)
 
     def view(self, raw):
         """A view over variables already read (hostvars.raw_get), or None without the compile-once engine."""
-        return _View(self.engine, raw) if self.engine is not None else None
+        return _View(self.engines(raw), raw) if self.engines is not None else None
 
 
 class _View(object):
-    """A host's variables, templated on access with themselves as the context (as HostVarsVars)."""
+    """A host's variables, templated on access with themselves as the context (as HostVarsVars), through an engine
+    made over them alone."""
 
     def __init__(self, engine, variables):
         self._engine = engine
@@ -82,7 +99,6 @@ class _View(object):
         return name in self._vars
 
     def __getitem__(self, name):
-        self._engine.available_variables = self._vars
         return self._engine.template(self._vars[name])
 
     def get(self, name, default=None):

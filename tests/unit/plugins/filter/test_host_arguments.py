@@ -123,3 +123,27 @@ def test_templated_values_are_what_hostvars_gives_each_host(tmp_path):
     assert found['filter'] == {'h1': {'size': 2, 'name_of': 'h1-a'}, 'h2': {'size': 10, 'name_of': 'h2-b'},
                                'h3': {'size': 14, 'name_of': 'h3-a'}}
     assert found['hostvars'] == dict((host, [values['size'], values['name_of']]) for host, values in found['filter'].items())
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
+def test_dict_and_list_values_with_templates_are_each_hosts_own(tmp_path):
+    # A filter runs inside a template: a dict or list value comes back as a lazy container, rendered after the filter
+    # returns - with the variables of the engine it is bound to, which must be that host's own.
+    inventory = {'all': {'vars': {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
+                                  'opts': {'name': '{{ inventory_hostname }}', 'size': '{{ base | int * 2 }}'},
+                                  'listy': ['{{ inventory_hostname }}', '{{ base }}'], 'alias': '{{ opts }}'},
+                         'children': {'cluster': {'hosts': {'h1': {'base': 1}, 'h2': {'base': 5}, 'h3': {'base': 7}}}}}}
+    playbook = [{'name': 'Read', 'hosts': 'cluster', 'gather_facts': False, 'tasks': [
+        {'name': 'Filter', 'run_once': True, 'ansible.builtin.copy': {'dest': str(tmp_path / 'out.json'), 'mode': '0600', 'content': (
+            "{{ ansible_play_hosts | proxtalos.cluster.host_arguments(hostvars, ['opts', 'listy', 'alias']) | to_json }}")}}]}]
+    (tmp_path / 'inventory.yml').write_text(yaml.safe_dump(inventory, sort_keys=False))
+    (tmp_path / 'play.yml').write_text(yaml.safe_dump(playbook, sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'),
+               PROXTALOS_REPORT_DIR=str(tmp_path / 'report'), ANSIBLE_LOCALHOST_WARNING='false')
+    run = subprocess.run([ANSIBLE_PLAYBOOK, '-i', str(tmp_path / 'inventory.yml'), str(tmp_path / 'play.yml')],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:]
+    found = json.loads((tmp_path / 'out.json').read_text())
+    assert found == dict((host, {'opts': {'name': host, 'size': base * 2}, 'listy': [host, base],
+                                 'alias': {'name': host, 'size': base * 2}})
+                         for host, base in (('h1', 1), ('h2', 5), ('h3', 7)))
