@@ -14,7 +14,7 @@ keyed by the template text, its data tags (origin, trust) and the templating opt
 from the variables of its own engine.
 
 Built on ansible-core's template engine (ansible._internal._templating._engine.TemplateEngine._compile_template,
-2.19 to 2.21); on a core
+2.19 to 2.21; tests/unit/plugins/plugin_utils/test_compile_once.py fails when a core stops calling it); on a core
 without it, compile_once_engines() returns None and callers template as before (Templar, hostvars[host]).
 """
 
@@ -39,14 +39,14 @@ def compile_once_engines(loader):
     class CompileOnceTemplateEngine(_engine.TemplateEngine):
         """TemplateEngine whose compiled templates are kept (compiling is independent of the variables)."""
 
-        def _compile_template(self, template, options):
+        def _compile_template(self, template, *args, **kwargs):
             try:
-                key = (str(template), frozenset(AnsibleTagHelper.tags(template)), options)
+                key = (str(template), frozenset(AnsibleTagHelper.tags(template)), args, frozenset(kwargs.items()))
                 hash(key)
             except TypeError:  # a tag or an option that cannot be a key: compile as usual
-                return super()._compile_template(template, options)
+                return super()._compile_template(template, *args, **kwargs)
             if key not in compiled:
-                compiled[key] = super()._compile_template(template, options)
+                compiled[key] = super()._compile_template(template, *args, **kwargs)
             return compiled[key]
 
     def engine(variables):
