@@ -7,8 +7,10 @@ A `set_fact` on every host costs the ansible-playbook main process a worker and 
 the task does (about 4 s for the machine config inputs at 96 nodes). This plugin runs once (run_once) and templates the
 variable in each host's context: the variables come from the same call the strategy makes for a host's run of this
 task (VariableManager.get_vars with the play, the host and this task: role defaults and vars, group and host vars,
-facts, play, block and task vars, extra vars, magic variables), plus the play-level variables the strategy adds
-(ansible_current_hosts, ansible_failed_hosts), which are the same for every host.
+facts, play, block and task vars, extra vars, magic variables), plus the play-level variables, the same for every
+host, copied from this task's own variables: the hosts of the play and of its batch (ansible_play_hosts_all,
+ansible_play_hosts, ansible_play_batch, play_hosts) and those the strategy adds (ansible_current_hosts,
+ansible_failed_hosts). Not quite every host's own task variables: see the notes of plugins/modules/host_values.py.
 
 The variable is templated for every host through an engine of its own, the engines sharing the templates they compile
 (plugin_utils/_compile_once.py): most of the time of templating the same variable for many hosts went to compiling its
@@ -24,8 +26,10 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils._compile_once import compile_once_engines, template_with
 
-# Variables of the play, not of a host, that the strategy adds to every task's variables (add_tqm_variables).
-PLAY_LEVEL_VARS = ('ansible_current_hosts', 'ansible_failed_hosts')
+# Variables of the play, not of a host, that the strategy gives every task (VariableManager.get_vars with the hosts
+# of the play and of the batch; add_tqm_variables): copied from this task's variables for every host.
+PLAY_LEVEL_VARS = ('ansible_play_hosts_all', 'ansible_play_hosts', 'ansible_play_batch', 'play_hosts',
+                   'ansible_current_hosts', 'ansible_failed_hosts')
 
 
 class ActionModule(ActionBase):
@@ -48,6 +52,8 @@ class ActionModule(ActionBase):
         if not hosts or not name:
             raise AnsibleActionFail('host_values: hosts and var are required')
         manager = self._task.get_variable_manager()
+        # The Host objects get_vars needs: ansible-core has no public way to the inventory from an action plugin
+        # (VariableManager has set_inventory but no getter; HostVars keeps it private as well).
         inventory = manager._inventory  # pylint: disable=protected-access
         play = self._task.get_play()
         play_level = dict((key, task_vars[key]) for key in PLAY_LEVEL_VARS if key in task_vars)
@@ -60,12 +66,13 @@ class ActionModule(ActionBase):
             if host_name == task_vars.get('inventory_hostname'):
                 host_vars = task_vars
             else:
-                host_vars = manager.get_vars(play=play, host=host, task=self._task,
-                                             _hosts=task_vars.get('ansible_play_batch'),
-                                             _hosts_all=task_vars.get('ansible_play_hosts_all'))
+                host_vars = manager.get_vars(play=play, host=host, task=self._task)
                 host_vars.update(play_level)
             if name not in host_vars:
                 raise AnsibleActionFail('host_values: %s has no variable %s' % (host_name, name))
-            values[host_name] = template_with(self._loader, engines, host_vars, host_vars[name])
+            try:
+                values[host_name] = template_with(self._loader, engines, host_vars, host_vars[name])
+            except Exception as exc:  # pylint: disable=broad-except
+                raise AnsibleActionFail('host_values: %s: %s' % (host_name, exc)) from exc
         result.update(changed=False, by_host=values)
         return result

@@ -18,6 +18,8 @@ description:
     process and the variables of each host); the values are the same as each host's own C(set_fact) of that
     variable would set.
   - A template compiled for one host serves the next hosts (the values are still each host's own).
+  - A value that cannot be templated for a host fails the task naming that host (C(host_values: <host>: <error>)),
+    also under C(no_log).
   - Runs on the controller, as an action plugin; never changes anything.
 author:
   - proxtalos.cluster contributors (@proxtalos)
@@ -43,6 +45,13 @@ options:
     required: true
 notes:
   - Use C(no_log) on the task when the values hold secrets.
+  - The variables of a host other than the one the task runs on are those Ansible's variable manager gives that host
+    for this task, plus the play's variables of this task (C(ansible_play_hosts_all), C(ansible_play_hosts),
+    C(ansible_play_batch), C(play_hosts), C(ansible_current_hosts), C(ansible_failed_hosts)). They lack what the task
+    executor adds to a host's own run only - C(ansible_search_path), and the connection variables it sets from the
+    host's connection (C(ansible_host), C(ansible_user), C(ansible_port) when the inventory does not set them) - so a
+    variable that reads those gets another value (or none) than the host's own C(set_fact) would. Read them from the
+    inventory, or keep such a variable to a C(set_fact).
 """
 
 EXAMPLES = r"""

@@ -18,7 +18,9 @@ ROLE_DEFAULTS = {
     'demo_value': {'host': '{{ inventory_hostname }}', 'size': '{{ demo_size | int * 2 }}',
                    'zone': "{{ zone | default('none') }}", 'note': "{{ note | default('') }}",
                    'play': '{{ play_word }}', 'first': '{{ ansible_play_batch | first }}',
+                   'hosts': "{{ ansible_play_hosts | join(',') }}/{{ ansible_play_hosts_all | join(',') }}",
                    'group': "{{ 'cp' if inventory_hostname in groups['cp'] else 'other' }}"},
+    'demo_bad': {'patches': '{{ patches }}'},
 }
 
 PLAYBOOK = """---
@@ -58,6 +60,7 @@ ALL_TASKS = """---
     hosts: "{{ ansible_play_batch }}"
     var: "{{ demo_var | default('demo_value') }}"
   register: demo_all
+  no_log: "{{ demo_no_log | default(false) }}"
 - name: Write both
   ansible.builtin.copy:
     content: "{{ {'all': demo_all.by_host, 'own': dict(ansible_play_batch | zip(ansible_play_batch | map('extract', hostvars, 'demo_own')))} | to_json }}"
@@ -66,12 +69,14 @@ ALL_TASKS = """---
 """
 
 
-def setup(tmp_path):
+def setup(tmp_path, broken=False):
     inventory = {'all': {
-        'vars': {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable},
+        'vars': {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable, 'patches': []},
         'children': {
             'cp': {'vars': {'zone': 'a'}, 'hosts': {'h1': {}, 'h2': {'size': 5}}},
             'other': {'hosts': {'h3': {'zone': 'b'}, 'h4': {}}}}}}
+    if broken:   # h3's own value cannot be templated
+        inventory['all']['children']['other']['hosts']['h3']['patches'] = '{{ registry_auth }}'
     (tmp_path / 'hosts.yml').write_text(yaml.safe_dump(inventory))
     (tmp_path / 'play.yml').write_text(PLAYBOOK)
     role = tmp_path / 'roles' / 'demo'
@@ -99,7 +104,7 @@ def test_every_hosts_value_is_its_own_set_fact_value(tmp_path):
     assert found['all'] == found['own']
     assert list(found['all']) == ['h1', 'h2', 'h3', 'h4']
     assert found['all']['h2'] == {'host': 'h2', 'size': 10, 'zone': 'a', 'note': '', 'play': 'played', 'first': 'h1',
-                                  'group': 'cp'}
+                                  'hosts': 'h1,h2,h3,h4/h1,h2,h3,h4', 'group': 'cp'}
     assert found['all']['h3']['zone'] == 'b' and found['all']['h3']['note'] == 'from a fact'
     assert found['all']['h4']['size'] == 2 and found['all']['h4']['group'] == 'other'
 
@@ -116,3 +121,13 @@ def test_a_host_without_the_variable_fails_naming_it(tmp_path):
     done = run(tmp_path, '-e', 'demo_var=no_such_variable')
     assert done.returncode != 0
     assert 'host_values: h1 has no variable no_such_variable' in done.stdout
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
+@pytest.mark.parametrize('no_log', [False, True])
+def test_a_value_that_cannot_be_templated_fails_naming_its_host(tmp_path, no_log):
+    setup(tmp_path, broken=True)
+    done = run(tmp_path, '-e', 'demo_no_log=%s' % no_log, '-e', 'demo_var=demo_bad')
+    assert done.returncode != 0
+    errors = [line for line in (done.stdout + done.stderr).splitlines() if 'ERROR' in line]
+    assert any('host_values: h3: ' in line and 'registry_auth' in line for line in errors), errors
