@@ -164,8 +164,10 @@ def load_all(text, field):
     if TalosCLoader is not None:
         try:
             documents = list(yaml.load_all(text, Loader=TalosCLoader))  # nosec: safe loader subclass
-        except yaml.YAMLError:
-            documents = None  # the pure-Python parser below says why, in its words
+        except Exception:  # pylint: disable=broad-except
+            # libyaml refuses the text (a YAMLError) or fails on it otherwise (a lone surrogate: UnicodeEncodeError):
+            # the pure-Python parser below parses it or says why, in its words, as before
+            documents = None
     if documents is None:
         try:
             documents = list(yaml.load_all(text, Loader=TalosLoader))  # nosec: safe loader subclass

@@ -17,7 +17,8 @@ TEXTS = [
     '- x\n-\n',
 ]
 
-BAD = ['a: [1, 2\n', 'a: b: c\n', 'a:\n\t- tab\n', 'key: "unterminated\n']
+# the last: a lone surrogate, which libyaml's reader cannot even encode (UnicodeEncodeError, not a YAMLError)
+BAD = ['a: [1, 2\n', 'a: b: c\n', 'a:\n\t- tab\n', 'key: "unterminated\n', 'a: \udcff']
 
 
 def _pure(text):
@@ -49,3 +50,17 @@ def test_errors_are_pyyamls_own(text):
     with pytest.raises(ValidationError) as ours:
         talosyaml.load_all(text, 'patch')
     assert ours.value.field == 'patch' and ours.value.reason == talosyaml._error_text(pure.value)
+
+
+def test_a_lone_surrogate_is_the_validation_error_it_was():
+    with pytest.raises(ValidationError) as ours:
+        talosyaml.load_all('a: \udcff', 'patch')
+    assert (ours.value.field, ours.value.reason) == ('patch', 'not valid YAML: ReaderError')   # main's message
+
+
+@pytest.mark.skipif(talosyaml.TalosCLoader is None, reason='PyYAML without libyaml')
+def test_libyaml_accepts_a_tab_after_a_colon_which_pyyamls_parser_refuses():
+    # a known leniency of libyaml's scanner (YAML allows a tab as separation there; PyYAML's scanner does not)
+    with pytest.raises(yaml.YAMLError):
+        _pure('a:\tb\n')
+    assert talosyaml.load_all('a:\tb\n', 'patch') == [{'a': 'b'}]
