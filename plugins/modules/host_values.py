@@ -18,8 +18,8 @@ description:
     process and the variables of each host); the values are the same as each host's own C(set_fact) of that
     variable would set.
   - A template compiled for one host serves the next hosts (the values are still each host's own).
-  - A value that cannot be templated for a host fails the task naming that host (C(host_values: <host>: <error>)),
-    also under C(no_log).
+  - A value that cannot be templated for a host fails the task with a message that starts with C(host_values), that
+    host's name and the error, also under C(no_log).
   - Runs on the controller, as an action plugin; never changes anything.
 author:
   - proxtalos.cluster contributors (@proxtalos)
@@ -39,7 +39,7 @@ options:
     required: true
   var:
     description:
-      - The name of the variable (untemplated: its value is templated in each host's context).
+      - The name of the variable, untemplated (its value is templated in each host's context).
       - Every host must have it (a role default or var of the task's role, for example).
     type: str
     required: true
