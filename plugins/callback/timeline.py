@@ -150,8 +150,8 @@ def _host_variables(hostvars, host, reader=None):
 
     hostvars[host] would merge the host's variables again on every access; ansible-core 2.20+ lets the view be built
     over the read already made (HostVarsVars(variables, loader, host)), older cores get hostvars[host]. With a reader
-    (_compile_once.HostVariables over hostvars), the view templates through its engine, which compiles each template
-    once for every host."""
+    (_compile_once.HostVariables over hostvars), the view templates through an engine of the host's own that shares
+    the other hosts' engines' compiled templates: each template compiled once for every host."""
     try:
         raw = hostvars.raw_get(host)
         if not isinstance(raw, dict):

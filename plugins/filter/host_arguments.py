@@ -47,7 +47,8 @@ def host_argument_spec(options, hosts, first_host_values=None):
 def host_arguments(hosts, hostvars, names):
     """{host: {option: value}} for every host: its own values of those options in hostvars (its host and group vars,
     facts, extra vars); {} for a host that sets none. Each host's values are templated as hostvars[host] templates
-    them, through one engine for every host that compiles each template once (plugin_utils/_compile_once.py)."""
+    them, through an engine of each host's own, the engines sharing their compiled templates
+    (plugin_utils/_compile_once.py)."""
     found = {}
     reader = HostVariables(hostvars)
     for host in hosts:
