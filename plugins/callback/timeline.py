@@ -106,6 +106,7 @@ from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
 
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _progress, _report_html, _timeline
+from ansible_collections.proxtalos.cluster.plugins.plugin_utils._compile_once import HostVariables
 
 try:
     from ansible.module_utils.secrets import mask_secrets  # ansible-core 2.22+
@@ -144,11 +145,13 @@ def _stdout_is_json():
     return 'json' in str(getattr(C, 'DEFAULT_STDOUT_CALLBACK', '') or '')
 
 
-def _host_variables(hostvars, host):
+def _host_variables(hostvars, host, reader=None):
     """(the host's merged variables, untemplated; a view that templates them) from one read, or (None, None).
 
     hostvars[host] would merge the host's variables again on every access; ansible-core 2.20+ lets the view be built
-    over the read already made (HostVarsVars(variables, loader, host)), older cores get hostvars[host]."""
+    over the read already made (HostVarsVars(variables, loader, host)), older cores get hostvars[host]. With a reader
+    (_compile_once.HostVariables over hostvars), the view templates through an engine of the host's own that shares
+    the other hosts' engines' compiled templates: each template compiled once for every host."""
     try:
         raw = hostvars.raw_get(host)
         if not isinstance(raw, dict):
@@ -156,7 +159,9 @@ def _host_variables(hostvars, host):
     except Exception:  # pylint: disable=broad-except
         return None, None
     try:
-        view = HostVarsVars(raw, loader=hostvars._loader, host=host)  # pylint: disable=protected-access
+        view = reader.view(raw) if reader is not None else None
+        if view is None:
+            view = HostVarsVars(raw, loader=hostvars._loader, host=host)  # pylint: disable=protected-access
     except Exception:  # pylint: disable=broad-except
         try:
             view = hostvars[host]
@@ -254,13 +259,17 @@ class CallbackModule(CallbackBase):
             return
         if hostvars is None:
             return
+        try:
+            reader = HostVariables(hostvars)
+        except Exception:  # pylint: disable=broad-except
+            reader = None
         for host in list(hostvars):
             scan = host not in self.scanned_hosts
             if not scan and not final and host in self.recorder.host_cluster:
                 continue   # a host's cluster and artifacts folder do not change between plays: read once
             # One read of the host's variables (Ansible merges every source for it: the costly part at many hosts),
             # then a templating view over that same read for the values below.
-            raw, view = _host_variables(hostvars, host)
+            raw, view = _host_variables(hostvars, host, reader)
             if scan:
                 self._register_secrets(raw, view)
                 self.scanned_hosts.add(host)

@@ -41,6 +41,7 @@ import shutil
 import ssl
 import tarfile
 import tempfile
+import threading
 import traceback
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
@@ -147,6 +148,8 @@ class TalosCredentials(object):
         self.ca_pem = ca_pem
         self.crt_pem = crt_pem
         self.key_pem = relabel_talos_key(key_pem)
+        self._ssl_context = None
+        self._ssl_context_lock = threading.Lock()
 
     @classmethod
     def from_context(cls, context, field='talosconfig context'):
@@ -172,7 +175,18 @@ class TalosCredentials(object):
         return cls.from_context(contexts[name], field='talosconfig.contexts.%s' % name)
 
     def ssl_context(self):
-        """SSLContext for mTLS: verify the node against the OS CA, present the client certificate."""
+        """SSLContext for mTLS: verify the node against the OS CA, present the client certificate.
+
+        Made once per credentials and shared by every client that uses them (a multi-node run makes several clients a
+        node, on a thread each; an SSLContext serves connections on any thread): loading the CA and the certificate
+        chain - through a temporary directory, as ssl reads a chain only from files - is not repeated per client.
+        """
+        with self._ssl_context_lock:
+            if self._ssl_context is None:
+                self._ssl_context = self._new_ssl_context()
+            return self._ssl_context
+
+    def _new_ssl_context(self):
         context = _base_ssl_context()
         context.check_hostname = True
         context.verify_mode = ssl.CERT_REQUIRED

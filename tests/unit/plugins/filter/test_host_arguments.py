@@ -97,3 +97,53 @@ def test_good_values_pass(tmp_path):
     good = {'vm_id': 1011, 'vm_pve_node': 'pve1'}
     code, results = run_check(tmp_path, [('cp-1', good), ('w-1', dict(good, vm_id=1021, proxmox_vms_state='stopped'))])
     assert code == 0 and not any(result.get('failed') for _host, result in results), results
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
+def test_templated_values_are_what_hostvars_gives_each_host(tmp_path):
+    # The filter templates every host's values through one engine that compiles each template once: each host's
+    # value is still its own (the same template text, other variables), as hostvars[host] gives it.
+    inventory = {'all': {'vars': {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
+                                  'size': '{{ base | int * 2 }}', 'name_of': '{{ inventory_hostname }}-{{ zone }}'},
+                         'children': {'cluster': {'vars': {'zone': 'a'}, 'hosts': {
+                             'h1': {'base': 1}, 'h2': {'base': 5, 'zone': 'b'}, 'h3': {'base': 7}}}}}}
+    playbook = [{'name': 'Read', 'hosts': 'cluster', 'gather_facts': False, 'tasks': [
+        {'name': 'Both ways', 'run_once': True, 'ansible.builtin.copy': {'dest': str(tmp_path / 'out.json'), 'mode': '0600', 'content': (
+            "{{ {'filter': ansible_play_hosts | proxtalos.cluster.host_arguments(hostvars, ['size', 'name_of', 'absent']),"
+            " 'hostvars': dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'size')"
+            " | zip(ansible_play_hosts | map('extract', hostvars, 'name_of'))))} | to_json }}")}}]}]
+    (tmp_path / 'inventory.yml').write_text(yaml.safe_dump(inventory, sort_keys=False))
+    (tmp_path / 'play.yml').write_text(yaml.safe_dump(playbook, sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'),
+               PROXTALOS_REPORT_DIR=str(tmp_path / 'report'), ANSIBLE_LOCALHOST_WARNING='false')
+    run = subprocess.run([ANSIBLE_PLAYBOOK, '-i', str(tmp_path / 'inventory.yml'), str(tmp_path / 'play.yml')],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:]
+    found = json.loads((tmp_path / 'out.json').read_text())
+    assert found['filter'] == {'h1': {'size': 2, 'name_of': 'h1-a'}, 'h2': {'size': 10, 'name_of': 'h2-b'},
+                               'h3': {'size': 14, 'name_of': 'h3-a'}}
+    assert found['hostvars'] == dict((host, [values['size'], values['name_of']]) for host, values in found['filter'].items())
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
+def test_dict_and_list_values_with_templates_are_each_hosts_own(tmp_path):
+    # A filter runs inside a template: a dict or list value comes back as a lazy container, rendered after the filter
+    # returns - with the variables of the engine it is bound to, which must be that host's own.
+    inventory = {'all': {'vars': {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
+                                  'opts': {'name': '{{ inventory_hostname }}', 'size': '{{ base | int * 2 }}'},
+                                  'listy': ['{{ inventory_hostname }}', '{{ base }}'], 'alias': '{{ opts }}'},
+                         'children': {'cluster': {'hosts': {'h1': {'base': 1}, 'h2': {'base': 5}, 'h3': {'base': 7}}}}}}
+    playbook = [{'name': 'Read', 'hosts': 'cluster', 'gather_facts': False, 'tasks': [
+        {'name': 'Filter', 'run_once': True, 'ansible.builtin.copy': {'dest': str(tmp_path / 'out.json'), 'mode': '0600', 'content': (
+            "{{ ansible_play_hosts | proxtalos.cluster.host_arguments(hostvars, ['opts', 'listy', 'alias']) | to_json }}")}}]}]
+    (tmp_path / 'inventory.yml').write_text(yaml.safe_dump(inventory, sort_keys=False))
+    (tmp_path / 'play.yml').write_text(yaml.safe_dump(playbook, sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'),
+               PROXTALOS_REPORT_DIR=str(tmp_path / 'report'), ANSIBLE_LOCALHOST_WARNING='false')
+    run = subprocess.run([ANSIBLE_PLAYBOOK, '-i', str(tmp_path / 'inventory.yml'), str(tmp_path / 'play.yml')],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:]
+    found = json.loads((tmp_path / 'out.json').read_text())
+    assert found == dict((host, {'opts': {'name': host, 'size': base * 2}, 'listy': [host, base],
+                                 'alias': {'name': host, 'size': base * 2}})
+                         for host, base in (('h1', 1), ('h2', 5), ('h3', 7)))

@@ -4,6 +4,7 @@ import gzip
 import io
 import ssl
 import tarfile
+import threading
 
 import pytest
 
@@ -139,6 +140,23 @@ def test_talos_ed25519_key_label_is_relabelled():
     # and the relabelled key loads into an mTLS context
     credentials = client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
     assert isinstance(credentials.ssl_context(), ssl.SSLContext)
+
+
+def test_one_mtls_context_per_credentials_shared_by_its_clients_and_threads():
+    secrets = testing.ClusterSecrets()
+    credentials = client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(credentials.ssl_context())) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 8 and all(context is seen[0] for context in seen)
+    assert seen[0].verify_mode == ssl.CERT_REQUIRED and seen[0].check_hostname
+    assert client.AsyncTalosClient('10.5.0.11', credentials=credentials)._ssl is seen[0]
+    # Other credentials, another context.
+    other = client.TalosCredentials.from_talosconfig(testing.ClusterSecrets().talosconfig('lab'))
+    assert other.ssl_context() is not seen[0]
 
 
 def test_talosconfig_errors_name_the_field():
