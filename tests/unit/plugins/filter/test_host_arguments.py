@@ -67,6 +67,18 @@ def run_check(tmp_path, hosts):
     return run.returncode, [result for task in document['plays'][0]['tasks'] for result in task['hosts'].items()]
 
 
+def run_playbook(tmp_path, inventory, playbook):
+    """Run the playbook on the inventory with the repository's ansible.cfg; the JSON it wrote to out.json."""
+    (tmp_path / 'inventory.yml').write_text(yaml.safe_dump(inventory, sort_keys=False))
+    (tmp_path / 'play.yml').write_text(yaml.safe_dump(playbook, sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'),
+               PROXTALOS_REPORT_DIR=str(tmp_path / 'report'), ANSIBLE_LOCALHOST_WARNING='false')
+    run = subprocess.run([ANSIBLE_PLAYBOOK, '-i', str(tmp_path / 'inventory.yml'), str(tmp_path / 'play.yml')],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:]
+    return json.loads((tmp_path / 'out.json').read_text())
+
+
 @pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
 def test_a_wrong_value_of_another_host_fails_naming_that_host_and_the_option(tmp_path):
     good = {'vm_id': 1011, 'vm_pve_node': 'pve1', 'vm_cores': 4}
@@ -112,14 +124,7 @@ def test_templated_values_are_what_hostvars_gives_each_host(tmp_path):
             "{{ {'filter': ansible_play_hosts | proxtalos.cluster.host_arguments(hostvars, ['size', 'name_of', 'absent']),"
             " 'hostvars': dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'size')"
             " | zip(ansible_play_hosts | map('extract', hostvars, 'name_of'))))} | to_json }}")}}]}]
-    (tmp_path / 'inventory.yml').write_text(yaml.safe_dump(inventory, sort_keys=False))
-    (tmp_path / 'play.yml').write_text(yaml.safe_dump(playbook, sort_keys=False))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'),
-               PROXTALOS_REPORT_DIR=str(tmp_path / 'report'), ANSIBLE_LOCALHOST_WARNING='false')
-    run = subprocess.run([ANSIBLE_PLAYBOOK, '-i', str(tmp_path / 'inventory.yml'), str(tmp_path / 'play.yml')],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
-    assert run.returncode == 0, run.stdout[-3000:]
-    found = json.loads((tmp_path / 'out.json').read_text())
+    found = run_playbook(tmp_path, inventory, playbook)
     assert found['filter'] == {'h1': {'size': 2, 'name_of': 'h1-a'}, 'h2': {'size': 10, 'name_of': 'h2-b'},
                                'h3': {'size': 14, 'name_of': 'h3-a'}}
     assert found['hostvars'] == dict((host, [values['size'], values['name_of']]) for host, values in found['filter'].items())
@@ -136,14 +141,7 @@ def test_dict_and_list_values_with_templates_are_each_hosts_own(tmp_path):
     playbook = [{'name': 'Read', 'hosts': 'cluster', 'gather_facts': False, 'tasks': [
         {'name': 'Filter', 'run_once': True, 'ansible.builtin.copy': {'dest': str(tmp_path / 'out.json'), 'mode': '0600', 'content': (
             "{{ ansible_play_hosts | proxtalos.cluster.host_arguments(hostvars, ['opts', 'listy', 'alias']) | to_json }}")}}]}]
-    (tmp_path / 'inventory.yml').write_text(yaml.safe_dump(inventory, sort_keys=False))
-    (tmp_path / 'play.yml').write_text(yaml.safe_dump(playbook, sort_keys=False))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'),
-               PROXTALOS_REPORT_DIR=str(tmp_path / 'report'), ANSIBLE_LOCALHOST_WARNING='false')
-    run = subprocess.run([ANSIBLE_PLAYBOOK, '-i', str(tmp_path / 'inventory.yml'), str(tmp_path / 'play.yml')],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
-    assert run.returncode == 0, run.stdout[-3000:]
-    found = json.loads((tmp_path / 'out.json').read_text())
+    found = run_playbook(tmp_path, inventory, playbook)
     assert found == dict((host, {'opts': {'name': host, 'size': base * 2}, 'listy': [host, base],
                                  'alias': {'name': host, 'size': base * 2}})
                          for host, base in (('h1', 1), ('h2', 5), ('h3', 7)))
