@@ -234,8 +234,8 @@ def unschedulable_flux_controller(kube):
     pod = fixture('pods.yaml', 'coredns-5d78c9869d-kq8wz')
     pod['metadata'].update(name='source-controller-5f7c9d8b6-x2k4q', namespace='flux-system', labels={'app': 'source-controller'})
     del pod['spec']['nodeName']
-    pod['status'] = {'phase': 'Pending', 'conditions': [{'type': 'PodScheduled', 'status': 'False', 'reason': 'Unschedulable',
-                                                          'message': NOT_READY_UNSCHEDULABLE}]}
+    unschedulable = {'type': 'PodScheduled', 'status': 'False', 'reason': 'Unschedulable', 'message': NOT_READY_UNSCHEDULABLE}
+    pod['status'] = {'phase': 'Pending', 'conditions': [unschedulable]}
     kube.add(deployment, pod)
 
 

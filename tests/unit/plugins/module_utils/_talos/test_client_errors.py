@@ -146,7 +146,7 @@ def test_one_mtls_context_per_credentials_shared_by_its_clients_and_threads():
     secrets = testing.ClusterSecrets()
     credentials = client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
     seen = []
-    threads = [threading.Thread(target=lambda: seen.append(credentials.ssl_context())) for _ in range(8)]
+    threads = [threading.Thread(target=lambda: seen.append(credentials.ssl_context())) for dummy in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
