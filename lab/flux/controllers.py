@@ -148,6 +148,7 @@ class Record(object):
 
     def __init__(self):
         self.inputs = None         # what the last completed attempt was for
+        self.ready_inputs = None   # a GitRepository: the inputs of its last successful fetch
         self.phase = 'new'         # new, deps, working, health, ready, failed
         self.health = []           # [(apiVersion, kind, namespace, name)]
         self.health_started = 0.0
@@ -370,6 +371,10 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
         inputs = (generation, requested, down)
         if record.inputs == inputs and record.phase in ('ready', 'failed', 'stalled'):
             return
+        # The interval's poll of a repository already Ready for these inputs fetches again without marking it
+        # Reconciling first: as source-controller, whose status changes on a poll only when the revision does (a status
+        # that flipped on every poll would make a client's apply of the object, racing it, report a change).
+        polling = record.phase == 'ready' and record.ready_inputs == inputs
         record.inputs = inputs
         status = dict(repo.get('status') or {})
         url = spec.get('url') or ''
@@ -384,9 +389,11 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
             return
         record.phase = 'working'
         message = 'building artifact: new upstream revision' if not status.get('artifact') else 'building artifact'
-        status['conditions'] = _conditions(status.get('conditions'), {
-            'Reconciling': ('True', 'Progressing', message), 'Ready': ('Unknown', 'Progressing', message), 'Stalled': None}, generation)
-        self._write_status(GIT_KEY, namespace, name, status, 'source-controller')
+        if not polling:
+            status['conditions'] = _conditions(status.get('conditions'), {
+                'Reconciling': ('True', 'Progressing', message), 'Ready': ('Unknown', 'Progressing', message), 'Stalled': None},
+                generation)
+            self._write_status(GIT_KEY, namespace, name, status, 'source-controller')
         await self.timing.sleep('flux_git_fetch', _ref_text('GitRepository', namespace, name))
         repo = self.store.peek(GIT_KEY, namespace, name)
         if repo is None:
@@ -424,6 +431,7 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
         if requested:
             status['lastHandledReconcileAt'] = requested
         record.phase = 'ready'
+        record.ready_inputs = inputs
         self._write_status(GIT_KEY, namespace, name, status, 'source-controller')
         # Poll the repository for new commits every interval (scaled, at least GIT_POLL_FLOOR real seconds).
         self._later(record, max(interval * self.scale, GIT_POLL_FLOOR), ('git', namespace, name))

@@ -56,6 +56,27 @@ def test_the_lab_tree_reconciles_with_flux_status_fields(flux):
     assert 'flux-system_apps_kustomize.toolkit.fluxcd.io_Kustomization' in root_ids
 
 
+def test_a_poll_that_finds_the_same_revision_leaves_the_objects_as_they_are(flux):
+    # source-controller fetches again every interval (the lab: at least every 2 s); with no new revision, neither the
+    # GitRepository nor the Kustomizations change - a client's apply racing the poll sees no change of theirs
+    flux.sync()
+    flux.wait_ready(count=len(TREE) + 1)
+    before = dict((name, flux.kustomization(name)['metadata']['resourceVersion']) for name in TREE)
+    before['GitRepository'] = flux.git_repository()['metadata']['resourceVersion']
+    fetches = []
+    fetch = flux.git.fetch
+
+    def counted(*args, **kwargs):
+        fetches.append(args[0])
+        return fetch(*args, **kwargs)
+    flux.git.fetch = counted
+    wait_until(lambda: (len(fetches) >= 2, fetches), timeout=15.0, what='two polls of the repository')
+    after = dict((name, flux.kustomization(name)['metadata']['resourceVersion']) for name in TREE)
+    after['GitRepository'] = flux.git_repository()['metadata']['resourceVersion']
+    assert after == before
+    assert condition(flux.git_repository())['status'] == 'True'
+
+
 def test_a_failing_health_check_blocks_its_dependants_with_dependency_not_ready(flux):
     flux.call(flux.flux.flux.set_health_fault, 'flux-system', 'cert-manager', True)
     flux.sync()
