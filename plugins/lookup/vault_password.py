@@ -37,11 +37,10 @@ _raw:
 """
 
 from ansible import constants as C
-from ansible import context
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.proxtalos.cluster.plugins.lookup.vault_password_file import choose, vault_sources
+from ansible_collections.proxtalos.cluster.plugins.lookup.vault_password_file import run_choice
 
 try:
     from ansible.parsing.vault import match_encrypt_secret
@@ -67,14 +66,7 @@ def prompted_password(secrets, encrypt_vault_id=None):
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
-        cliargs = context.CLIARGS
-        sources = vault_sources(
-            cli_vault_ids=cliargs.get('vault_ids') or (),
-            cli_password_files=cliargs.get('vault_password_files') or (),
-            ask_vault_pass=bool(cliargs.get('ask_vault_pass')),
-            identity_list=C.config.get_config_value('DEFAULT_VAULT_IDENTITY_LIST') or (),
-            password_file=C.config.get_config_value('DEFAULT_VAULT_PASSWORD_FILE'))
-        path, prompts = choose(sources)
+        path, prompts = run_choice()
         if path or not prompts:
             return ['']
         vault = getattr(self._loader, '_vault', None)

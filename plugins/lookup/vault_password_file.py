@@ -105,18 +105,22 @@ def unusable_password_warning(prompts, purpose):
             % (', '.join(prompts), purpose))
 
 
+def run_choice():
+    """choose() over the vault sources of this ansible-playbook run (its command line, then its configuration)."""
+    cliargs = context.CLIARGS
+    return choose(vault_sources(
+        cli_vault_ids=cliargs.get('vault_ids') or (),
+        cli_password_files=cliargs.get('vault_password_files') or (),
+        ask_vault_pass=bool(cliargs.get('ask_vault_pass')),
+        identity_list=C.config.get_config_value('DEFAULT_VAULT_IDENTITY_LIST') or (),
+        password_file=C.config.get_config_value('DEFAULT_VAULT_PASSWORD_FILE')))
+
+
 class LookupModule(LookupBase):
 
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
-        cliargs = context.CLIARGS
-        sources = vault_sources(
-            cli_vault_ids=cliargs.get('vault_ids') or (),
-            cli_password_files=cliargs.get('vault_password_files') or (),
-            ask_vault_pass=bool(cliargs.get('ask_vault_pass')),
-            identity_list=C.config.get_config_value('DEFAULT_VAULT_IDENTITY_LIST') or (),
-            password_file=C.config.get_config_value('DEFAULT_VAULT_PASSWORD_FILE'))
-        path, prompts = choose(sources)
+        path, prompts = run_choice()
         if not path and prompts and self.get_option('prompt_warning'):
             Display().warning(unusable_password_warning(prompts, self.get_option('purpose')))
         return [path]

@@ -57,26 +57,24 @@ def test_a_missing_vault_value_fails_in_preflight_naming_it(tmp_path, missing):
     assert 'VAULT' not in lines[0] and VAULT[missing] not in lines[0]
 
 
-def test_a_missing_cilium_manifest_fails_in_preflight_naming_the_file(tmp_path):
-    inventory = template(tmp_path, 'infra', cilium=False)
+@pytest.mark.parametrize('missing', ['cilium', 'ca'])
+def test_a_missing_file_fails_in_preflight_naming_it(tmp_path, missing):
+    inventory = template(tmp_path, 'infra', **{missing: False})
     lines = problems(run_site(inventory, VAULT))
-    assert lines == ['- cni_cilium_manifest: %s/files/cilium.yaml does not exist, and cni_mode is inline: the control planes\' '
-                     'machine configs carry the rendered Cilium manifest. Render it with the cni role\'s render_manifest '
-                     'entry point (docs/stages/cni.md), or set cni_mode: helm' % inventory]
+    expected = {
+        'cilium': ('- cni_cilium_manifest: %s/files/cilium.yaml does not exist, and cni_mode is inline: the control planes\' '
+                   'machine configs carry the rendered Cilium manifest. Render it with the cni role\'s render_manifest '
+                   'entry point (docs/stages/cni.md), or set cni_mode: helm'),
+        'ca': ('- pve_ca_path: %s/files/pve-root-ca.pem does not exist, and pve_validate_certs is true: the PVE '
+               'certificate is checked against that CA. Copy /etc/pve/pve-root-ca.pem of a PVE node there; '
+               'docs/guide-proxmox.md, section 2')}
+    assert lines == [expected[missing] % inventory]
 
 
 def test_every_missing_input_is_listed_at_once(tmp_path):
     lines = problems(run_site(template(tmp_path, 'infra', cilium=False, ca=False), {}))
     assert [line.split(':')[0] for line in lines] == ['- pve_api_token_secret', '- pve_ca_path', '- cni_cilium_manifest',
                                                       '- flux_git_ssh_identity', '- flux_git_ssh_known_hosts']
-
-
-def test_a_missing_pve_ca_fails_in_preflight_naming_the_file(tmp_path):
-    inventory = template(tmp_path, 'infra', ca=False)
-    lines = problems(run_site(inventory, VAULT))
-    assert lines == ['- pve_ca_path: %s/files/pve-root-ca.pem does not exist, and pve_validate_certs is true: the PVE '
-                     'certificate is checked against that CA. Copy /etc/pve/pve-root-ca.pem of a PVE node there; '
-                     'docs/guide-proxmox.md, section 2' % inventory]
 
 
 def test_helm_missing_fails_in_preflight_when_cilium_is_installed_by_helm(tmp_path):
