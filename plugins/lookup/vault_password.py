@@ -42,19 +42,16 @@ from ansible.plugins.lookup import LookupBase
 
 from ansible_collections.proxtalos.cluster.plugins.lookup.vault_password_file import run_choice
 
-try:
-    from ansible.parsing.vault import match_encrypt_secret
-except ImportError:  # pragma: no cover - every supported ansible-core has it
-    match_encrypt_secret = None
+from ansible.parsing.vault import AnsibleVaultError, match_encrypt_secret
 
 
 def prompted_password(secrets, encrypt_vault_id=None):
     """The text of the secret ansible-vault would encrypt with, from [(vault id, secret)]; '' when there is none."""
-    if not secrets or match_encrypt_secret is None:
+    if not secrets:
         return ''
     try:
         match = match_encrypt_secret(secrets, encrypt_vault_id=encrypt_vault_id)
-    except Exception:  # pylint: disable=broad-except - AnsibleVaultError: no secret of that vault id
+    except AnsibleVaultError:  # no secret of that vault id
         return ''
     if not match:
         return ''

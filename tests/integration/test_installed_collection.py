@@ -41,7 +41,9 @@ def project(tmp_path_factory):
     build = subprocess.run([GALAXY, 'collection', 'build', ROOT, '--output-path', str(folder)], cwd=str(folder), env=env,
                            capture_output=True, text=True, timeout=300, check=False)
     assert build.returncode == 0, build.stdout + build.stderr
-    tarball = next(str(folder / name) for name in os.listdir(str(folder)) if name.endswith('.tar.gz'))
+    tarballs = [str(folder / name) for name in os.listdir(str(folder)) if name.endswith('.tar.gz')]
+    assert len(tarballs) == 1, tarballs
+    tarball = tarballs[0]
     # --no-deps: community.proxmox and kubernetes.core come with the ansible package (Galaxy is not reachable here)
     install = subprocess.run([GALAXY, 'collection', 'install', tarball, '-p', str(collections), '--no-deps'], cwd=str(project_dir),
                              env=env, capture_output=True, text=True, timeout=300, check=False)
