@@ -109,7 +109,7 @@ class LabKubernetes:
             election = self.elections[cluster_id] = talos_vip.Election(endpoint)
         talos = getattr(self.world, 'talos', None)
         nodes = dict(talos.nodes) if talos is not None else {}
-        candidates = dict((key, key != gone and talos_vip.can_campaign(node) and endpoint in talos_vip.layer2_vips(node.config))
+        candidates = dict((key, key != gone and election.campaigning(key, node) and endpoint in talos_vip.layer2_vips(node.config))
                           for key, node in nodes.items() if node.cluster_id == cluster_id)
         leader = election.update(candidates)
         # the VIP is on the leader's link whether its kube-apiserver runs or not; the API answers there only when it does

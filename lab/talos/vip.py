@@ -13,7 +13,8 @@ What is imitated, siderolabs/talos v1.13.9 (the same lines at v1.12.11):
   the interface's VLANs (internal/app/machined/pkg/controllers/network/operator_vip_config.go:118-158);
 - who may campaign: a node whose etcd service is running and healthy and whose kubelet lifecycle exists
   (internal/app/machined/pkg/controllers/network/operator/vip.go:154-189, waitForPreconditions) - in the
-  lab, a configured control plane with a healthy etcd, up;
+  lab, a configured control plane with a healthy etcd, up; its campaign then lasts while etcd runs, healthy
+  or not (operator/vip.go:281-310);
 - who wins: the etcd election is a FIFO queue ordered by the campaign key's create revision
   (operator/vip.go:226-264): the first node to campaign holds the address until its campaign ends (etcd
   stopped, the node shutting down: operator/vip.go:281-310), then the next in the queue takes it;
@@ -49,11 +50,20 @@ def layer2_vips(config):
 
 
 def can_campaign(node):
-    """operator/vip.go:154-189: etcd running and healthy on a configured control plane that is up."""
+    """operator/vip.go:154-189: etcd running and healthy on a configured control plane that is up (to join)."""
     if node is None or not node.control_plane or getattr(node, 'phase', 'running') != 'running':
         return False
     etcd = node.service('etcd')
     return etcd is not None and etcd.is_healthy
+
+
+def still_campaigning(node):
+    """operator/vip.go:281-310: a campaign, once joined, ends only when etcd stops or the node goes down - an etcd
+    that turns unhealthy while it runs (a slow disk) keeps its place in the queue, and the leader keeps the VIP."""
+    if node is None or not node.control_plane or getattr(node, 'phase', 'running') != 'running':
+        return False
+    etcd = node.service('etcd')
+    return etcd is not None and getattr(etcd, 'state', None) == 'Running'
 
 
 class Election(object):
@@ -66,6 +76,10 @@ class Election(object):
     @property
     def leader(self):
         return self.queue[0] if self.queue else None
+
+    def campaigning(self, key, node):
+        """Whether the node campaigns now: it joins with a healthy etcd, and stays while its etcd runs."""
+        return still_campaigning(node) if key in self.queue else can_campaign(node)
 
     def update(self, candidates):
         """candidates: {node key: True if that node campaigns now}. Returns the leader's key or None.

@@ -23,15 +23,16 @@ def test_vips_from_the_document_and_from_the_legacy_interfaces_and_vlans():
 
 
 class _Service(object):
-    def __init__(self, healthy):
+    def __init__(self, healthy, state='Running'):
         self.is_healthy = healthy
+        self.state = state
 
 
 class _Node(object):
-    def __init__(self, control_plane=True, etcd=True, phase='running'):
+    def __init__(self, control_plane=True, etcd=True, phase='running', etcd_state='Running'):
         self.control_plane = control_plane
         self.phase = phase
-        self._etcd = None if etcd is None else _Service(etcd)
+        self._etcd = None if etcd is None else _Service(etcd, etcd_state)
 
     def service(self, name):
         assert name == 'etcd'
@@ -55,3 +56,13 @@ def test_the_first_to_campaign_holds_the_vip_until_it_stops_then_the_next_in_the
     assert election.update({'cp-1': True, 'cp-2': False}) == 'cp-1'     # the leader's campaign ended: the next one
     assert election.update({'cp-1': True, 'cp-2': True}) == 'cp-1'      # cp-2 back: at the end of the queue
     assert election.update({'cp-2': True}) == 'cp-2'                    # a node gone from the fleet leaves the queue
+
+
+def test_a_campaign_joins_with_a_healthy_etcd_and_lasts_while_etcd_runs():
+    election = talos_vip.Election('10.0.0.10')
+    unhealthy = _Node(etcd=False)
+    assert not election.campaigning('cp-1', unhealthy)                  # an unhealthy etcd does not join
+    assert election.update({'cp-1': election.campaigning('cp-1', _Node())}) == 'cp-1'
+    assert election.campaigning('cp-1', unhealthy)                      # the leader's etcd turns unhealthy: it stays
+    assert not election.campaigning('cp-1', _Node(etcd_state='Finished'))   # etcd stopped: the campaign ends
+    assert not election.campaigning('cp-1', _Node(phase='rebooting'))
