@@ -91,3 +91,8 @@ def test_what_each_template_installs_is_in_the_configs(rendered):
             assert part['op'] == 'create' and 'discard_unpacked_layers = false' in part['content']
         else:
             assert '/etc/cri/conf.d/20-customization.part' not in files
+
+
+def test_the_csi_gate_is_off_until_the_gitops_repository_installs_the_csi(rendered):
+    name, values, dummy, dummy = rendered
+    assert values.get('gitops_csi_enabled') is False, '%s: the gitops stage would wait for a CSI nobody installs' % name
