@@ -71,6 +71,20 @@ def test_a_missing_file_fails_in_preflight_naming_it(tmp_path, missing):
     assert lines == [expected[missing] % inventory]
 
 
+@pytest.mark.parametrize('values, expected', [
+    ({'kubernetes_version': '1.37.0'}, '- kubernetes_version: 1.37.0 does not run on Talos v1.13.9, which supports Kubernetes 1.31.0 up '
+                                       'to (not including) 1.37.0; docs/talos-config.md'),
+    ({'kubernetes_version': 'v1.30.4'}, '- kubernetes_version: 1.30.4 does not run on Talos v1.13.9, which supports Kubernetes 1.31.0 '
+                                        'up to (not including) 1.37.0; docs/talos-config.md'),
+    ({'talos_version': 'v1.12.11', 'kubernetes_version': '1.36.3'},
+     '- kubernetes_version: 1.36.3 does not run on Talos v1.12.11, which supports Kubernetes 1.30.0 up to (not including) 1.36.0; '
+     'docs/talos-config.md'),
+    ({'talos_version': 'v1.11.5'}, '- talos_version: v1.11.5 is not a release the collection renders configs for (v1.12.x or v1.13.x); '
+                                   'docs/talos-config.md')])
+def test_a_talos_or_kubernetes_version_that_does_not_fit_fails_in_preflight(tmp_path, values, expected):
+    assert problems(run_site(template(tmp_path, 'infra'), dict(VAULT, **values))) == [expected]
+
+
 def test_every_missing_input_is_listed_at_once(tmp_path):
     lines = problems(run_site(template(tmp_path, 'infra', cilium=False, ca=False), {}))
     assert [line.split(':')[0] for line in lines] == ['- pve_api_token_secret', '- pve_ca_path', '- cni_cilium_manifest',
