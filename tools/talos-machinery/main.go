@@ -8,7 +8,8 @@
 //	                                          ("old" empty or absent: the node has no config yet)
 //	talos-machinery redacted-paths KIND...    for each document kind, the YAML paths whose values Talos's own
 //	                                          Redact replaces (found by filling every field of the document and
-//	                                          comparing it before and after Redact)
+//	                                          comparing it before and after Redact); kinds the decoder does not
+//	                                          know are listed apart, with its error
 //
 // Every answer is one JSON object on stdout; the exit code is 0 unless the tool itself could not run.
 package main
@@ -202,35 +203,43 @@ func redact(doc any) error {
 	return nil
 }
 
-func redactedPaths(kinds []string) (map[string][]string, error) {
-	answer := map[string][]string{}
+type redactedAnswer struct {
+	Paths map[string][]string `json:"paths"`
+	// Unknown maps a kind the decoder does not know to its error.
+	Unknown map[string]string `json:"unknown"`
+}
+
+func redactedPaths(kinds []string) (redactedAnswer, error) {
+	answer := redactedAnswer{Paths: map[string][]string{}, Unknown: map[string]string{}}
 
 	for _, kind := range kinds {
 		before, err := document(kind)
 		if err != nil {
-			return nil, err
+			answer.Unknown[kind] = err.Error()
+
+			continue
 		}
 
 		after, err := document(kind)
 		if err != nil {
-			return nil, err
+			return answer, err
 		}
 
 		fill(reflect.ValueOf(before), 0)
 		fill(reflect.ValueOf(after), 0)
 
 		if err = redact(after); err != nil {
-			return nil, err
+			return answer, err
 		}
 
 		encodedBefore, err := encoded(before)
 		if err != nil {
-			return nil, fmt.Errorf("kind %s: %w", kind, err)
+			return answer, fmt.Errorf("kind %s: %w", kind, err)
 		}
 
 		encodedAfter, err := encoded(after)
 		if err != nil {
-			return nil, fmt.Errorf("kind %s: %w", kind, err)
+			return answer, fmt.Errorf("kind %s: %w", kind, err)
 		}
 
 		found := map[string]bool{}
@@ -242,7 +251,7 @@ func redactedPaths(kinds []string) (map[string][]string, error) {
 		}
 
 		sort.Strings(paths)
-		answer[kind] = paths
+		answer.Paths[kind] = paths
 	}
 
 	return answer, nil
