@@ -1,0 +1,190 @@
+"""The upstream control plane (lab/k8s_upstream): etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+kwok, the pinned builds from `make setup`. One control plane serves the whole module (it starts in seconds once the
+binaries are cached). Select with `-m upstream`."""
+
+import json
+import os
+import subprocess
+
+import pytest
+from lab import upstream
+from lab.k8s_upstream import ControlPlane, ControlPlaneError
+from lab.k8s_upstream.controlplane import admission_configuration
+from lab.testing import Lab
+
+pytestmark = pytest.mark.upstream
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KUBECTL = os.path.join(ROOT, '.tools', 'bin', 'kubectl')
+WAIT = 60.0
+
+
+@pytest.fixture(scope='module')
+def cp(tmp_path_factory):
+    plane = ControlPlane(str(tmp_path_factory.mktemp('controlplane')))
+    plane.start()
+    yield plane
+    plane.stop()
+    assert all(not proc.running for proc in plane.processes.values())
+
+
+def _kubectl(cp, *args):
+    return subprocess.run([KUBECTL, '--kubeconfig', cp.kubeconfig] + list(args), capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def _default_service_account(cp, namespace):
+    """Wait for kube-controller-manager's ServiceAccount controller: a pod created before it is refused."""
+    def made():
+        found = cp.api('GET', '/api/v1/namespaces/%s/serviceaccounts' % namespace)['items']
+        return any(sa['metadata']['name'] == 'default' for sa in found), [sa['metadata']['name'] for sa in found]
+    Lab.wait_until(made, WAIT, what='ServiceAccount %s/default' % namespace)
+
+
+def _namespace(cp, name, labels=None):
+    cp.api('POST', '/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace',
+                                          'metadata': {'name': name, 'labels': labels or {}}}, expect=(201,))
+    _default_service_account(cp, name)
+
+
+PRIVILEGED_POD = {
+    'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'priv'},
+    'spec': {'containers': [{'name': 'agent', 'image': 'registry.k8s.io/pause:3.10',
+                             'securityContext': {'privileged': True}}]},
+}
+
+
+def test_control_plane_is_up_and_answers_kubectl_and_the_python_client(cp):
+    status = {entry['name']: entry for entry in cp.status()}
+    assert list(status) == ['etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kwok']
+    assert all(entry['running'] and entry['healthy'] for entry in status.values()), status
+    assert status['kube-apiserver']['health'] == 'HTTP 200 ok'
+
+    version = _kubectl(cp, 'version', '-o', 'json')
+    assert version.returncode == 0, version.stderr
+    assert json.loads(version.stdout)['serverVersion']['gitVersion'] == 'v1.36.3'
+
+    from kubernetes import client, config  # pylint: disable=import-outside-toplevel
+    api = client.CoreV1Api(config.new_client_from_config(config_file=cp.kubeconfig))
+    names = {ns.metadata.name for ns in api.list_namespace().items}
+    assert {'default', 'kube-system', 'kube-public', 'kube-node-lease'} <= names
+    # the kubeconfig is a secret: 0600
+    assert os.stat(cp.kubeconfig).st_mode & 0o777 == 0o600
+
+
+def test_pod_security_baseline_rejects_a_privileged_pod_outside_kube_system(cp):
+    _namespace(cp, 'apps-unlabelled')
+    with pytest.raises(ControlPlaneError) as rejected:
+        cp.api('POST', '/api/v1/namespaces/apps-unlabelled/pods', PRIVILEGED_POD, expect=(201,))
+    # the message of k8s.io/pod-security-admission (admission.go, policy/check_privileged.go)
+    assert 'HTTP 403' in str(rejected.value)
+    assert ('pods \\"priv\\" is forbidden: violates PodSecurity \\"baseline:latest\\": privileged '
+            '(container \\"agent\\" must not set securityContext.privileged=true)') in str(rejected.value)
+    # kube-system is exempt, as Talos configures it
+    _default_service_account(cp, 'kube-system')
+    created = cp.api('POST', '/api/v1/namespaces/kube-system/pods', PRIVILEGED_POD, expect=(201,))
+    assert created['metadata']['name'] == 'priv'
+    # a namespace labelled privileged admits it
+    _namespace(cp, 'apps-privileged', {'pod-security.kubernetes.io/enforce': 'privileged'})
+    cp.api('POST', '/api/v1/namespaces/apps-privileged/pods', PRIVILEGED_POD, expect=(201,))
+
+
+def test_daemonset_pods_are_made_by_the_controller_placed_by_the_scheduler_and_made_ready_by_kwok(cp):
+    cp.register_node('cp-1', labels={'node-role.kubernetes.io/control-plane': ''},
+                     taints=[{'key': 'node-role.kubernetes.io/control-plane', 'effect': 'NoSchedule'}],
+                     addresses=['127.0.0.11'], pod_cidr='10.244.7.0/24')
+    cp.register_node('worker-1', addresses=['127.0.0.21'])
+    daemonset = {
+        'apiVersion': 'apps/v1', 'kind': 'DaemonSet', 'metadata': {'name': 'agent', 'namespace': 'kube-system'},
+        'spec': {'selector': {'matchLabels': {'app': 'agent'}},
+                 'template': {'metadata': {'labels': {'app': 'agent'}},
+                              'spec': {'containers': [{'name': 'agent', 'image': 'registry.k8s.io/pause:3.10'}]}}},
+    }
+    cp.api('POST', '/apis/apps/v1/namespaces/kube-system/daemonsets', daemonset, expect=(201,))
+
+    def available():
+        status = cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/agent').get('status', {})
+        return status.get('numberAvailable') == 1 and status.get('observedGeneration') == 1, status
+
+    status = Lab.wait_until(available, WAIT, what='DaemonSet agent available on one node')
+    # the real controller skips the tainted control plane: one desired, on the worker
+    assert status['desiredNumberScheduled'] == 1 and status['currentNumberScheduled'] == 1
+    assert status['numberReady'] == 1 and status['updatedNumberScheduled'] == 1 and status['numberMisscheduled'] == 0
+    pods = cp.api('GET', '/api/v1/namespaces/kube-system/pods?labelSelector=app%3Dagent')['items']
+    assert [pod['spec']['nodeName'] for pod in pods] == ['worker-1']
+    pod = pods[0]
+    # created by the DaemonSet controller (owner, its node-affinity and the daemon tolerations it adds)
+    assert pod['metadata']['ownerReferences'][0]['kind'] == 'DaemonSet'
+    tolerations = {(t['key'], t.get('effect')) for t in pod['spec']['tolerations']}
+    assert ('node.kubernetes.io/not-ready', 'NoExecute') in tolerations
+    # bound by kube-scheduler, made Ready by kwok
+    conditions = {c['type']: c['status'] for c in pod['status']['conditions']}
+    assert conditions.get('PodScheduled') == 'True' and conditions.get('Ready') == 'True'
+
+    nodes = {n['metadata']['name']: n for n in cp.api('GET', '/api/v1/nodes')['items']}
+    assert nodes['cp-1']['spec']['podCIDR'] == '10.244.7.0/24'
+
+    def cidr_allocated():
+        node = cp.api('GET', '/api/v1/nodes/worker-1')
+        ready = {c['type']: c['status'] for c in node['status'].get('conditions', [])}.get('Ready')
+        return bool(node['spec'].get('podCIDR')) and ready == 'True', (node['spec'].get('podCIDR'), ready)
+
+    # kube-controller-manager's node IPAM gives the other node a range of the pod subnet; kwok reports it Ready
+    cidr, _ready = Lab.wait_until(cidr_allocated, WAIT, what='worker-1 podCIDR and Ready')
+    assert cidr.startswith('10.244.') and cidr != '10.244.7.0/24'
+    addresses = {(a['type'], a['address']) for a in nodes['cp-1']['status']['addresses']}
+    assert ('InternalIP', '127.0.0.11') in addresses
+
+
+def test_admission_configuration_is_talos_shape_and_names_bad_input():
+    rendered = admission_configuration([{'name': 'PodSecurity', 'configuration': {'kind': 'PodSecurityConfiguration'}}])
+    assert rendered == {'apiVersion': 'apiserver.config.k8s.io/v1', 'kind': 'AdmissionConfiguration',
+                        'plugins': [{'name': 'PodSecurity', 'configuration': {'kind': 'PodSecurityConfiguration'}}]}
+    with pytest.raises(ControlPlaneError, match=r'admission_control\[0\]\.configuration'):
+        admission_configuration([{'name': 'PodSecurity', 'configuration': 'enforce: baseline'}])
+    with pytest.raises(ControlPlaneError, match=r'admission_control\[1\]\.name'):
+        admission_configuration([{'name': 'A', 'configuration': {}}, {'configuration': {}}])
+
+
+def test_missing_binary_says_to_run_make_setup(tmp_path, monkeypatch):
+    monkeypatch.setenv('PROXTALOS_CACHE', str(tmp_path / 'empty-cache'))
+    with pytest.raises(upstream.MissingBinary, match='run `make setup`'):
+        upstream.binary('kube-apiserver')
+    with pytest.raises(upstream.MissingBinary, match='no upstream/no-such-thing.json declares it'):
+        upstream.binary('no-such-thing')
+
+
+def test_declaration_errors_name_the_file_and_field(tmp_path):
+    bad = tmp_path / 'thing.json'
+    bad.write_text(json.dumps({'name': 'thing', 'version': '1', 'go_module': {'module': 'x', 'version': 'v1'}}))
+    with pytest.raises(upstream.UpstreamError, match='thing.json: field go_module.package must be a non-empty string'):
+        upstream.components(tmp_path)
+    bad.write_text(json.dumps({'name': 'other', 'version': '1', 'go_source': 'tools/x'}))
+    with pytest.raises(upstream.UpstreamError, match="field name is 'other' but the file is named thing.json"):
+        upstream.components(tmp_path)
+    bad.write_text(json.dumps({'name': 'thing', 'version': '1'}))
+    with pytest.raises(upstream.UpstreamError, match='exactly one of the fields go_module, go_source'):
+        upstream.components(tmp_path)
+    bad.write_text(json.dumps({'name': 'thing', 'version': '1', 'go_source': 'tools/x',
+                               'download': {'url': 'https://example.invalid/x', 'sha256': 'abc'}}))
+    with pytest.raises(upstream.UpstreamError, match='field download.sha256 must be 64 lower-case hex digits'):
+        upstream.components(tmp_path)
+
+
+def test_every_declaration_in_the_repository_is_valid():
+    found = upstream.components()
+    assert {'etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kwok'} <= set(found)
+    # the three Kubernetes binaries are one build: same module, version, replaces and flags
+    kube = [dict(found[name]['go_module'], package=None) for name in ('kube-apiserver', 'kube-controller-manager', 'kube-scheduler')]
+    assert kube[0] == kube[1] == kube[2]
+
+
+def test_go_source_key_changes_with_the_source(tmp_path):
+    source = tmp_path / 'tools' / 'thing'
+    source.mkdir(parents=True)
+    (source / 'main.go').write_text('package main\n')
+    spec = {'name': 'thing', 'version': '1.0', 'go_source': 'tools/thing'}
+    first = upstream.binary_path(spec, tmp_path)
+    assert first.parent.name == '1.0-' + upstream.source_hash('tools/thing', tmp_path)
+    (source / 'main.go').write_text('package main\n\nfunc main() {}\n')
+    assert upstream.binary_path(spec, tmp_path) != first
