@@ -96,8 +96,8 @@ def try_download(spec):
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:  # noqa: S310 (pinned https URL)
             payload = response.read()
     except OSError as exc:
-        say('%s %s: download failed after %.1f s (%s); building instead' % (spec['name'], spec['version'],
-                                                                              time.monotonic() - started, exc))
+        elapsed = time.monotonic() - started
+        say('%s %s: download failed after %.1f s (%s); building instead' % (spec['name'], spec['version'], elapsed, exc))
         return False
     digest = hashlib.sha256(payload).hexdigest()
     if digest != download['sha256']:

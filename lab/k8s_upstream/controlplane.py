@@ -493,4 +493,3 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             },
         }
         return self.api('POST', '/api/v1/nodes', node, expect=(201,))
-
