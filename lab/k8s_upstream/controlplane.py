@@ -12,6 +12,7 @@ Each process writes its log to <workdir>/logs/<name>.log; certificates, keys and
 on timeout raises ControlPlaneError naming the process, what the probe last saw and the tail of its log.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 
 from lab import upstream
+from lab.cli import log_tail
 from lab.k8s import pki
 from lab.k8s.testing import write_kubeconfig
 
@@ -84,14 +86,6 @@ def _write_secret(path, text):
     return path
 
 
-def _tail(path, lines=LOG_TAIL):
-    try:
-        with open(path, encoding='utf-8', errors='replace') as handle:
-            return ''.join(handle.readlines()[-lines:])
-    except OSError as exc:
-        return '(no log: %s)' % exc
-
-
 def admission_configuration(plugins):
     """The AdmissionConfiguration file Talos writes from cluster.apiServer.admissionControl.
 
@@ -110,15 +104,15 @@ def admission_configuration(plugins):
     return {'apiVersion': 'apiserver.config.k8s.io/v1', 'kind': 'AdmissionConfiguration', 'plugins': entries}
 
 
-class _Process:  # pylint: disable=too-few-public-methods
+@dataclasses.dataclass
+class _Process:
     """A started binary: its command, log and health URL."""
 
-    def __init__(self, name, args, log_path, health_url):
-        self.name = name
-        self.args = args
-        self.log_path = log_path
-        self.health_url = health_url
-        self.popen = None
+    name: str
+    args: list
+    log_path: str
+    health_url: str
+    popen: subprocess.Popen = None
 
     @property
     def running(self):
@@ -356,13 +350,13 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             healthy, seen = self._probe_health(name)
             if not proc.running:
                 raise ControlPlaneError('%s exited (code %s) while starting; its log ends:\n%s'
-                                        % (name, proc.popen.returncode, _tail(log_path)))
+                                        % (name, proc.popen.returncode, log_tail(log_path, LOG_TAIL)))
             return healthy, seen
 
         result = _wait.wait_for(probe, remaining, interval=0.1, backoff=1.3, max_interval=1.0, sink=None)
         if not result.ok:
             raise ControlPlaneError('%s not healthy within the start deadline; last probe: %s; its log ends:\n%s'
-                                    % (name, result.observation, _tail(log_path)))
+                                    % (name, result.observation, log_tail(log_path, LOG_TAIL)))
 
     def start(self, timeout=START_TIMEOUT):
         """Write the files, start each process in order, each waited for on its health endpoint. Returns self."""

@@ -89,6 +89,29 @@ def test_pod_security_baseline_rejects_a_privileged_pod_outside_kube_system(cp):
     cp.api('POST', '/api/v1/namespaces/apps-privileged/pods', PRIVILEGED_POD, expect=(201,))
 
 
+def test_a_deployment_of_privileged_pods_reports_the_admission_rejection_as_replica_failure(cp):
+    """What a bootstrap release in a namespace without Pod Security labels meets on Talos: the ReplicaSet controller's
+    pod creations are refused, and the rejection surfaces as ReplicaFailure / FailedCreate with the admission message."""
+    _namespace(cp, 'release-unlabelled')
+    deployment = {
+        'apiVersion': 'apps/v1', 'kind': 'Deployment', 'metadata': {'name': 'agent', 'namespace': 'release-unlabelled'},
+        'spec': {'replicas': 1, 'selector': {'matchLabels': {'app': 'agent'}},
+                 'template': {'metadata': {'labels': {'app': 'agent'}}, 'spec': PRIVILEGED_POD['spec']}},
+    }
+    cp.api('POST', '/apis/apps/v1/namespaces/release-unlabelled/deployments', deployment, expect=(201,))
+
+    def failure():
+        found = cp.api('GET', '/apis/apps/v1/namespaces/release-unlabelled/deployments/agent').get('status', {})
+        by_type = {c['type']: c for c in found.get('conditions', [])}
+        return by_type.get('ReplicaFailure', {}).get('status') == 'True', by_type
+
+    conditions = Lab.wait_until(failure, WAIT, what='Deployment agent ReplicaFailure')
+    assert conditions['ReplicaFailure']['reason'] == 'FailedCreate'
+    assert 'violates PodSecurity "baseline:latest": privileged (container "agent" must not set securityContext.privileged=true)' \
+        in conditions['ReplicaFailure']['message']
+    assert cp.api('GET', '/api/v1/namespaces/release-unlabelled/pods')['items'] == []
+
+
 def test_daemonset_pods_are_made_by_the_controller_placed_by_the_scheduler_and_made_ready_by_kwok(cp):
     cp.register_node('cp-1', labels={'node-role.kubernetes.io/control-plane': ''},
                      taints=[{'key': 'node-role.kubernetes.io/control-plane', 'effect': 'NoSchedule'}],
