@@ -13,6 +13,7 @@ on timeout raises ControlPlaneError naming the process, what the probe last saw 
 """
 
 import dataclasses
+import ipaddress
 import json
 import os
 import shutil
@@ -72,6 +73,14 @@ class ControlPlaneError(Exception):
     """A process of the control plane did not start, or a request to it failed."""
 
 
+def _is_ip(text):
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def free_port(host=HOST):
     """A TCP port nobody listens on at the moment (the kernel's pick)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -125,13 +134,18 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
     ORDER = ('etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kwok')
 
     def __init__(self, workdir, admission_control=None, pod_subnet=DEFAULT_POD_SUBNET, service_subnet=DEFAULT_SERVICE_SUBNET,
-                 ca=None, kwok=True):
+                 ca=None, kwok=True, api_host=HOST, api_port=None, api_sans=()):
         self.workdir = os.path.abspath(workdir)
         self.admission_control = DEFAULT_ADMISSION_CONTROL if admission_control is None else admission_control
         self.pod_subnet = pod_subnet
         self.service_subnet = service_subnet
         self.ca = ca  # (cert_pem, key_pem) of the cluster CA (the Talos secrets bundle's); None: a new one
         self.with_kwok = kwok
+        # where kube-apiserver listens (a lab's control-plane endpoint, e.g. <net>.10:6443) and the further addresses or
+        # names its serving certificate holds; the other processes stay on 127.0.0.1
+        self.api_host = api_host
+        self.api_port = api_port
+        self.api_sans = tuple(api_sans)
         self.pki_dir = os.path.join(self.workdir, 'pki')
         self.log_dir = os.path.join(self.workdir, 'logs')
         self.processes = {}
@@ -171,7 +185,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         aggregator_ca = pki.make_ca('front-proxy')
         _write_secret(self._path('aggregator-ca.crt'), aggregator_ca[0])
         self._leaf(aggregator_ca, 'front-proxy-client', 'front-proxy-client')
-        cert, key = pki.serving_cert(self.ca[0], self.ca[1], [HOST], service_ip=KUBERNETES_SERVICE_IP)
+        ips = [h for h in (self.api_host,) + self.api_sans if _is_ip(h)]
+        names = [h for h in self.api_sans if not _is_ip(h)]
+        cert, key = pki.issue(self.ca[0], self.ca[1], 'kube-apiserver', (), list(pki.SERVICE_DNS) + names,
+                              list(dict.fromkeys(ips + [HOST, KUBERNETES_SERVICE_IP])), server=True)
         _write_secret(self._path('apiserver.crt'), cert)
         _write_secret(self._path('apiserver.key'), key)
         self._leaf(self.ca, 'apiserver-kubelet-client', 'apiserver-kubelet-client', ('system:masters',))
@@ -215,7 +232,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     @property
     def api_url(self):
-        return 'https://%s:%d' % (HOST, self.ports['kube-apiserver'])
+        return 'https://%s:%d' % (self.api_host, self.ports['kube-apiserver'])
 
     def _commands(self):
         p = self._path
@@ -241,7 +258,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             'kube-apiserver': ([upstream.binary('kube-apiserver'),
                                 '--admission-control-config-file=' + p('admission-control-config.yaml'),
                                 '--allow-privileged=true', '--anonymous-auth=false',
-                                '--api-audiences=' + self.api_url, '--bind-address=' + HOST, '--advertise-address=' + HOST,
+                                '--api-audiences=' + self.api_url, '--bind-address=' + self.api_host, '--advertise-address=' + self.api_host,
                                 '--client-ca-file=' + p('ca.crt'), '--enable-admission-plugins=NodeRestriction',
                                 '--authorization-mode=Node,RBAC',
                                 '--requestheader-client-ca-file=' + p('aggregator-ca.crt'),
@@ -362,8 +379,9 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         """Write the files, start each process in order, each waited for on its health endpoint. Returns self."""
         if self.processes:
             raise ControlPlaneError('already started')
-        for name in ('etcd', 'etcd-peer', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kwok'):
+        for name in ('etcd', 'etcd-peer', 'kube-controller-manager', 'kube-scheduler', 'kwok'):
             self.ports[name] = free_port()
+        self.ports['kube-apiserver'] = self.api_port or free_port(self.api_host)
         commands = self._commands()  # the binaries are looked up first: a missing one fails before anything runs
         self._write_files()
         # the admin client certificate as files, for the health probe of kube-apiserver

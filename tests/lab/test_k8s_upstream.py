@@ -8,9 +8,10 @@ import subprocess
 
 import pytest
 from lab import upstream
+from lab.k8s import pki
 from lab.k8s_upstream import ControlPlane, ControlPlaneError
 from lab.k8s_upstream.controlplane import admission_configuration
-from lab.testing import Lab
+from lab.testing import Lab, free_net
 
 pytestmark = pytest.mark.upstream
 
@@ -211,3 +212,27 @@ def test_go_source_key_changes_with_the_source(tmp_path):
     assert first.parent.name == '1.0-' + upstream.source_hash('tools/thing', tmp_path)
     (source / 'main.go').write_text('package main\n\nfunc main() {}\n')
     assert upstream.binary_path(spec, tmp_path) != first
+
+
+def test_api_server_on_a_lab_endpoint_with_its_addresses_in_the_certificate(tmp_path):
+    """The shape a lab cluster needs: kube-apiserver on <net>.10:6443 (the control-plane endpoint), the serving
+    certificate also valid for a node address, the kubeconfig pointing at the endpoint; the cluster CA is given."""
+    net = free_net()
+    ca = pki.make_ca('kubernetes')
+    plane = ControlPlane(str(tmp_path), kwok=False, ca=ca, api_host=net + '.10', api_port=6443, api_sans=[net + '.11', 'lab.example'])
+    with plane:
+        assert plane.api_url == 'https://%s.10:6443' % net
+        with open(plane.kubeconfig, encoding='utf-8') as handle:
+            assert 'server: https://%s.10:6443' % net in handle.read()
+        version = _kubectl(plane, 'version', '-o', 'json')
+        assert version.returncode == 0, version.stderr
+        # the same certificate on a node address and a name (the CA verifies it for each)
+        checked = _kubectl(plane, '--server', 'https://%s.10:6443' % net, '--tls-server-name', net + '.11', 'get', '--raw', '/readyz')
+        assert checked.stdout == 'ok', checked.stderr
+        named = _kubectl(plane, '--tls-server-name', 'lab.example', 'get', '--raw', '/readyz')
+        assert named.stdout == 'ok', named.stderr
+        wrong = _kubectl(plane, '--tls-server-name', 'other.example', 'get', '--raw', '/readyz')
+        assert wrong.returncode != 0 and 'certificate' in wrong.stderr
+        with open(os.path.join(str(tmp_path), 'pki', 'ca.crt'), encoding='utf-8') as handle:
+            assert handle.read() == ca[0]
+    assert not any(proc.running for proc in plane.processes.values())
