@@ -474,13 +474,14 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         self.api('POST', '/apis/rbac.authorization.k8s.io/v1/clusterroles', role, expect=(201, 409))
         self.api('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', binding, expect=(201, 409))
 
-    def register_node(self, name, labels=None, taints=(), addresses=(), pod_cidr=None):
+    def register_node(self, name, labels=None, taints=(), addresses=(), pod_cidr=None, node_info=None):  # pylint: disable=too-many-arguments
         """Create a Node that kwok manages, as a node's kubelet registers itself.
 
         labels: extra labels on top of the ones kubelet sets (kubernetes.io/hostname, kubernetes.io/os and arch);
         taints: [{'key', 'value', 'effect'}] (Talos's control-plane taint is
         node-role.kubernetes.io/control-plane:NoSchedule); addresses: the node's InternalIPs; pod_cidr: spec.podCIDR
-        (inside the cluster's pod subnet; None leaves it to kube-controller-manager's node IPAM, as Talos does).
+        (inside the cluster's pod subnet; None leaves it to kube-controller-manager's node IPAM, as Talos does);
+        node_info: status.nodeInfo fields to report (osImage 'Talos (v1.13.9)', bootID ...).
         """
         all_labels = {'kubernetes.io/hostname': name, 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64',
                       'beta.kubernetes.io/os': 'linux', 'beta.kubernetes.io/arch': 'amd64', 'type': 'kwok'}
@@ -498,10 +499,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                 'addresses': [{'type': 'InternalIP', 'address': a} for a in addresses] + [{'type': 'Hostname', 'address': name}],
                 'allocatable': {'cpu': '4', 'memory': '8Gi', 'pods': '110'},
                 'capacity': {'cpu': '4', 'memory': '8Gi', 'pods': '110'},
-                'nodeInfo': {'architecture': 'amd64', 'operatingSystem': 'linux', 'kubeletVersion': 'v1.36.3',
-                             'osImage': 'Talos (v1.13.9)', 'containerRuntimeVersion': 'containerd://2.1.5',
-                             'kernelVersion': '6.18.0-talos', 'kubeProxyVersion': '', 'machineID': '', 'systemUUID': '',
-                             'bootID': ''},
+                # what the kubelet reports; kwok's node-initialize stage fills what is left out (kernel, runtime)
+                'nodeInfo': dict({'architecture': 'amd64', 'operatingSystem': 'linux',
+                                  'kubeletVersion': 'v' + upstream.components()['kube-apiserver']['version']},
+                                 **(node_info or {})),
             },
         }
         return self.api('POST', '/api/v1/nodes', node, expect=(201,))

@@ -116,7 +116,7 @@ def test_a_deployment_of_privileged_pods_reports_the_admission_rejection_as_repl
 def test_daemonset_pods_are_made_by_the_controller_placed_by_the_scheduler_and_made_ready_by_kwok(cp):
     cp.register_node('cp-1', labels={'node-role.kubernetes.io/control-plane': ''},
                      taints=[{'key': 'node-role.kubernetes.io/control-plane', 'effect': 'NoSchedule'}],
-                     addresses=['127.0.0.11'], pod_cidr='10.244.7.0/24')
+                     addresses=['127.0.0.11'], pod_cidr='10.244.7.0/24', node_info={'osImage': 'Talos (v1.13.9)'})
     cp.register_node('worker-1', addresses=['127.0.0.21'])
     daemonset = {
         'apiVersion': 'apps/v1', 'kind': 'DaemonSet', 'metadata': {'name': 'agent', 'namespace': 'kube-system'},
@@ -158,6 +158,8 @@ def test_daemonset_pods_are_made_by_the_controller_placed_by_the_scheduler_and_m
     assert cidr.startswith('10.244.') and cidr != '10.244.7.0/24'
     addresses = {(a['type'], a['address']) for a in nodes['cp-1']['status']['addresses']}
     assert ('InternalIP', '127.0.0.11') in addresses
+    info = nodes['cp-1']['status']['nodeInfo']
+    assert info['kubeletVersion'] == 'v1.36.3' and info['osImage'] == 'Talos (v1.13.9)'
 
 
 def test_admission_configuration_is_talos_shape_and_names_bad_input():
