@@ -12,3 +12,4 @@ plane, and registers kwok-managed Nodes in place of kubelets.
 """
 
 from .controlplane import ControlPlane, ControlPlaneError, DEFAULT_ADMISSION_CONTROL  # noqa: F401
+from .lab import install  # noqa: F401  (python -m lab up --extensions talos,k8s_upstream)

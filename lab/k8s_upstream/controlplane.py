@@ -64,9 +64,7 @@ KWOK_STAGE_FILES = ('kustomize/stage/node/fast/node-initialize.yaml',
                     'kustomize/stage/pod/fast/pod-complete.yaml',
                     'kustomize/stage/pod/fast/pod-delete.yaml')
 KWOK_NODE_LEASE_SECONDS = 40
-START_TIMEOUT = 120.0
-STOP_TIMEOUT = 20.0
-LOG_TAIL = 30
+START_TIMEOUT, STOP_TIMEOUT = 120.0, 20.0
 
 
 class ControlPlaneError(Exception):
@@ -367,13 +365,13 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             healthy, seen = self._probe_health(name)
             if not proc.running:
                 raise ControlPlaneError('%s exited (code %s) while starting; its log ends:\n%s'
-                                        % (name, proc.popen.returncode, log_tail(log_path, LOG_TAIL)))
+                                        % (name, proc.popen.returncode, log_tail(log_path)))
             return healthy, seen
 
         result = _wait.wait_for(probe, remaining, interval=0.1, backoff=1.3, max_interval=1.0, sink=None)
         if not result.ok:
             raise ControlPlaneError('%s not healthy within the start deadline; last probe: %s; its log ends:\n%s'
-                                    % (name, result.observation, log_tail(log_path, LOG_TAIL)))
+                                    % (name, result.observation, log_tail(log_path)))
 
     def start(self, timeout=START_TIMEOUT):
         """Write the files, start each process in order, each waited for on its health endpoint. Returns self."""
