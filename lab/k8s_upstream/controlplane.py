@@ -79,6 +79,14 @@ def _is_ip(text):
     return True
 
 
+def _zombie(pid):
+    try:
+        with open('/proc/%d/stat' % pid, encoding='utf-8') as handle:
+            return handle.read().rsplit(')', 1)[1].split()[0] == 'Z'
+    except (OSError, IndexError):
+        return False
+
+
 def free_port(host=HOST):
     """A TCP port nobody listens on at the moment (the kernel's pick)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -359,6 +367,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         with open(log_path, 'ab') as log:
             proc.popen = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
                                           start_new_session=True, cwd=self.workdir)
+        self._write_pids()
         remaining = max(0.0, deadline - time.monotonic())
 
         def probe():
@@ -381,6 +390,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             self.ports[name] = free_port()
         self.ports['kube-apiserver'] = self.api_port or free_port(self.api_host)
         commands = self._commands()  # the binaries are looked up first: a missing one fails before anything runs
+        os.makedirs(self.workdir, exist_ok=True)
+        self._reap_leftovers(commands)
+        # a start is a new cluster: no objects of an earlier one (their tokens were signed with another key)
+        shutil.rmtree(os.path.join(self.workdir, 'etcd'), ignore_errors=True)
         self._write_files()
         # the admin client certificate as files, for the health probe of kube-apiserver
         _write_secret(self._path('admin.crt'), self._admin_cert[0])
@@ -398,6 +411,36 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             self.stop()
             raise
         return self
+
+    def _write_pids(self):
+        text = json.dumps({name: proc.popen.pid for name, proc in self.processes.items() if proc.popen is not None})
+        with open(os.path.join(self.workdir, 'pids.json'), 'w', encoding='utf-8') as handle:
+            handle.write(text + '\n')
+
+    def _reap_leftovers(self, commands, timeout=STOP_TIMEOUT):
+        """Stop what an earlier start in this directory left running when its owner died without stop() (SIGKILL):
+        each pid of pids.json that still runs the same binary gets SIGTERM, then SIGKILL at the deadline."""
+        try:
+            with open(os.path.join(self.workdir, 'pids.json'), encoding='utf-8') as handle:
+                recorded = json.load(handle)
+        except (OSError, ValueError):
+            return
+        for name in reversed(self.ORDER):  # as stop() does: the API clients first, etcd last
+            pid = recorded.get(name)
+            try:
+                running = os.readlink('/proc/%d/exe' % pid) if name in commands and pid else None
+            except OSError:
+                running = None
+            if running is None or running != os.path.realpath(commands[name][0][0]):
+                continue  # gone, or the pid is another program's now
+            os.kill(pid, signal.SIGTERM)
+            result = _wait.wait_for(lambda pid=pid: (not os.path.exists('/proc/%d' % pid) or _zombie(pid), pid), timeout,
+                                    interval=0.05, backoff=1.5, max_interval=0.5, sink=None)
+            if not result.ok:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM every process (the reverse order), wait for each with a deadline, SIGKILL what is left."""

@@ -5,6 +5,7 @@ binaries are cached). Select with `-m upstream`."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 from lab import upstream
@@ -238,3 +239,25 @@ def test_api_server_on_a_lab_endpoint_with_its_addresses_in_the_certificate(tmp_
         with open(os.path.join(str(tmp_path), 'pki', 'ca.crt'), encoding='utf-8') as handle:
             assert handle.read() == ca[0]
     assert not any(proc.running for proc in plane.processes.values())
+
+
+@pytest.mark.slow
+def test_a_start_stops_what_a_killed_owner_left_running(tmp_path):
+    """The owner of a control plane SIGKILLed (no stop()): the next start in the same directory ends its processes."""
+    script = ('import sys; from lab.k8s_upstream import ControlPlane; plane = ControlPlane(sys.argv[1], kwok=False).start(); '
+              'print(plane.ports["kube-apiserver"], flush=True); sys.stdin.read()')
+    owner = subprocess.Popen([sys.executable, '-c', script, str(tmp_path)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert owner.stdout.readline().strip().isdigit()  # the line comes once every process is healthy
+        with open(tmp_path / 'pids.json', encoding='utf-8') as handle:
+            orphans = json.load(handle)
+        owner.kill()
+        owner.wait(timeout=30)
+        assert all(os.path.exists('/proc/%d' % pid) for pid in orphans.values())  # they outlived their owner
+        with ControlPlane(str(tmp_path), kwok=False) as plane:
+            assert all(entry['healthy'] for entry in plane.status())
+            assert not any(os.path.exists('/proc/%d' % pid) for pid in orphans.values())
+    finally:
+        owner.kill()
+        owner.wait(timeout=30)
