@@ -52,9 +52,11 @@ DEFAULT_ADMISSION_CONTROL = [{
         'exemptions': {'usernames': [], 'runtimeClasses': [], 'namespaces': ['kube-system']},
     },
 }]
-# kwok manages only the Nodes that carry this annotation (its documented default selector value): the lab's
-# kubelet stand-in for a Talos node.
-KWOK_NODE_ANNOTATION = ('kwok.x-k8s.io/node', 'fake')
+# kwok acts as the kubelet of the Nodes that carry this label, and of no other. A label, not kwok's usual annotation:
+# kwok watches Nodes with a label selector on the server, so taking the label away reaches it as the Node's deletion
+# (sigs.k8s.io/kwok@v0.8.0 pkg/kwok/controllers/node_controller.go:215-230) and it stops renewing the node's Lease
+# (onNodeUnmanaged -> ReleaseHold, controller.go:297-299): a kubelet that stopped. Putting it back starts it again.
+KWOK_NODE_LABEL = ('kwok.x-k8s.io/node', 'fake')
 # The stages kwokctl gives a kwok it runs when none are configured (sigs.k8s.io/kwok@v0.8.0
 # pkg/kwokctl/runtime/cluster.go:185-209, getDefaultNodeStages/getDefaultPodStages 297-336), with the lease heartbeat
 # (kubelet's own: a Lease renewed in kube-node-lease) and its 40 s lease; read from the kwok module itself.
@@ -63,6 +65,8 @@ KWOK_STAGE_FILES = ('kustomize/stage/node/fast/node-initialize.yaml',
                     'kustomize/stage/pod/fast/pod-ready.yaml',
                     'kustomize/stage/pod/fast/pod-complete.yaml',
                     'kustomize/stage/pod/fast/pod-delete.yaml')
+# kubelet's default nodeLeaseDurationSeconds (k8s.io/kubernetes v1.36.3 pkg/kubelet/apis/config/v1beta1/defaults.go:151-153);
+# kwok renews at a quarter of it as kubelet does (kwok pkg/kwok/controllers/controller.go:248-250)
 KWOK_NODE_LEASE_SECONDS = 40
 START_TIMEOUT, STOP_TIMEOUT = 120.0, 20.0
 
@@ -140,7 +144,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
     ORDER = ('etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kwok')
 
     def __init__(self, workdir, admission_control=None, pod_subnet=DEFAULT_POD_SUBNET, service_subnet=DEFAULT_SERVICE_SUBNET,
-                 ca=None, kwok=True, api_host=HOST, api_port=None, api_sans=()):
+                 ca=None, kwok=True, api_host=HOST, api_port=None, api_sans=(), node_lease_seconds=KWOK_NODE_LEASE_SECONDS,
+                 node_monitor=None):
         self.workdir = os.path.abspath(workdir)
         self.admission_control = DEFAULT_ADMISSION_CONTROL if admission_control is None else admission_control
         self.pod_subnet = pod_subnet
@@ -152,6 +157,11 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         self.api_host = api_host
         self.api_port = api_port
         self.api_sans = tuple(api_sans)
+        # how soon a stopped kubelet shows: its Lease's duration, and kube-controller-manager's node monitor
+        # (period, grace period) - None keeps the upstream defaults (5s, 50s: pkg/controller/nodelifecycle/config/
+        # v1alpha1/defaults.go:46); shorter ones are a time scale for tests, as the lab's profiles scale its delays
+        self.node_lease_seconds = node_lease_seconds
+        self.node_monitor = node_monitor
         self.pki_dir = os.path.join(self.workdir, 'pki')
         self.log_dir = os.path.join(self.workdir, 'logs')
         self.processes = {}
@@ -303,7 +313,9 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                                          '--use-service-account-credentials=true',
                                          '--profiling=false', '--tls-min-version=VersionTLS13',
                                          '--tls-cert-file=' + p('controller-manager-serving.crt'),
-                                         '--tls-private-key-file=' + p('controller-manager-serving.key')],
+                                         '--tls-private-key-file=' + p('controller-manager-serving.key')]
+                                        + (['--node-monitor-period=' + self.node_monitor[0],
+                                            '--node-monitor-grace-period=' + self.node_monitor[1]] if self.node_monitor else []),
                                         'https://%s:%d/healthz' % (HOST, ports['kube-controller-manager'])),
             # control_plane_static_pod.go:763-770
             'kube-scheduler': ([upstream.binary('kube-scheduler'),
@@ -320,8 +332,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             commands['kwok'] = ([upstream.binary('kwok'),
                                  '--kubeconfig=' + p('kwok.kubeconfig'),
                                  '--manage-all-nodes=false',
-                                 '--manage-nodes-with-annotation-selector=%s=%s' % KWOK_NODE_ANNOTATION,
-                                 '--node-lease-duration-seconds=%d' % KWOK_NODE_LEASE_SECONDS,
+                                 '--manage-nodes-with-label-selector=%s=%s' % KWOK_NODE_LABEL,
+                                 '--node-lease-duration-seconds=%d' % self.node_lease_seconds,
                                  '--config=' + p('kwok-stages.yaml'),
                                  '--server-address=%s:%d' % (HOST, ports['kwok'])],
                                 'http://%s:%d/healthz' % (HOST, ports['kwok']))
@@ -486,9 +498,11 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     # ------------------------------------------------------------------ API
 
-    def api(self, method, path, body=None, expect=(200, 201)):
+    def api(self, method, path, body=None, expect=(200, 201), content_type='application/json'):
         """One request as admin; the decoded JSON. ControlPlaneError with the status and message otherwise."""
-        response = self._http().request(method, self.api_url + path, json=body, timeout=30, verify=self._path('ca.crt'),
+        data = None if body is None else json.dumps(body)
+        response = self._http().request(method, self.api_url + path, data=data, headers={'Content-Type': content_type},
+                                        timeout=30, verify=self._path('ca.crt'),
                                         cert=(self._path('admin.crt'), self._path('admin.key')))
         if response.status_code not in expect:
             raise ControlPlaneError('%s %s: HTTP %d %s' % (method, path, response.status_code, response.text[:500]))
@@ -525,16 +539,16 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         node_info: status.nodeInfo fields to report (osImage 'Talos (v1.13.9)', bootID ...).
         """
         all_labels = {'kubernetes.io/hostname': name, 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64',
-                      'beta.kubernetes.io/os': 'linux', 'beta.kubernetes.io/arch': 'amd64', 'type': 'kwok'}
+                      'beta.kubernetes.io/os': 'linux', 'beta.kubernetes.io/arch': 'amd64'}
         all_labels.update(labels or {})
+        all_labels[KWOK_NODE_LABEL[0]] = KWOK_NODE_LABEL[1]
         spec = {'taints': [dict(t) for t in taints]}
         if pod_cidr:
             spec['podCIDR'] = pod_cidr
             spec['podCIDRs'] = [pod_cidr]
         node = {
             'apiVersion': 'v1', 'kind': 'Node',
-            'metadata': {'name': name, 'labels': all_labels, 'annotations': {KWOK_NODE_ANNOTATION[0]: KWOK_NODE_ANNOTATION[1],
-                                                                             'node.alpha.kubernetes.io/ttl': '0'}},
+            'metadata': {'name': name, 'labels': all_labels},
             'spec': spec,
             'status': {
                 'addresses': [{'type': 'InternalIP', 'address': a} for a in addresses] + [{'type': 'Hostname', 'address': name}],
@@ -546,4 +560,21 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                                  **(node_info or {})),
             },
         }
-        return self.api('POST', '/api/v1/nodes', node, expect=(201,))
+        created = self.api('POST', '/api/v1/nodes', node, expect=(201, 409))
+        if created.get('kind') == 'Status':  # registered before (kubelet ran on it earlier): its kubelet runs again
+            return self.start_kubelet(name)
+        return created
+
+    def _kwok_label(self, name, value):
+        patch = {'metadata': {'labels': {KWOK_NODE_LABEL[0]: value}}}
+        return self.api('PATCH', '/api/v1/nodes/' + name, patch, content_type='application/merge-patch+json')
+
+    def stop_kubelet(self, name):
+        """The node's kubelet stops: kwok lets go of it, its Lease is no longer renewed, and kube-controller-manager's
+        node lifecycle controller marks it Ready=Unknown (NodeStatusUnknown) with the unreachable taints after its
+        grace period."""
+        return self._kwok_label(name, None)
+
+    def start_kubelet(self, name):
+        """The node's kubelet runs again: kwok takes it back and reports it Ready."""
+        return self._kwok_label(name, KWOK_NODE_LABEL[1])

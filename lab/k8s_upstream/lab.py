@@ -10,9 +10,10 @@ this one): with it, a lab cluster's Kubernetes is etcd + kube-apiserver + kube-c
   kube-apiserver listens on the control-plane endpoint host, port 6443. (Only there: kube-apiserver binds one
   address, and the lab's nets share the port; the node addresses are in its certificate.)
 - a kubelet runs (on_kubelet_running): its Node registers with the Talos hostname, the node address, and the labels
-  and taints Talos gives it.
+  and taints Talos gives it; a kubelet that stops (Talos reboot, reset, shutdown; VM stop, reset, delete) is let go by
+  kwok, so kube-controller-manager's node lifecycle controller marks its Node Unknown when its Lease runs out.
 - `lab status` shows, per cluster, each process with its pid and health; the lab stopping stops them.
-Not yet: kubelets stopping (Node NotReady), faults, the manifests Talos applies (CoreDNS, kube-proxy, inline
+Not yet: faults, the manifests Talos applies (CoreDNS, kube-proxy, inline
 manifests), the Flux simulation (which works on lab/k8s's store).
 """
 
@@ -21,6 +22,7 @@ import logging
 import os
 import urllib.parse
 
+from ..kubelet_hooks import KubeletVmHooks
 from ..talos.node import TALOS_VERSION
 from .controlplane import DEFAULT_POD_SUBNET, DEFAULT_SERVICE_SUBNET, ControlPlane, ControlPlaneError, _is_ip
 
@@ -62,14 +64,14 @@ def node_taints(config):
     return taints
 
 
-class LabUpstreamKubernetes:
+class LabUpstreamKubernetes(KubeletVmHooks):
     """Every cluster's upstream control plane, keyed by Talos cluster id."""
 
     def __init__(self, world):
         self.world = world
         self.planes = {}     # cluster id -> ControlPlane (started)
         self.waiting = {}    # cluster id -> [talos nodes whose kubelet ran before the API]
-        self.registered = set()
+        self.nodes = {}      # talos node key -> (cluster id, Node name) of the kubelets that run
 
     async def _blocking(self, function, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(None, lambda: function(*args, **kwargs))
@@ -111,20 +113,39 @@ class LabUpstreamKubernetes:
             self.waiting.setdefault(node.cluster_id, []).append(node)
             return
         name = node.hostname
-        if (node.cluster_id, name) in self.registered:
-            return
         config = node.config
+        # a Node registered before (the kubelet ran earlier) is taken back by kwok: the kubelet runs again
         await self._blocking(plane.register_node, name, labels=node_labels(config), taints=node_taints(config),
                              addresses=[node.address] if node.address else [],
                              node_info={'osImage': 'Talos (%s)' % TALOS_VERSION})
-        self.registered.add((node.cluster_id, name))
+        self.nodes[node.key] = (node.cluster_id, name)
+
+    async def _kubelet_gone(self, key):
+        """A node's kubelet stopped (Talos reboot, reset or shutdown; VM stop, reset or delete): kwok lets its Node go,
+        and kube-controller-manager marks it Unknown when its Lease runs out, as with a real kubelet."""
+        for waiting in self.waiting.values():
+            waiting[:] = [n for n in waiting if n.key != key]
+        known = self.nodes.pop(key, None)
+        plane = self.planes.get(known[0]) if known else None
+        if plane is not None:
+            try:
+                await self._blocking(plane.stop_kubelet, known[1])
+            except ControlPlaneError as exc:
+                LOG.warning('node %s: kubelet stop not passed on: %s', known[1], exc)
+
+    async def on_kubelet_stopped(self, node):
+        await self._kubelet_gone(node.key)
+
+    async def on_node_shutdown(self, node):
+        await self._kubelet_gone(node.key)
 
     async def close(self):
         for cluster_id, plane in list(self.planes.items()):
             await self._blocking(plane.stop)
             self.world.remove_endpoint('k8s-api-%s' % plane.api_host)
             del self.planes[cluster_id]
-        self.registered.clear()
+        self.nodes.clear()
+        self.waiting.clear()
 
     async def on_lab_reset(self):
         await self.close()

@@ -23,7 +23,8 @@ WAIT = 60.0
 
 @pytest.fixture(scope='module')
 def cp(tmp_path_factory):
-    plane = ControlPlane(str(tmp_path_factory.mktemp('controlplane')))
+    # a short node lease and node monitor (a time scale): a stopped kubelet shows in seconds, not in 50
+    plane = ControlPlane(str(tmp_path_factory.mktemp('controlplane')), node_lease_seconds=6, node_monitor=('1s', '8s'))
     plane.start()
     yield plane
     plane.stop()
@@ -161,6 +162,26 @@ def test_daemonset_pods_are_made_by_the_controller_placed_by_the_scheduler_and_m
     assert ('InternalIP', '127.0.0.11') in addresses
     info = nodes['cp-1']['status']['nodeInfo']
     assert info['kubeletVersion'] == 'v1.36.3' and info['osImage'] == 'Talos (v1.13.9)'
+
+
+def _ready(cp, name):
+    node = cp.api('GET', '/api/v1/nodes/' + name)
+    ready = next((c for c in node['status'].get('conditions', []) if c['type'] == 'Ready'), {})
+    return ready.get('status'), ready.get('reason'), sorted(t['key'] for t in node['spec'].get('taints') or ())
+
+
+def test_a_stopped_kubelet_makes_its_node_unknown_through_the_node_lifecycle_controller(cp):
+    cp.register_node('worker-stop', addresses=['127.0.0.31'])
+    Lab.wait_until(lambda: (_ready(cp, 'worker-stop')[0] == 'True', _ready(cp, 'worker-stop')), WAIT, what='worker-stop Ready')
+    cp.stop_kubelet('worker-stop')
+    seen = Lab.wait_until(lambda: (_ready(cp, 'worker-stop')[0] == 'Unknown' and 'node.kubernetes.io/unreachable' in _ready(cp, 'worker-stop')[2],
+                                   _ready(cp, 'worker-stop')), WAIT, what='worker-stop Ready=Unknown')
+    # what kube-controller-manager writes when a kubelet stops posting (NodeStatusUnknown), not something the lab wrote
+    assert seen[1] == 'NodeStatusUnknown'
+    # the kubelet comes back: registering again is the same as starting it
+    cp.register_node('worker-stop', addresses=['127.0.0.31'])
+    Lab.wait_until(lambda: (_ready(cp, 'worker-stop')[0] == 'True' and 'node.kubernetes.io/unreachable' not in _ready(cp, 'worker-stop')[2],
+                            _ready(cp, 'worker-stop')), WAIT, what='worker-stop Ready again')
 
 
 def test_admission_configuration_is_talos_shape_and_names_bad_input():

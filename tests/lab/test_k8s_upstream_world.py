@@ -11,7 +11,7 @@ from lab.k8s_upstream.lab import node_taints
 from lab.talos.node import TALOS_VERSION
 from lab.testing import free_net, world_in_thread
 # tests/lab is on sys.path under pytest (rootdir-less test modules): the same cluster bring-up as the lab.k8s tests
-from test_k8s_world import _cluster_up  # pylint: disable=import-error
+from test_k8s_world import _cluster_up, _ok, wait_until  # pylint: disable=import-error
 
 pytestmark = pytest.mark.upstream
 kubernetes = pytest.importorskip('kubernetes')
@@ -41,6 +41,12 @@ def test_cluster_bootstrap_starts_the_upstream_control_plane_and_kubelets_regist
         assert [(p['name'], p['healthy']) for p in cluster['processes']] == [
             ('etcd', True), ('kube-apiserver', True), ('kube-controller-manager', True), ('kube-scheduler', True), ('kwok', True)]
         pids = [p['pid'] for p in cluster['processes']]
+        # the worker's VM stops: its kubelet with it - kwok lets the Node go (kube-controller-manager then marks it
+        # Unknown when its Lease runs out: tests/lab/test_k8s_upstream.py shows that part on a shorter clock)
+        _ok(api, api.nodes('pve1').qemu(402).status.stop.post())
+        wait_until(lambda: ('kwok.x-k8s.io/node' not in (core.read_node('worker-1').metadata.labels or {}),
+                            core.read_node('worker-1').metadata.labels), 'kwok letting worker-1 go')
+        assert 'kwok.x-k8s.io/node' in core.read_node('cp-1').metadata.labels
     # the lab stopped: nothing of the control plane is left running
     for pid in pids:
         with pytest.raises(ProcessLookupError):
