@@ -18,6 +18,7 @@ Replies carry no `metadata` (a direct call, no `nodes` proxying), as apid sends 
 
 import asyncio
 import asyncio.sslproto
+import inspect
 import logging
 import ssl
 
@@ -239,8 +240,15 @@ class _Base(object):
                 if not roles & RULES.get(method.path, {ADMIN}):
                     raise RpcError('PERMISSION_DENIED', NOT_AUTHORIZED)
                 replies = implementation(request, roles, lambda function, label: deferred.append((function, label)))
+                if inspect.isawaitable(replies):
+                    replies = await replies
                 for reply in replies:
                     await stream.send_message(reply)
+            except asyncio.CancelledError:
+                # grpclib's server cancels the handler at the caller's deadline and answers DEADLINE_EXCEEDED
+                # (or the caller went away): logged as such.
+                self.fleet.record_request(self.node, method.path, 'DEADLINE_EXCEEDED', sorted(roles))
+                raise
             except RpcError as exc:
                 code = exc.code
                 self.fleet.record_request(self.node, method.path, code, sorted(roles))
@@ -276,8 +284,8 @@ class MachineService(_Base):
         reply.messages.add()
         return [reply]
 
-    def rpc_EtcdMemberList(self, request, roles, defer):
-        members = self.node.etcd_members()
+    async def rpc_EtcdMemberList(self, request, roles, defer):
+        members = await self.node.etcd_members()
         reply = api.machine.EtcdMemberListResponse()
         entry = reply.messages.add()
         for member in members:
