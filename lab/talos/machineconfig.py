@@ -354,6 +354,11 @@ class MachineConfig(object):
         return [_b64_pem(entry.get('crt')) for entry in self.machine.get('acceptedCAs') or [] if entry.get('crt')]
 
     @property
+    def k8s_accepted_cas(self):
+        """cluster.acceptedCAs: the Kubernetes CA certificates trusted besides the issuing one."""
+        return [_b64_pem(entry.get('crt')) for entry in self.cluster.get('acceptedCAs') or [] if entry.get('crt')]
+
+    @property
     def k8s_ca(self):
         return _b64_pem(_get(self.cluster, 'ca', 'crt')), _b64_pem(_get(self.cluster, 'ca', 'key'))
 
