@@ -343,7 +343,8 @@ class Reader(object):
 
     def etcd(self):
         try:
-            members = self.session.call('etcd_member_list')
+            # Before bootstrap Talos answers only at the deadline (talos_bootstrap.MEMBER_LIST_TIMEOUT): a short one.
+            members = self.session.call_within(min(5.0, self.session.api_timeout), 'etcd_member_list')
         except (talos_errors.TalosApiError, talos_errors.TalosTransientError) as exc:
             return {'members': [], 'error': exc.talos_message or str(exc)}
         return {'members': [health.member_summary(member) for member in members], 'error': None}
