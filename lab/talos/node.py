@@ -510,20 +510,22 @@ class TalosNode(object):
         except machineconfig.ConfigError as exc:
             raise RpcError('INVALID_ARGUMENT', str(exc))
         old = None if maintenance else self.disk.config
+        refusal = None
 
         if maintenance:
             if mode in ('STAGED', 'TRY'):
                 raise RpcError('UNIMPLEMENTED', "apply configuration --mode='%s' is not supported in maintenance mode"
                                % mode.lower().replace('_', '-'))
             resolved, details = 'NO_REBOOT', 'Applied configuration without a reboot'
-            reasons = []
         else:
-            reasons = machineconfig.reboot_reasons(old, new)
-            resolved, details = self._resolve_mode(mode, reasons, try_timeout)
+            refusal = machineconfig.immediate_refusal(old, new)
+            resolved, details = self._resolve_mode(mode, refusal, try_timeout)
 
         if dry_run:
+            # v1alpha1_server.go:269-284: the summary names modeDetails without CanApplyImmediate's error (modeErr)
+            head = details[:-len(': ' + refusal)] if mode == 'AUTO' and not maintenance and refusal else details
             summary = 'Dry run summary:\n%s (skipped in dry-run).\nConfig diff:\n\n%s' % (
-                details.split('\n', 1)[0], machineconfig.diff(old, new))
+                head.split('\n', 1)[0], machineconfig.diff(old, new))
             return resolved, summary, []
 
         if maintenance:
@@ -556,21 +558,24 @@ class TalosNode(object):
             LOG.info('talos node %s: try-mode revert cancelled', self.name)
 
     @staticmethod
-    def _resolve_mode(mode, reasons, try_timeout):
-        reason_text = 'the following changes require a reboot: %s' % ', '.join(reasons)
+    def _resolve_mode(mode, refusal, try_timeout):
+        """(mode, mode_details) as v1alpha1_server.go:199-267 (siderolabs/talos v1.13.9) resolves them.
+
+        refusal: CanApplyImmediate's error text, None when the change applies live. AUTO turns into REBOOT with
+        ": <refusal>" after the details (:257-260, :345); NO_REBOOT and TRY answer it as InvalidArgument (:246-249).
+        """
         if mode == 'AUTO':
-            if reasons:
-                return 'REBOOT', 'Applied configuration with a reboot: %s' % reason_text
+            if refusal:
+                return 'REBOOT', 'Applied configuration with a reboot: %s' % refusal
             return 'NO_REBOOT', 'Applied configuration without a reboot'
         if mode == 'REBOOT':
             return 'REBOOT', 'Applied configuration with a reboot'
         if mode == 'STAGED':
             return 'STAGED', 'Staged configuration to be applied after the next reboot'
-        if reasons:
-            # Talos returns CanApplyImmediate's refusal as InvalidArgument in NO_REBOOT and TRY mode.
-            raise RpcError('INVALID_ARGUMENT', 'cannot apply configuration in %s mode: %s'
-                           % ('no-reboot' if mode == 'NO_REBOOT' else 'try', reason_text))
+        if refusal:
+            raise RpcError('INVALID_ARGUMENT', refusal)
         if mode == 'TRY':
+            # v1alpha1_server.go:298: the timeout as Go's Duration.String() writes it
             return 'TRY', ('Applied configuration without a reboot\nThe config is applied in \'try\' mode and will be '
                            'automatically reverted back in %s' % _duration_text(try_timeout))
         return 'NO_REBOOT', 'Applied configuration without a reboot'

@@ -197,6 +197,21 @@ def load_certificate(crt_pem, field='crt'):
         raise ValidationError(field, 'not a PEM certificate (CERTIFICATE block does not decode)')
 
 
+def load_certificates(bundle_pem, field='crt'):
+    """[x509.Certificate] of every CERTIFICATE block of a PEM bundle, in order; ValidationError naming `field`."""
+    require_cryptography()
+    try:
+        data = _as_bytes(bundle_pem)
+    except TypeError:
+        raise ValidationError(field, 'not a PEM certificate')
+    if pem_label(data) != 'CERTIFICATE':
+        raise ValidationError(field, 'not a PEM certificate')
+    try:
+        return x509.load_pem_x509_certificates(data)
+    except ValueError:
+        raise ValidationError(field, 'not a PEM certificate bundle (a CERTIFICATE block does not decode)')
+
+
 def certificate_to_pem(cert):
     """PEM bytes of a certificate."""
     return cert.public_bytes(serialization.Encoding.PEM)
