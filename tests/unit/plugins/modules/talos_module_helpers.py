@@ -160,9 +160,11 @@ class FakeNode(object):
         elif mode == 'auto':
             resolved = 'reboot' if needs_reboot else 'no-reboot'
         elif mode in ('no-reboot', 'try') and needs_reboot:
+            # CanApplyImmediate's error, answered as InvalidArgument (siderolabs/talos v1.13.9 v1alpha1_runtime.go:213,
+            # v1alpha1_server.go:246-249)
             raise talos_errors.from_status(self.name, '/machine.MachineService/ApplyConfiguration', 3,
-                                           'cannot apply configuration in %s mode: the following changes require a '
-                                           'reboot: machine.install' % mode)
+                                           "this config change can't be applied in immediate mode\ndiff:\n"
+                                           "--- a\n+++ b\n@@ -1 +1 @@\n-machine: {}\n+machine: {udev: {}}")
         else:
             resolved = mode
         if resolved == 'reboot':
