@@ -47,6 +47,7 @@ TALOS_PORT = 50000
 # Delay kinds the Talos simulation adds to the lab's timing (realistic seconds, description).
 # vm_boot, talos_install_reboot, talos_reboot and etcd_bootstrap are the lab core's own kinds.
 DELAY_KINDS = {
+    'talos_install': (20.0, 'a Talos node installing to disk after its first config, answering over mTLS meanwhile (v1.13)'),
     'talos_apid_cert': (2.0, 'a Talos worker getting its apid certificate from trustd on a control plane'),
     'etcd_join': ((10.0, 20.0), 'a Talos control plane joining the bootstrapped etcd cluster'),
     'etcd_start': (8.0, 'etcd starting again on a control plane that has etcd data'),

@@ -18,7 +18,8 @@ Life cycle (each delay from the lab's timing, kinds in brackets):
 
     power on -[vm_boot]-> maintenance (no installed config)      server-only TLS, self-signed Ed25519
                        -> configured  (installed config)         mTLS against machine.ca
-    maintenance + ApplyConfiguration -> reply NO_REBOOT, port closes -[talos_install_reboot]-> configured
+    maintenance + ApplyConfiguration -> reply NO_REBOOT, apid turns to mTLS with the new config -[talos_install]->
+                                        port closes -[talos_install_reboot]-> configured
     Reboot RPC / apply that needs a reboot -> port closes -[talos_reboot]-> configured (staged config applied)
     Reset RPC -> port closes -[talos_reset]-> maintenance (reboot=true) or halted
     Shutdown RPC -> port closes -[talos_shutdown]-> halted (the VM itself keeps running in the lab)
@@ -447,7 +448,7 @@ class TalosNode(object):
         if self.server is None or self.identity is None:
             return
         client_cas = None
-        if self.phase == 'running':
+        if self.phase in ('running', 'installing'):
             config = self.disk.config
             client_cas = b''.join(pem for pem in [config.os_ca[0]] + config.accepted_cas if pem)
         await self._stop_api()
@@ -530,7 +531,6 @@ class TalosNode(object):
 
         if maintenance:
             self.disk.persist(new, bytes(data))
-            self.reboot_pending = True
             defer(self._install_and_reboot, 'install')
         elif resolved == 'STAGED':
             self.disk.staged = (new, bytes(data))
@@ -589,11 +589,43 @@ class TalosNode(object):
         self.fleet.changed()
 
     async def _install_and_reboot(self):
-        """Maintenance apply: install to the disk and reboot into the configured system."""
+        """Maintenance apply on v1.13: apid switches to mTLS with the new config, Talos installs, then reboots.
+
+        siderolabs/talos v1.13.9: apid is an early service of the boot (v1alpha1_sequencer.go:89-96), not the
+        maintenance server's; once the config is complete the maintenance request is torn down
+        (controllers/config/acquire.go:764-787) and APIServiceConfig turns to mTLS on :50000
+        (controllers/runtime/api_service_config.go:126-139). The Install sequence then runs install ... reboot
+        (v1alpha1_sequencer.go:152-185). So for `talos_install` the node answers over mTLS with the applied
+        config, on the boot it had in maintenance mode (same machined events), before its port closes for the
+        reboot (`talos_install_reboot`). A worker answers in that window only when a control plane can issue
+        its certificate (trustd); else its port stays closed until after the reboot.
+        """
+        self.phase = 'installing'
+        await self._serve_applied_config()
+        self.fleet.changed()
+        await self.fleet.delay('talos_install', self.name)
+        self.disk.installed = True
+        self.reboot_pending = True
         await self._go_down('installing')
         await self.fleet.delay('talos_install_reboot', self.name)
-        self.disk.installed = True
         await self._boot(first_delay=None)
+
+    async def _serve_applied_config(self):
+        config = self.disk.config
+        ca_crt, ca_key = config.os_ca
+        if config.control_plane:
+            issuer_crt, issuer_key = ca_crt, ca_key
+        else:
+            issuer = self.fleet.find_cert_issuer(ca_crt)
+            if issuer is None:
+                await self._stop_api(graceful=True)
+                return
+            issuer_crt, issuer_key = issuer.disk.config.os_ca
+        identity = pki.apid_identity(pki.load_certificate(issuer_crt), pki.load_private_key(issuer_key), [self.address],
+                                     self.hostname, config.cert_sans, worker=not config.control_plane)
+        await self._stop_api(graceful=True)
+        self.identity = identity
+        await self._start_api(client_cas=b''.join(pem for pem in [ca_crt] + config.accepted_cas if pem))
 
     async def _reboot(self):
         await self._go_down('rebooting')
