@@ -148,7 +148,8 @@ def etcd_problems(observations, control_planes):
     """Why etcd is not at full quorum on these control planes (empty list: it is).
 
     observations: {address: {'etcd_service': service dict or None, 'members': [member dicts] or
-    None, 'error': text or None}} for every control-plane address in control_planes.
+    None, 'no_members': why there is no list (optional), 'error': text or None}} for every
+    control-plane address in control_planes.
     """
     problems = []
     member_sets = {}
@@ -164,7 +165,8 @@ def etcd_problems(observations, control_planes):
             problems.append('%s: %s' % (address, describe_service_problem(describe_service(service))))
         members = seen.get('members')
         if members is None:
-            problems.append('%s: no etcd member list yet' % address)
+            why = (seen.get('no_members') or '').strip()
+            problems.append('%s: no etcd member list yet%s' % (address, ' (%s)' % why if why else ''))
             continue
         member_sets[address] = frozenset(member_summary(member)['id'] for member in members)
         if len(members) != len(control_planes):
