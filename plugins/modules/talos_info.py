@@ -391,7 +391,12 @@ def probe_node(node_session, credentials, gather, healthy_services, deadline, in
     readable = maintenance or credentials is not None
     reader = Reader(node_session, deadline, interval, sink=sink)
     if readable and 'services' in gather and services is None:
-        services = reader.call(maintenance, 'service_list')
+        try:
+            services = reader.call(maintenance, 'service_list')
+        except talos_errors.TalosApiError as exc:
+            # Talos 1.12's maintenance server implements no ServiceList (internal/app/maintenance/server.go)
+            if not (maintenance and exc.unimplemented):
+                raise
     if readable and 'version' in gather:
         try:
             result['version'] = reader.call(maintenance, 'version')
