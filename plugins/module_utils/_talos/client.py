@@ -85,6 +85,9 @@ RESET_WIPE_MODES = {'all': 'ALL', 'system-disk': 'SYSTEM_DISK', 'user-disks': 'U
 
 # OpenSSL reasons seen on a TLS connection, and what they mean for a Talos client.
 _TLS_REASON_BY_OPENSSL = (
+    # Go's TLS server (apid) answers an expired client certificate with the certificate_expired alert
+    # (crypto/tls handshake_server.go processCertsFromClient, go1.26)
+    ('ALERT_CERTIFICATE_EXPIRED', 'client_certificate_expired'),
     ('CERTIFICATE_REQUIRED', 'client_certificate_required'),
     ('SSLV3_ALERT_HANDSHAKE_FAILURE', 'client_certificate_required'),
     ('UNKNOWN_CA', 'client_certificate_rejected'),

@@ -5,6 +5,7 @@ timing; the client side is the synchronous TalosClient the modules use. Every wa
 _wait.wait_for on observed state with a deadline.
 """
 import base64
+import datetime
 import io
 import tarfile
 
@@ -140,6 +141,24 @@ def test_tls_refusals_on_a_configured_node(lab, secrets):
         with pytest.raises(errors.TalosTlsError) as info:
             talos.version()
     assert info.value.reason == 'client_certificate_rejected'
+
+
+def test_an_expired_client_certificate_is_named_as_such(lab, secrets):
+    # audit finding 11: Go's TLS server sends certificate_expired for an expired client certificate
+    # (crypto/tls handshake_server.go processCertsFromClient, go1.26); the lab's Python TLS server does the same
+    node = configure(lab, 'c-expired', secrets)
+    key = pki.new_key_like(secrets.os_key)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, 'os:admin')]))
+            .issuer_name(secrets.os_ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=400)).not_valid_after(now - datetime.timedelta(days=35))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(secrets.os_key, None))
+    expired = client.TalosCredentials(secrets.os_crt_pem, pki.cert_pem(cert), pki.key_pem(key, talos_label=True))
+    with client.TalosClient(node.address, credentials=expired, timeout=5) as talos:
+        with pytest.raises(errors.TalosTlsError) as info:
+            talos.version()
+    assert info.value.reason == 'client_certificate_expired' and 'expired' in str(info.value)
 
 
 def test_roles_and_ext_key_usage(lab, secrets):
