@@ -50,6 +50,7 @@ DELAY_KINDS = {
     'talos_install': (20.0, 'a Talos node installing to disk after its first config, answering over mTLS meanwhile (v1.13)'),
     'talos_apid_cert': (2.0, 'a Talos worker getting its apid certificate from trustd on a control plane'),
     'etcd_join': ((10.0, 20.0), 'a Talos control plane joining the bootstrapped etcd cluster'),
+    'etcd_promote': (15.0, 'a joined etcd learner catching up until Talos promotes it (MemberPromote retried every 15 s)'),
     'etcd_start': (8.0, 'etcd starting again on a control plane that has etcd data'),
     'kubelet_start': ((5.0, 15.0), 'kubelet becoming Running and healthy on a Talos node'),
     'talos_reset': (30.0, 'a Talos node wiping its disk after a Reset call'),

@@ -352,6 +352,7 @@ class TalosNode(object):
     async def _run_etcd(self):
         etcd = self.services['etcd']
         cluster = self.fleet.etcd_cluster(self.cluster_id)
+        promote = False
         # siderolabs/talos v1.13.9 internal/app/machined/pkg/system/service_runner.go:271: "Running pre state"
         etcd.event('Preparing', 'Running pre state')
         if self.disk.etcd_data and self.own_etcd_cluster().member_for(self.key) is not None:
@@ -368,8 +369,12 @@ class TalosNode(object):
                 if not self.disk.etcd_split:
                     self.fleet.notify('on_etcd_bootstrapped', self.cluster_id, self)
             else:
+                # addMember (siderolabs/talos v1.13.9 services/etcd.go:286-325): MemberAddAsLearner; etcd names the
+                # member only once it starts, so the list shows it with an empty name until then (etcd.go:378-381)
+                cluster.add(self.key, '', self.address, learner=True)
+                self.fleet.changed()
                 await self.fleet.delay('etcd_join', self.name)
-                cluster.add(self.key, self.hostname, self.address)
+                promote = True
             self.disk.etcd_data = True
         cluster.add(self.key, self.hostname, self.address)
         etcd.event('Preparing', 'Creating service runner')
@@ -377,6 +382,12 @@ class TalosNode(object):
         unhealthy = self.fleet.etcd_health_message(self)
         etcd.set_health(unhealthy is None, unhealthy or '')
         self.fleet.changed()
+        if promote:
+            # Runner (etcd.go:205-216) starts promoteMember (:604-647): MemberPromote retried every 15 s until the
+            # learner caught up with the leader. Only the boot that joined does it (PreFunc clears the learner id, :120).
+            await self.fleet.delay('etcd_promote', self.name)
+            cluster.promote(self.key)
+            self.fleet.changed()
 
     async def _wait_bootstrap_or_join(self, etcd, cluster):
         """False once this node is told to bootstrap, True once it can join; etcd Failed after the join timeout.

@@ -108,3 +108,32 @@ def test_etcd_failed_after_the_join_timeout_is_bootstrapped_and_a_second_bootstr
             first.bootstrap()
     assert refused.value.already_exists
     assert bootstrap_requests(lab) == ['cp-1', 'cp-2']
+
+
+def test_a_joining_control_plane_is_a_learner_without_a_name_until_promoted(capsys):
+    # audit finding 13: MemberAddAsLearner, the name empty until the member starts, MemberPromote later
+    # (services/etcd.go:286-325, 604-647); realistic timing at a small scale so the steps can be seen
+    lab = testing.FleetHarness(profile='realistic', scale=0.05)
+    try:
+        secrets = testing.ClusterSecrets(os_key_type='ecdsa')
+        nodes = control_planes(lab, secrets, 2)
+        with admin(nodes[0], secrets) as talos:
+            talos.bootstrap()
+        cluster = lab.fleet.etcd_cluster(nodes[0].cluster_id)
+
+        def learner():
+            member = cluster.member_for(nodes[1].key)
+            return member is not None and member.is_learner
+        lab.wait(learner, what='cp-2 added as a learner')
+        member = cluster.member_for(nodes[1].key)
+        assert member.hostname == '' and etcd_state(nodes[1]) != 'Running'
+        result = run(capsys, nodes=[node.address for node in nodes], talosconfig_content=secrets.talosconfig('lab'),
+                     wait_timeout=60, wait_sleep=0.05, api_timeout=10)
+        assert 'failed' not in result, result.get('msg')
+        assert result['outcome'] == 'already_bootstrapped' and result['quorum'] is True
+        assert sorted(m['hostname'] for m in result['members']) == sorted(node.hostname for node in nodes)
+        assert not any(m['is_learner'] for m in result['members'])
+        kinds = [record['kind'] for record in lab.call(lab.timing.query, target='cp-2')]
+        assert kinds.index('etcd_join') < kinds.index('etcd_promote')
+    finally:
+        lab.close()
