@@ -220,11 +220,11 @@ class TalosFleet(object):
     def cluster_nodes(self, cluster_id):
         return [node for node in self.nodes.values() if node.cluster_id == cluster_id]
 
-    def find_cert_issuer(self, ca_crt):
-        """A control plane that can sign apid certificates for the OS CA `ca_crt` (trustd), or None."""
+    def find_cert_issuer(self, ca_crt, token):
+        """A control plane that signs apid certificates for the OS CA `ca_crt` to a worker with `token` (trustd), or None."""
         if not ca_crt:
             return None
-        return next((node for node in self.nodes.values() if node.issues_worker_certs_for(ca_crt)), None)
+        return next((node for node in self.nodes.values() if node.issues_worker_certs_for(ca_crt, token)), None)
 
     def apid_server(self, node):
         return ApidServer(node, self)

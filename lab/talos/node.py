@@ -191,12 +191,18 @@ class TalosNode(object):
     def service(self, service_id):
         return self.services.get(service_id)
 
-    def issues_worker_certs_for(self, ca_crt):
-        """True if this node, configured and up, holds the key of the OS CA `ca_crt` (trustd)."""
+    def issues_worker_certs_for(self, ca_crt, token):
+        """True if this node, configured and up, holds the key of the OS CA `ca_crt` and takes `token` (trustd).
+
+        trustd authenticates the caller by its token against the control plane's own machine.token
+        (siderolabs/talos v1.13.9 internal/app/trustd/main.go:92, 138-147; OSRoot.Token from machine.token,
+        internal/app/machined/pkg/controllers/secrets/root.go:194); a worker sends its machine.token
+        (controllers/secrets/api.go:353).
+        """
         if self.phase != 'running' or not self.control_plane:
             return False
         crt, key = self.disk.config.os_ca
-        return bool(key) and crt == ca_crt
+        return bool(key) and crt == ca_crt and bool(token) and self.disk.config.machine.get('token') == token
 
     # ------------------------------------------------------------------ tasks
 
@@ -327,8 +333,9 @@ class TalosNode(object):
         else:
             self.fleet.changed()
             ca_crt, dummy_key = config.os_ca
-            await self.fleet.wait_for(lambda: self.fleet.find_cert_issuer(ca_crt) is not None)
-            issuer = self.fleet.find_cert_issuer(ca_crt)
+            token = config.machine.get('token')
+            await self.fleet.wait_for(lambda: self.fleet.find_cert_issuer(ca_crt, token) is not None)
+            issuer = self.fleet.find_cert_issuer(ca_crt, token)
             await self.fleet.delay('talos_apid_cert', self.name)
             issuer_crt, issuer_key = issuer.disk.config.os_ca
             self.identity = pki.apid_identity(pki.load_certificate(issuer_crt), pki.load_private_key(issuer_key),
@@ -627,7 +634,7 @@ class TalosNode(object):
         if config.control_plane:
             issuer_crt, issuer_key = ca_crt, ca_key
         else:
-            issuer = self.fleet.find_cert_issuer(ca_crt)
+            issuer = self.fleet.find_cert_issuer(ca_crt, config.machine.get('token'))
             if issuer is None:
                 await self._stop_api(graceful=True)
                 return

@@ -408,9 +408,15 @@ def test_kubeconfig_is_decoded_from_the_tar_stream(lab, secrets):
 def test_workers_get_their_certificate_from_a_control_plane(lab):
     secrets = testing.ClusterSecrets()
     worker = start_maintenance(lab, 'w-early')
+    # trustd authenticates a worker by machine.token (internal/app/trustd/main.go:92, 138-147): a worker whose token
+    # is not the control plane's never gets its apid certificate (audit finding 15)
+    stranger = start_maintenance(lab, 'w-wrong-token')
     with client.TalosClient(worker.address, insecure=True, timeout=5) as talos:
         talos.apply_configuration(testing.render_config(secrets, 'worker', ENDPOINT))
-    lab.wait(lambda: worker.phase == 'running', what='worker booted')
+    with client.TalosClient(stranger.address, insecure=True, timeout=5) as talos:
+        talos.apply_configuration(testing.render_config(secrets, 'worker', ENDPOINT,
+                                                        extra_machine={'token': 'abcdef.0123456789abcdef'}))
+    lab.wait(lambda: worker.phase == 'running' and stranger.phase == 'running', what='workers booted')
     assert worker.mode == 'booting' and worker.server is None  # no control plane holds the CA key yet
     with client.TalosClient(worker.address, credentials=credentials_for(secrets), timeout=2) as talos:
         with pytest.raises(errors.TalosTransientError) as info:
@@ -421,6 +427,7 @@ def test_workers_get_their_certificate_from_a_control_plane(lab):
     assert version['tag'] == 'v1.13.9'
     kubelet = services(worker, credentials_for(secrets))['kubelet']
     assert kubelet['state'] == 'Running' and kubelet['healthy']
+    assert stranger.mode == 'booting' and stranger.server is None
 
 
 # ------------------------------------------------------------------ services, reboot, reset, faults
