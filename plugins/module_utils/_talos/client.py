@@ -9,9 +9,10 @@ with a Talos node in maintenance mode. Python's ssl (OpenSSL) can.
 
 How it talks to Talos:
 
-- One call per node, straight to that node's apid on `host:50000`; no `node`/`nodes` metadata
-  (the one-to-many proxying is deprecated upstream). Replies still go through the defensive
-  `metadata.error` check.
+- One call per node, straight to that node's apid on `host:50000`; no `node`/`nodes` metadata,
+  which gives apid's direct local route (apid still proxies `nodes` to other nodes for the
+  machine, cluster, storage, time and inspect services; the collection does not use it). Replies
+  still go through the defensive `metadata.error` check.
 - Two ways to connect:
   * insecure (maintenance mode, like `talosctl --insecure`): TLS, no client certificate, no
     verification of the server; optionally pin the server certificate's SPKI SHA-256
