@@ -11,7 +11,8 @@ import hashlib
 HIDDEN = '<hidden>'
 
 
-def _fingerprint(value):
+def fingerprint(value):
+    """A short hash of a secret value: shows that it changed, not what it is."""
     text = value if isinstance(value, str) else repr(value)
     return 'sha256:' + hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]
 
@@ -47,7 +48,7 @@ def _hide_path(node, parts, show_fingerprint):
         if rest:
             _hide_path(node[key], rest, show_fingerprint)
         elif node[key] not in (None, ''):
-            node[key] = '%s %s' % (HIDDEN, _fingerprint(node[key])) if show_fingerprint else HIDDEN
+            node[key] = '%s %s' % (HIDDEN, fingerprint(node[key])) if show_fingerprint else HIDDEN
 
 
 def make_diff(before, after, hidden_paths=(), before_header=None, after_header=None):

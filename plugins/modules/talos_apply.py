@@ -47,8 +47,11 @@ attributes:
   diff_mode:
     support: full
     details:
-      - The diff is the node's own config diff from the dry run; secret values are shown as placeholders by Talos,
-        and every secret value of the config is also masked by the module.
+      - The diff is the node's own config diff from the dry run. Talos sends it unredacted, old and new values
+        alike; the module masks it line by line before showing it (a value under any key that holds a secret in a
+        Talos document, block scalars under such a key, and values that are nothing but 32 or more base64
+        characters), and masks the mode details and Talos's error texts the same way. Every secret value of the
+        config being applied is also registered no_log.
       - In maintenance mode the node has no config yet; the diff shows the whole config with its secrets hidden.
       - With O(nodes), one diff per node that changes (or would change), each headed by the node's inventory name and
         address; nodes without a change have none.
@@ -316,6 +319,18 @@ class ApplyOptions(object):
         self.diff = diff
 
 
+def masked_error(exc):
+    """The error with its message and the texts among its details masked (redact.node_text)."""
+    exc.message = redact.node_text(exc.message)
+    exc.args = (exc.message,)
+    for key, value in list(exc.details.items()):
+        if isinstance(value, str):
+            exc.details[key] = redact.node_text(value)
+    if isinstance(getattr(exc, 'talos_message', None), str):
+        exc.talos_message = redact.node_text(exc.talos_message)
+    return exc
+
+
 class Applier(object):
     """Observe, decide, apply and verify one node."""
 
@@ -339,21 +354,25 @@ class Applier(object):
                                  % (self.session.display, what, self.deadline.timeout, exc), node=self.session.name,
                                  last_observation=str(exc))
 
-    def dry_run(self, maintenance, mode):
+    def _apply_call(self, maintenance, mode, what, dry_run=False):
+        """ApplyConfiguration, its reply's mode details and any error text masked (redact.node_text): Talos
+        sends the diff, and the reason an immediate apply is refused, with old and new secret values in clear."""
         def call():
             if maintenance:
-                return self.session.call_insecure('apply_configuration', self.data, mode='auto', dry_run=True)
-            return self.session.call('apply_configuration', self.data, mode=mode, dry_run=True,
+                return self.session.call_insecure('apply_configuration', self.data, mode='auto', dry_run=dry_run)
+            return self.session.call('apply_configuration', self.data, mode=mode, dry_run=dry_run,
                                      try_timeout=self.try_timeout if mode == 'try' else None)
-        return self._retry(call, 'the dry run of the config')
+        try:
+            reply = self._retry(call, what)
+        except ProxtalosError as exc:
+            raise masked_error(exc)
+        return dict(reply, mode_details=redact.node_text(reply['mode_details']))
+
+    def dry_run(self, maintenance, mode):
+        return self._apply_call(maintenance, mode, 'the dry run of the config', dry_run=True)
 
     def apply(self, maintenance, mode):
-        def call():
-            if maintenance:
-                return self.session.call_insecure('apply_configuration', self.data, mode='auto')
-            return self.session.call('apply_configuration', self.data, mode=mode,
-                                     try_timeout=self.try_timeout if mode == 'try' else None)
-        return self._retry(call, 'applying the config')
+        return self._apply_call(maintenance, mode, 'applying the config')
 
     def boot_marker(self):
         return health.boot_marker(self._retry(lambda: self.session.call('service_list'), 'listing the services'))

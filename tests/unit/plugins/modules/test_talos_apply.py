@@ -123,7 +123,7 @@ def test_configured_node_needs_a_talosconfig(capsys, monkeypatch, talosconfig):
 
 def test_rejected_config_fails_with_talos_message_before_applying(capsys, monkeypatch, talosconfig):
     node = FakeNode('10.5.0.21', mode='maintenance', control_plane=False)
-    node.reject = 'failed to parse config: unknown keys found during decoding:\nmachine:\n    bogusKey: 1\n'
+    node.reject = 'error decoding document /v1alpha1/ (line 1): unknown keys found during decoding:\nmachine:\n    bogusKey: 1\n'
     FakeCluster(node).install(monkeypatch)
     result, out = run_module(talos_apply, capsys, **args(talosconfig))
     assert result['failed'] is True and 'bogusKey' in result['msg'] and result['status'] == 'INVALID_ARGUMENT'
