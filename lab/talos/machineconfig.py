@@ -198,6 +198,7 @@ def immediate_refusal(old, new):
     text = _machinery(['diff'], json.dumps(texts).encode('utf-8'))['diff']
     return "this config change can't be applied in immediate mode\ndiff:\n%s" % text
 
+
 def diff(old, new):
     """The config diff of a dry run, Talos's own text (configdiff.DiffConfigs), or "No changes."."""
     texts = {'old': old.text() if old is not None else '', 'new': new.text()}

@@ -250,7 +250,7 @@ def test_dry_run_diff_and_auto_mode(lab, secrets):
     # CanApplyImmediate (v1alpha1_runtime.go:130-217): machine.install applies live, machine.udev needs a reboot
     install = testing.render_config(secrets, 'controlplane', ENDPOINT, install_disk='/dev/vdb')
     udev = testing.render_config(secrets, 'controlplane', ENDPOINT, install_disk='/dev/vdb',
-                                extra_machine={'udev': {'rules': [UDEV_RULE]}})
+                                 extra_machine={'udev': {'rules': [UDEV_RULE]}})
     with client.TalosClient(node.address, credentials=credentials, timeout=5) as talos:
         unchanged = talos.apply_configuration(same, dry_run=True)
         assert unchanged['mode_details'].startswith('Dry run summary:\n')
