@@ -25,8 +25,8 @@ description:
     (maintenance mode installs and reboots; O(mode=reboot), or O(mode=auto) when Talos decides a reboot is needed),
     the node must also report a new boot (the first event of its machined service changed), so the answer of the
     node before it went down does not count.
-  - In maintenance mode that boot is read before the apply (C(ServiceList) without a client certificate, which Talos
-    v1.13 serves): v1.13 answers over mutual TLS with the new config already before it installs and reboots, so
+  - In maintenance mode that boot is read before the apply, by C(ServiceList) without a client certificate, which
+    Talos v1.13 serves. v1.13 answers over mutual TLS with the new config already before it installs and reboots, so
     only a changed boot shows the install done. Talos v1.12 does not serve it (C(Unimplemented)); its API answers
     over mutual TLS only after the install reboot, so there the answer itself is the sign.
   - A node that does not answer, or does not come back, fails the task after O(wait_timeout) naming the node and

@@ -19,8 +19,8 @@ description:
   - The cluster is already bootstrapped, and nothing is called (C(changed=false)), when any control plane lists etcd
     members, runs etcd (C(Running), C(Stopping)), shows in its service events that etcd ran since it booted, or shows
     etcd C(Finished) (Talos marks a waiting etcd so when a bootstrap starts).
-  - An etcd C(Failed) in its pre stage (the 30 minute join timeout, or an image pull that failed) never held data: it
-    does not count. Any other C(Failed) etcd cannot be told apart from a bootstrapped one that crashed, so the task
+  - An etcd C(Failed) in its pre stage (the 30 minute join timeout, or an image pull that failed) never held data, so
+    it does not count. Any other C(Failed) etcd cannot be told apart from a bootstrapped one that crashed, so the task
     fails naming it instead of risking a second etcd cluster.
   - Otherwise calls C(MachineService/Bootstrap) on the first control plane. A node that answers C(AlreadyExists)
     ("etcd data directory is not empty") was bootstrapped before; that is reported as done, C(changed=false).
