@@ -182,8 +182,8 @@ def load_private_key(key_pem, field='key', check_consistency=True):
         raise ValidationError(field, 'not a usable private key (the %s block does not load: %s)' % (label, exc))
 
 
-def load_certificate(crt_pem, field='crt'):
-    """x509.Certificate from PEM; ValidationError naming `field` when it is not one."""
+def _certificate_pem(crt_pem, field):
+    """The PEM bytes of a certificate (or bundle), after checking that it starts with a CERTIFICATE block."""
     require_cryptography()
     try:
         data = _as_bytes(crt_pem)
@@ -191,6 +191,12 @@ def load_certificate(crt_pem, field='crt'):
         raise ValidationError(field, 'not a PEM certificate')
     if pem_label(data) != 'CERTIFICATE':
         raise ValidationError(field, 'not a PEM certificate')
+    return data
+
+
+def load_certificate(crt_pem, field='crt'):
+    """x509.Certificate from PEM; ValidationError naming `field` when it is not one."""
+    data = _certificate_pem(crt_pem, field)
     try:
         return x509.load_pem_x509_certificate(data)
     except ValueError:
@@ -199,17 +205,13 @@ def load_certificate(crt_pem, field='crt'):
 
 def load_certificates(bundle_pem, field='crt'):
     """[x509.Certificate] of every CERTIFICATE block of a PEM bundle, in order; ValidationError naming `field`."""
-    require_cryptography()
-    try:
-        data = _as_bytes(bundle_pem)
-    except TypeError:
-        raise ValidationError(field, 'not a PEM certificate')
-    if pem_label(data) != 'CERTIFICATE':
-        raise ValidationError(field, 'not a PEM certificate')
+    data = _certificate_pem(bundle_pem, field)
     try:
         return x509.load_pem_x509_certificates(data)
     except ValueError:
         raise ValidationError(field, 'not a PEM certificate bundle (a CERTIFICATE block does not decode)')
+
+
 
 
 def certificate_to_pem(cert):
