@@ -532,10 +532,9 @@ class TalosNode(object):
         refusal = None
 
         if maintenance:
-            if mode in ('STAGED', 'TRY'):
-                raise RpcError('UNIMPLEMENTED', "apply configuration --mode='%s' is not supported in maintenance mode"
-                               % mode.lower().replace('_', '-'))
-            resolved, details = 'NO_REBOOT', 'Applied configuration without a reboot'
+            # v1.13 takes every mode in maintenance: REBOOT becomes NO_REBOOT (v1alpha1_server.go:236-238), AUTO
+            # resolves to NO_REBOOT and CanApplyImmediate's answer is ignored there (:247, :257-264)
+            resolved, details = self._resolve_mode('NO_REBOOT' if mode in ('REBOOT', 'AUTO') else mode, None, try_timeout)
         else:
             refusal = machineconfig.immediate_refusal(old, new)
             resolved, details = self._resolve_mode(mode, refusal, try_timeout)
@@ -547,7 +546,14 @@ class TalosNode(object):
                 head.split('\n', 1)[0], machineconfig.diff(old, new))
             return resolved, summary, []
 
-        if maintenance:
+        if maintenance and resolved == 'STAGED':
+            # STAGED only persists (v1alpha1_server.go:317-320): no active config, so the node stays in maintenance
+            # mode (controllers/config/acquire.go:735-741). What a later boot does with it is not modelled (guess: the
+            # lab forgets it, the node boots into maintenance mode again).
+            pass
+        elif maintenance:
+            # NO_REBOOT and TRY set the active config (:304-315), which completes the maintenance wait
+            # (acquire.go:746-752); TRY's revert timer is not modelled in maintenance mode (guess)
             self.disk.persist(new, bytes(data))
             defer(self._install_and_reboot, 'install')
         elif resolved == 'STAGED':

@@ -59,3 +59,29 @@ def test_the_install_window_on_mtls_is_not_taken_for_the_installed_node(lab, cap
     assert second.boot_count == 1 and not second.disk.installed
     lab.wait(lambda: second.mode == 'configured', timeout=30, what='cp-2 configured after the install reboot')
     assert second.boot_count == 2
+
+
+def test_maintenance_takes_every_mode_as_v1_13_does(capsys):
+    # audit finding 14: v1alpha1_server.go:236-267 - REBOOT becomes NO_REBOOT, STAGED only persists (the node stays in
+    # maintenance mode: acquire.go:735-741), TRY sets the active config and the node installs
+    lab = testing.FleetHarness()
+    try:
+        secrets = testing.ClusterSecrets(os_key_type='ecdsa')
+        config = testing.render_config(secrets, 'controlplane', ENDPOINT)
+        replies = {}
+        for name, mode in (('m-reboot', 'reboot'), ('m-staged', 'staged'), ('m-try', 'try')):
+            node = lab.start(name)
+            lab.wait(lambda node=node: node.mode == 'maintenance', what='%s in maintenance mode' % name)
+            with client.TalosClient(node.address, insecure=True, timeout=5) as talos:
+                replies[name] = talos.apply_configuration(config, mode=mode)
+        assert replies['m-reboot']['mode'] == 'no-reboot'
+        assert replies['m-staged']['mode'] == 'staged'
+        assert replies['m-staged']['mode_details'] == 'Staged configuration to be applied after the next reboot'
+        assert replies['m-try']['mode'] == 'try' and 'automatically reverted back in 1m0s' in replies['m-try']['mode_details']
+        for name in ('m-reboot', 'm-try'):
+            node = lab.fleet.node(name)
+            lab.wait(lambda node=node: node.mode == 'configured', what='%s configured' % name)
+        staged = lab.fleet.node('m-staged')
+        assert staged.mode == 'maintenance' and not staged.disk.installed
+    finally:
+        lab.close()
