@@ -212,8 +212,6 @@ def load_certificates(bundle_pem, field='crt'):
         raise ValidationError(field, 'not a PEM certificate bundle (a CERTIFICATE block does not decode)')
 
 
-
-
 def certificate_to_pem(cert):
     """PEM bytes of a certificate."""
     return cert.public_bytes(serialization.Encoding.PEM)
