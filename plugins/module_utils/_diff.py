@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import hmac
+import os
 
 HIDDEN = '<hidden>'
 
 
+# The key of this process's fingerprints: a fingerprint shows that a secret changed within one diff (both sides
+# are fingerprinted by the same process) and cannot be looked up in a dictionary of likely passwords, as a plain
+# hash of a weak one could.
+_FINGERPRINT_KEY = os.urandom(32)
+
+
 def fingerprint(value):
-    """A short hash of a secret value: shows that it changed, not what it is."""
+    """A short keyed hash of a secret value: shows that it changed, not what it is."""
     text = value if isinstance(value, str) else repr(value)
-    return 'sha256:' + hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]
+    return 'hmac:' + hmac.new(_FINGERPRINT_KEY, text.encode('utf-8'), hashlib.sha256).hexdigest()[:12]
 
 
 def hide(data, paths, show_fingerprint=False):

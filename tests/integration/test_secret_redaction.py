@@ -112,7 +112,7 @@ def changed_runs(converged_cluster):
 def test_the_changed_patches_were_applied_and_diffed(changed_runs):
     runs, output = changed_runs
     # the second run changed the nodes' configs, and its diff was shown with the secrets masked
-    assert '<hidden> sha256:' in runs[1].stdout
+    assert '<hidden> hmac:' in runs[1].stdout
     assert 'registry.example.internal' in output and 'puller' in output
 
 

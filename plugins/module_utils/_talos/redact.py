@@ -4,7 +4,7 @@
 """Machine configs and talosconfigs with their secrets hidden, and the secret values to mask. PRIVATE.
 
 The secret paths are per document kind (config.SECRET_PATHS: what Talos's own Redact methods hide, plus
-inline manifests) and talosconfig.SECRET_PATHS; a hidden value is shown as `<hidden> sha256:<12 hex>`
+inline manifests) and talosconfig.SECRET_PATHS; a hidden value is shown as `<hidden> hmac:<12 hex>`
 (_diff.hide), so a diff still shows that a secret changed without showing it.
 
 Talos does not redact what it sends back: a dry run's config diff, an apply's mode details and the

@@ -127,7 +127,7 @@ def test_neither_the_old_nor_the_new_value_shows(kind, path):
 
     for document, needle in ((before, old_needle), (after, new_needle)):
         text = redact.config_documents_text([document])
-        assert needle not in text and '<hidden> sha256:' in text
+        assert needle not in text and '<hidden> hmac:' in text
         assert redact.config_secret_values([document]) == [old_value if document is before else new_value]
 
 
