@@ -182,34 +182,30 @@ def load_private_key(key_pem, field='key', check_consistency=True):
         raise ValidationError(field, 'not a usable private key (the %s block does not load: %s)' % (label, exc))
 
 
-def _certificate_pem(crt_pem, field):
-    """The PEM bytes of a certificate (or bundle), after checking that it starts with a CERTIFICATE block."""
-    require_cryptography()
+def _load_pem_certificates(crt_pem, field, loader, what):
+    """loader(PEM bytes) after checking that the text starts with a CERTIFICATE block; ValidationError naming `field`."""
     try:
         data = _as_bytes(crt_pem)
     except TypeError:
         raise ValidationError(field, 'not a PEM certificate')
     if pem_label(data) != 'CERTIFICATE':
         raise ValidationError(field, 'not a PEM certificate')
-    return data
+    try:
+        return loader(data)
+    except ValueError:
+        raise ValidationError(field, 'not a PEM certificate %s does not decode)' % what)
 
 
 def load_certificate(crt_pem, field='crt'):
     """x509.Certificate from PEM; ValidationError naming `field` when it is not one."""
-    data = _certificate_pem(crt_pem, field)
-    try:
-        return x509.load_pem_x509_certificate(data)
-    except ValueError:
-        raise ValidationError(field, 'not a PEM certificate (CERTIFICATE block does not decode)')
+    require_cryptography()
+    return _load_pem_certificates(crt_pem, field, x509.load_pem_x509_certificate, '(CERTIFICATE block')
 
 
 def load_certificates(bundle_pem, field='crt'):
     """[x509.Certificate] of every CERTIFICATE block of a PEM bundle, in order; ValidationError naming `field`."""
-    data = _certificate_pem(bundle_pem, field)
-    try:
-        return x509.load_pem_x509_certificates(data)
-    except ValueError:
-        raise ValidationError(field, 'not a PEM certificate bundle (a CERTIFICATE block does not decode)')
+    require_cryptography()
+    return _load_pem_certificates(bundle_pem, field, x509.load_pem_x509_certificates, 'bundle (a CERTIFICATE block')
 
 
 def certificate_to_pem(cert):
