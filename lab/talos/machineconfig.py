@@ -16,6 +16,7 @@ After the config is accepted the lab reads the YAML itself, only to know what th
 CAs, hostname, install disk ...).
 """
 
+import copy
 import json
 import subprocess
 
@@ -92,6 +93,11 @@ class MachineConfig(object):
         return [_b64_pem(entry.get('crt')) for entry in self.machine.get('acceptedCAs') or [] if entry.get('crt')]
 
     @property
+    def k8s_accepted_cas(self):
+        """cluster.acceptedCAs: the Kubernetes CA certificates trusted besides the issuing one."""
+        return [_b64_pem(entry.get('crt')) for entry in self.cluster.get('acceptedCAs') or [] if entry.get('crt')]
+
+    @property
     def k8s_ca(self):
         return _b64_pem(_get(self.cluster, 'ca', 'crt')), _b64_pem(_get(self.cluster, 'ca', 'key'))
 
@@ -144,43 +150,53 @@ def parse(data, installed):
     return MachineConfig(documents, data.decode('utf-8')), list(answer['warnings'])
 
 
-# What AUTO mode cannot apply to a running node, and so applies with a reboot. Talos decides this
-# by comparing the old and new config with the live-changeable parts masked; the lab's rule, the
-# one suggested for this project: changing the machine type, the install section (disk, image),
-# the node's identity and trust (machine.token, machine.ca, machine.acceptedCAs), the cluster
-# identity and secrets (cluster.id, cluster.secret, cluster.ca, cluster.token,
-# secretboxEncryptionSecret, aggregatorCA, serviceAccount, etcd), disks or disk encryption needs a
-# reboot; everything else (kubelet, network, sysctls, certSANs, node labels, cluster component
-# settings, manifests, extra documents...) is applied live.
-REBOOT_PATHS = (
-    ('machine', 'type'),
-    ('machine', 'install'),
-    ('machine', 'token'),
-    ('machine', 'ca'),
-    ('machine', 'acceptedCAs'),
-    ('machine', 'disks'),
-    ('machine', 'systemDiskEncryption'),
-    ('cluster', 'id'),
-    ('cluster', 'secret'),
-    ('cluster', 'ca'),
-    ('cluster', 'token'),
-    ('cluster', 'secretboxEncryptionSecret'),
-    ('cluster', 'aescbcEncryptionSecret'),
-    ('cluster', 'aggregatorCA'),
-    ('cluster', 'serviceAccount'),
-    ('cluster', 'etcd'),
-)
+# What a running node can take without a reboot: CanApplyImmediate (siderolabs/talos v1.13.9
+# internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_runtime.go:130-217) copies these parts of the running v1alpha1
+# document into the new one (:175-204) and refuses the change when the two still differ (:207-213). Everything else
+# (machine.type, token, env, files, udev, disks, other features, persist...) needs a reboot; documents other than
+# v1alpha1 are not compared.
+IMMEDIATE_TOP = ('debug', 'cluster')
+IMMEDIATE_MACHINE = ('ca', 'acceptedCAs', 'time', 'certSANs', 'install', 'network', 'sysfs', 'sysctls', 'logging',
+                     'controlPlane', 'kubelet', 'kernel', 'registries', 'pods', 'seccompProfiles', 'nodeAnnotations',
+                     'nodeLabels', 'nodeTaints')
+# Copied only when both configs have machine.features (:198).
+IMMEDIATE_FEATURES = ('kubernetesTalosAPIAccess', 'kubePrism', 'hostDNS', 'imageCache', 'nodeAddressSortAlgorithm')
 
 
-def reboot_reasons(old, new):
-    """The config paths whose change needs a reboot (empty: AUTO can apply without one)."""
+def _take(source, target, key):
+    if key in source:
+        target[key] = copy.deepcopy(source[key])
+    else:
+        target.pop(key, None)
+
+
+def _immediate_view(current, new):
+    """The new v1alpha1 document with the live-changeable parts of the current one (the DeepCopy at :147)."""
+    new = copy.deepcopy(new)
+    for key in IMMEDIATE_TOP:
+        _take(current, new, key)
+    machine, running = new.get('machine'), current.get('machine')
+    if isinstance(machine, dict) and isinstance(running, dict):
+        for key in IMMEDIATE_MACHINE:
+            _take(running, machine, key)
+        if isinstance(machine.get('features'), dict) and isinstance(running.get('features'), dict):
+            for key in IMMEDIATE_FEATURES:
+                _take(running['features'], machine['features'], key)
+    return new
+
+
+def immediate_refusal(old, new):
+    """None when CanApplyImmediate lets `new` apply to a node running `old`, else its error text (with the diff)."""
     if old is None:
-        return []
-    reasons = []
-    for path in REBOOT_PATHS:
-        if _get(old.v1alpha1, *path) != _get(new.v1alpha1, *path):
-            reasons.append('.'.join(path))
-    return reasons
+        return None
+    current = old.v1alpha1
+    masked = _immediate_view(current, new.v1alpha1)
+    if current == masked:
+        return None
+    # :208-213: configdiff.DiffConfigs of the two v1alpha1 documents (Talos's own code, unredacted)
+    texts = {'old': yaml.safe_dump(current, sort_keys=False), 'new': yaml.safe_dump(masked, sort_keys=False)}
+    text = _machinery(['diff'], json.dumps(texts).encode('utf-8'))['diff']
+    return "this config change can't be applied in immediate mode\ndiff:\n%s" % text
 
 
 def diff(old, new):

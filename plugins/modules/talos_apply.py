@@ -25,6 +25,10 @@ description:
     (maintenance mode installs and reboots; O(mode=reboot), or O(mode=auto) when Talos decides a reboot is needed),
     the node must also report a new boot (the first event of its machined service changed), so the answer of the
     node before it went down does not count.
+  - In maintenance mode that boot is read before the apply, by C(ServiceList) without a client certificate, which
+    Talos v1.13 serves. v1.13 answers over mutual TLS with the new config already before it installs and reboots, so
+    only a changed boot shows the install done. Talos v1.12 does not serve it (C(Unimplemented)); its API answers
+    over mutual TLS only after the install reboot, so there the answer itself is the sign.
   - A node that does not answer, or does not come back, fails the task after O(wait_timeout) naming the node and
     what was seen last.
   - With O(nodes) instead of O(node), one run applies every listed node's config (a C(run_once) task over the
@@ -373,6 +377,22 @@ class Applier(object):
     def boot_marker(self):
         return health.boot_marker(self._retry(lambda: self.session.call('service_list'), 'listing the services'))
 
+    def maintenance_boot_marker(self):
+        """The boot marker of a node in maintenance mode, or None where Talos does not serve it.
+
+        Talos v1.13 answers ServiceList to anyone in maintenance mode (os:reader) and, after the apply, switches
+        apid to mTLS with the new config on the same boot, before it installs and reboots: the marker tells that
+        boot from the installed one. v1.12's maintenance server answers Unimplemented; its apid starts only after
+        the install reboot, so mTLS alone shows the reboot there.
+        """
+        try:
+            services = self._retry(lambda: self.session.call_insecure('service_list'), 'listing the services')
+        except talos_errors.TalosApiError as exc:
+            if exc.unimplemented:
+                return None
+            raise
+        return health.boot_marker(services)
+
     # ---- the wait after an apply ----
 
     def wait_applied(self, previous_boot, verify_mode='auto'):
@@ -456,7 +476,9 @@ def apply_node(node_session, config, options, deadline, interval, result, sink=_
     if options.wait:
         # Checked before applying: verifying the node afterwards needs mTLS.
         node_session.require_credentials('is checked over mutual TLS after the apply')
-    previous_boot = applier.boot_marker() if not maintenance and options.wait else None
+    previous_boot = None
+    if options.wait:
+        previous_boot = applier.maintenance_boot_marker() if maintenance else applier.boot_marker()
     reply = applier.apply(maintenance, mode)
     result['changed'] = True
     applied = reply['mode'].replace('-', '_')
