@@ -55,6 +55,7 @@ $(BIN)/helm $(BIN)/kubectl: $(STAMP)
 # (lab/upstream.py says where); a warm run only checks them.
 upstream-binaries: $(STAMP)
 	@$(PY) scripts/upstream_binaries.py
+	@$(PY) -c 'from lab.talos import proto; proto.descriptor_set(); print("talos api protos %s: ready" % proto.TALOS_VERSION)'
 
 # The collection is found by ansible.cfg through .collections/ (a link back to this checkout).
 $(COLLECTION_LINK):
