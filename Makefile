@@ -25,7 +25,7 @@ export PATH := $(BIN):$(TOOLS)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup system-packages test unit lab-test integration molecule lint ansible-lint sanity \
+.PHONY: help setup upstream-binaries system-packages test unit lab-test integration molecule lint ansible-lint sanity \
         demo lab-up lab-down bench protos clean
 
 help:
@@ -33,7 +33,7 @@ help:
 
 ## --- setup ---------------------------------------------------------------------------------
 
-setup: $(STAMP) $(COLLECTION_LINK) $(BIN)/helm $(BIN)/kubectl
+setup: $(STAMP) $(COLLECTION_LINK) $(BIN)/helm $(BIN)/kubectl upstream-binaries
 
 system-packages:
 	@scripts/system-packages
@@ -50,6 +50,12 @@ $(STAMP): requirements.txt requirements-dev.txt scripts/system-packages scripts/
 # helm and kubectl from .tools/bin, linked into the venv so that `. .venv/bin/activate` finds them too.
 $(BIN)/helm $(BIN)/kubectl: $(STAMP)
 	@ln -sfn $(TOOLS)/bin/$(notdir $@) $@
+
+# Upstream components (upstream/*.json) built with Go into a per-machine cache outside the work tree
+# (lab/upstream.py says where); a warm run only checks them.
+upstream-binaries: $(STAMP)
+	@$(PY) scripts/upstream_binaries.py
+	@$(PY) -c 'from lab.talos import proto; proto.descriptor_set(); print("talos api protos %s: ready" % proto.TALOS_VERSION)'
 
 # The collection is found by ansible.cfg through .collections/ (a link back to this checkout).
 $(COLLECTION_LINK):

@@ -27,6 +27,7 @@ import logging
 import os
 import urllib.parse
 
+from ..kubelet_hooks import KubeletVmHooks
 from ..talos import vip as talos_vip
 from ..talos.node import TALOS_VERSION
 from .cluster import KubeCluster
@@ -46,7 +47,7 @@ def _text(value):
     return value.decode() if isinstance(value, bytes) else value
 
 
-class LabKubernetes:
+class LabKubernetes(KubeletVmHooks):
     """Every Kubernetes cluster of the lab, keyed by Talos cluster id."""
 
     def __init__(self, world):
@@ -235,20 +236,6 @@ class LabKubernetes:
                 self.world.remove_endpoint('k8s-api-%s' % self.endpoints.get(cluster_id))
                 LOG.info('cluster %s: every control plane is down; the API is down', cluster_id)
         await self._follow_vip(cluster_id, gone=key)
-
-    def _vm_key(self, vm):
-        talos = getattr(self.world, 'talos', None)
-        return talos.vm_key(vm) if talos is not None else getattr(vm, 'vmid', vm)
-
-    async def on_vm_stopped(self, vm):
-        await self._kubelet_gone(self._vm_key(vm))
-
-    async def on_vm_reset(self, vm, address):
-        del address
-        await self._kubelet_gone(self._vm_key(vm))
-
-    async def on_vm_deleted(self, vm):
-        await self._kubelet_gone(self._vm_key(vm))
 
     async def on_lab_reset(self):
         await self.close()

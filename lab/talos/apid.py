@@ -18,6 +18,7 @@ Replies carry no `metadata` (a direct call, no `nodes` proxying), as apid sends 
 
 import asyncio
 import asyncio.sslproto
+import inspect
 import logging
 import ssl
 
@@ -25,8 +26,7 @@ from grpclib import GRPCError
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.server import Server
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import api
-from lab.talos import pki
+from lab.talos import pki, proto
 from lab.talos.node import RpcError
 
 LOG = logging.getLogger('lab.talos.apid')
@@ -203,7 +203,7 @@ class BlackholeServer(object):
 class _Base(object):
     """RPC plumbing shared by the services: authorization, errors, request log, after-reply actions."""
 
-    METHODS = ()
+    SERVICE = ''
 
     def __init__(self, node, fleet):
         self.node = node
@@ -211,7 +211,10 @@ class _Base(object):
 
     def __mapping__(self):
         mapping = {}
-        for method in self.METHODS:
+        # the service's methods as Talos's .proto declares them (lab/talos/proto.py), those the lab implements
+        for method in proto.methods(self.SERVICE):
+            if not hasattr(self, 'rpc_' + method.name):
+                continue
             cardinality = Cardinality.UNARY_STREAM if method.reply_stream else Cardinality.UNARY_UNARY
             mapping[method.path] = Handler(self._handler(method), cardinality, method.request, method.reply)
         return mapping
@@ -239,8 +242,15 @@ class _Base(object):
                 if not roles & RULES.get(method.path, {ADMIN}):
                     raise RpcError('PERMISSION_DENIED', NOT_AUTHORIZED)
                 replies = implementation(request, roles, lambda function, label: deferred.append((function, label)))
+                if inspect.isawaitable(replies):
+                    replies = await replies
                 for reply in replies:
                     await stream.send_message(reply)
+            except asyncio.CancelledError:
+                # grpclib's server cancels the handler at the caller's deadline and answers DEADLINE_EXCEEDED
+                # (or the caller went away): logged as such.
+                self.fleet.record_request(self.node, method.path, 'DEADLINE_EXCEEDED', sorted(roles))
+                raise
             except RpcError as exc:
                 code = exc.code
                 self.fleet.record_request(self.node, method.path, code, sorted(roles))
@@ -255,30 +265,30 @@ class _Base(object):
 
 
 class MachineService(_Base):
-    """machine.MachineService: the RPCs in scripts/protos/machine/machine.proto."""
+    """machine.MachineService: the RPCs of Talos's api/machine/machine.proto that the lab serves."""
 
-    METHODS = api.MachineService.METHODS
+    SERVICE = 'machine.MachineService'
 
     def rpc_ApplyConfiguration(self, request, roles, defer):
         if ADMIN not in roles and self.node.phase != 'maintenance':
             raise RpcError('PERMISSION_DENIED', NOT_AUTHORIZED)
-        mode_enum = api.machine.ApplyConfigurationRequest.Mode
+        mode_enum = proto.machine.ApplyConfigurationRequest.Mode
         mode = mode_enum.Name(request.mode)
         try_timeout = request.try_mode_timeout.ToTimedelta().total_seconds() if request.HasField('try_mode_timeout') else 60.0
         resolved, details, warnings = self.node.apply_configuration(request.data, mode, request.dry_run, try_timeout, defer)
-        reply = api.machine.ApplyConfigurationResponse()
+        reply = proto.machine.ApplyConfigurationResponse()
         reply.messages.add(mode=mode_enum.Value(resolved), mode_details=details, warnings=warnings)
         return [reply]
 
     def rpc_Bootstrap(self, request, roles, defer):
         self.node.bootstrap()
-        reply = api.machine.BootstrapResponse()
+        reply = proto.machine.BootstrapResponse()
         reply.messages.add()
         return [reply]
 
-    def rpc_EtcdMemberList(self, request, roles, defer):
-        members = self.node.etcd_members()
-        reply = api.machine.EtcdMemberListResponse()
+    async def rpc_EtcdMemberList(self, request, roles, defer):
+        members = await self.node.etcd_members()
+        reply = proto.machine.EtcdMemberListResponse()
         entry = reply.messages.add()
         for member in members:
             entry.members.add(id=member.id, hostname=member.hostname, peer_urls=member.peer_urls,
@@ -287,48 +297,48 @@ class MachineService(_Base):
 
     def rpc_EtcdStatus(self, request, roles, defer):
         status = self.node.etcd_status()
-        reply = api.machine.EtcdStatusResponse()
-        reply.messages.add().member_status.CopyFrom(api.machine.EtcdMemberStatus(**status))
+        reply = proto.machine.EtcdStatusResponse()
+        reply.messages.add().member_status.CopyFrom(proto.machine.EtcdMemberStatus(**status))
         return [reply]
 
     def rpc_Hostname(self, request, roles, defer):
-        reply = api.machine.HostnameResponse()
+        reply = proto.machine.HostnameResponse()
         reply.messages.add(hostname=self.node.hostname)
         return [reply]
 
     def rpc_Kubeconfig(self, request, roles, defer):
-        return [api.common.Data(bytes=self.node.kubeconfig_archive())]
+        return [proto.common.Data(bytes=self.node.kubeconfig_archive())]
 
     def rpc_Reboot(self, request, roles, defer):
-        mode = api.machine.RebootRequest.Mode.Name(request.mode)
-        reply = api.machine.RebootResponse()
+        mode = proto.machine.RebootRequest.Mode.Name(request.mode)
+        reply = proto.machine.RebootResponse()
         reply.messages.add(actor_id=self.node.reboot(mode, defer))
         return [reply]
 
     def rpc_Reset(self, request, roles, defer):
         partitions = [(spec.label, spec.wipe) for spec in request.system_partitions_to_wipe]
-        wipe_mode = api.machine.ResetRequest.WipeMode.Name(request.mode)
+        wipe_mode = proto.machine.ResetRequest.WipeMode.Name(request.mode)
         actor = self.node.reset(request.graceful, request.reboot, partitions, list(request.user_disks_to_wipe), wipe_mode,
                                 defer)
-        reply = api.machine.ResetResponse()
+        reply = proto.machine.ResetResponse()
         reply.messages.add(actor_id=actor)
         return [reply]
 
     def rpc_ServiceList(self, request, roles, defer):
-        reply = api.machine.ServiceListResponse()
+        reply = proto.machine.ServiceListResponse()
         entry = reply.messages.add()
         for service in self.node.service_list():
-            entry.services.append(service.to_proto(api.machine.ServiceInfo))
+            entry.services.append(service.to_proto(proto.machine.ServiceInfo))
         return [reply]
 
     def rpc_Shutdown(self, request, roles, defer):
-        reply = api.machine.ShutdownResponse()
+        reply = proto.machine.ShutdownResponse()
         reply.messages.add(actor_id=self.node.shutdown(defer))
         return [reply]
 
     def rpc_Version(self, request, roles, defer):
         info = self.node.version()
-        reply = api.machine.VersionResponse()
+        reply = proto.machine.VersionResponse()
         entry = reply.messages.add()
         entry.version.tag = info['tag']
         entry.version.sha = info['sha']
@@ -345,12 +355,12 @@ class MachineService(_Base):
 class StorageService(_Base):
     """storage.StorageService: Disks."""
 
-    METHODS = api.StorageService.METHODS
+    SERVICE = 'storage.StorageService'
 
     def rpc_Disks(self, request, roles, defer):
-        reply = api.storage.DisksResponse()
+        reply = proto.storage.DisksResponse()
         entry = reply.messages.add()
-        disk_type = api.storage.Disk.DiskType
+        disk_type = proto.storage.Disk.DiskType
         for disk in self.node.disks():
             values = dict(disk)
             values['type'] = disk_type.Value(values['type'])

@@ -1,8 +1,9 @@
 """The etcd cluster of one Talos cluster (nodes sharing cluster.id), as the lab keeps it.
 
 One EtcdCluster per cluster id. It is bootstrapped once (Bootstrap RPC on one control plane);
-then every other configured control plane of the same cluster joins and becomes a member, with
-peer URL https://<ip>:2380 and client URL https://<ip>:2379. Members stay members across node
+then every other configured control plane of the same cluster joins: added as a learner with an
+empty name (the name comes when its etcd starts), promoted once it caught up; peer URL
+https://<ip>:2380, client URL https://<ip>:2379. Members stay members across node
 reboots; a Reset of a control plane removes its member (graceful leave) and its data.
 """
 
@@ -10,12 +11,12 @@ import random
 
 
 class EtcdMember(object):
-    def __init__(self, member_id, node_key, hostname, address):
+    def __init__(self, member_id, node_key, hostname, address, learner=False):
         self.id = member_id
         self.node_key = node_key
         self.hostname = hostname
         self.address = address
-        self.is_learner = False
+        self.is_learner = learner
 
     @property
     def peer_urls(self):
@@ -62,16 +63,23 @@ class EtcdCluster(object):
         self.leader = member.id
         return member
 
-    def add(self, node_key, hostname, address):
+    def add(self, node_key, hostname, address, learner=False):
+        """A member for the node (a new one, or the node's own updated); `learner` only for a new one."""
         member = self.member_for(node_key)
         if member is None:
-            member = EtcdMember(self._new_id(), node_key, hostname, address)
+            member = EtcdMember(self._new_id(), node_key, hostname, address, learner=learner)
             self.members.append(member)
             self.raft_index += 3
         else:
             member.hostname = hostname
             member.address = address
         return member
+
+    def promote(self, node_key):
+        member = self.member_for(node_key)
+        if member is not None and member.is_learner:
+            member.is_learner = False
+            self.raft_index += 1
 
     def remove(self, node_key):
         member = self.member_for(node_key)

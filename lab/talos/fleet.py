@@ -18,6 +18,10 @@ uses (no polling), the request log, and the Talos faults:
     talos-reboot-hang NODE                 a reboot never completes (port stays closed) until a VM reset
     talos-kubelet-volume NODE [p=0.5]      kubelet waits for /var/lib/kubelet; a Talos reboot clears it
                                            with probability p (seeded), a PVE hard reset always
+    talos-etcd-join-timeout NODE           the control plane's 30-minute etcd join timeout has run out: etcd
+                                           waiting to join (never bootstrapped) goes Failed
+    talos-no-etcd-endpoints NODE           the node knows no control-plane endpoint: EtcdMemberList answers
+                                           UNKNOWN "no controlplane endpoints discovered yet"
 
 Listeners added with `add_listener(obj)` get (if they define them) `on_etcd_bootstrapped(cluster_id, node)`,
 `on_kubelet_running(node)`, `on_kubelet_stopped(node)` (the node went down by a Talos reboot,
@@ -43,8 +47,10 @@ TALOS_PORT = 50000
 # Delay kinds the Talos simulation adds to the lab's timing (realistic seconds, description).
 # vm_boot, talos_install_reboot, talos_reboot and etcd_bootstrap are the lab core's own kinds.
 DELAY_KINDS = {
+    'talos_install': (20.0, 'a Talos node installing to disk after its first config, answering over mTLS meanwhile (v1.13)'),
     'talos_apid_cert': (2.0, 'a Talos worker getting its apid certificate from trustd on a control plane'),
     'etcd_join': ((10.0, 20.0), 'a Talos control plane joining the bootstrapped etcd cluster'),
+    'etcd_promote': (15.0, 'a joined etcd learner catching up until Talos promotes it (MemberPromote retried every 15 s)'),
     'etcd_start': (8.0, 'etcd starting again on a control plane that has etcd data'),
     'kubelet_start': ((5.0, 15.0), 'kubelet becoming Running and healthy on a Talos node'),
     'talos_reset': (30.0, 'a Talos node wiping its disk after a Reset call'),
@@ -55,6 +61,8 @@ DEFAULT_REJECT_MESSAGE = ('1 error occurred:\n\t* configuration validation faile
 # What Talos' etcd health check reports when the local member does not answer in time (ValidateQuorum).
 DEFAULT_ETCD_UNHEALTHY_MESSAGE = 'context deadline exceeded'
 MAX_REQUESTS = 10000
+# constants.EtcdJoinTimeout (siderolabs/talos v1.13.9 pkg/machinery/constants/constants.go:926), simulated seconds.
+ETCD_JOIN_TIMEOUT = 30 * 60.0
 
 
 class TalosFleet(object):
@@ -76,6 +84,9 @@ class TalosFleet(object):
         self._reboot_hang = set()
         self._kubelet_volume = {}
         self._etcd_unhealthy = {}   # node key -> the health message of its etcd (fault talos-etcd-unhealthy)
+        self._etcd_join_timed_out = set()   # node keys whose etcd join timeout ran out (fault or scaled time)
+        self._no_etcd_endpoints = set()     # node keys that know no control-plane endpoint (fault)
+        self.splits = {}                    # (cluster id, node key) -> EtcdCluster a second Bootstrap formed
         self._expire = None
         register = getattr(timing, 'register', None)
         kinds = getattr(timing, 'kinds', {})
@@ -130,6 +141,9 @@ class TalosFleet(object):
         self._reboot_hang.clear()
         self._kubelet_volume.clear()
         self._etcd_unhealthy.clear()
+        self._etcd_join_timed_out.clear()
+        self._no_etcd_endpoints.clear()
+        self.splits = {}
 
     async def on_lab_stop(self):
         await self.close()
@@ -191,14 +205,26 @@ class TalosFleet(object):
             self.clusters[cluster_id] = cluster
         return cluster
 
+    def split_cluster(self, cluster_id, node_key):
+        """The etcd cluster a second Bootstrap formed on `node_key` (created on first use)."""
+        key = (cluster_id, node_key)
+        cluster = self.splits.get(key)
+        if cluster is None:
+            cluster = EtcdCluster(cluster_id, rng=random.Random(self.random.getrandbits(64)))
+            self.splits[key] = cluster
+        return cluster
+
+    def forget_split(self, cluster_id, node_key):
+        self.splits.pop((cluster_id, node_key), None)
+
     def cluster_nodes(self, cluster_id):
         return [node for node in self.nodes.values() if node.cluster_id == cluster_id]
 
-    def find_cert_issuer(self, ca_crt):
-        """A control plane that can sign apid certificates for the OS CA `ca_crt` (trustd), or None."""
+    def find_cert_issuer(self, ca_crt, token):
+        """A control plane that signs apid certificates for the OS CA `ca_crt` to a worker with `token` (trustd), or None."""
         if not ca_crt:
             return None
-        return next((node for node in self.nodes.values() if node.issues_worker_certs_for(ca_crt)), None)
+        return next((node for node in self.nodes.values() if node.issues_worker_certs_for(ca_crt, token)), None)
 
     def apid_server(self, node):
         return ApidServer(node, self)
@@ -283,6 +309,14 @@ class TalosFleet(object):
                           'mounted; a Talos reboot clears it with probability p, a PVE hard reset always',
                           'node', apply=self.fault_kubelet_volume, clear=self.clear_kubelet_volume,
                           params=[Param('p', float, 0.5, 'probability that a Talos reboot clears the fault')])
+        registry.register('talos-etcd-join-timeout', 'the control plane\'s etcd join timeout (EtcdJoinTimeout, 30 '
+                          'minutes) has run out: an etcd that waits to join or to be bootstrapped goes Failed "Failed '
+                          'to run pre stage: ..." and stays so until a Bootstrap call or a reboot', 'node',
+                          apply=self.fault_etcd_join_timeout, clear=self.clear_etcd_join_timeout)
+        registry.register('talos-no-etcd-endpoints', 'the node knows no control-plane endpoint (the cluster endpoint '
+                          'does not resolve, discovery found nobody): EtcdMemberList answers UNKNOWN "no '
+                          'controlplane endpoints discovered yet"', 'node', apply=self.fault_no_etcd_endpoints,
+                          clear=self.clear_no_etcd_endpoints)
         registry.register('talos-etcd-unhealthy', 'etcd on the control plane runs but fails its health check (a slow '
                           'disk or a peer it cannot reach): ServiceList shows etcd Running, unhealthy, with MESSAGE; '
                           'it stays so across reboots until cleared', 'node', apply=self.fault_etcd_unhealthy,
@@ -388,6 +422,44 @@ class TalosFleet(object):
         """None when the node's etcd passes its health check, else the health message (fault talos-etcd-unhealthy)."""
         return self._etcd_unhealthy.get(node.key)
 
+    def fault_etcd_join_timeout(self, target):
+        node = self._target(target)
+        self.mark_etcd_join_timed_out(node)
+        return 'the etcd join timeout of %s has run out' % node.name
+
+    def clear_etcd_join_timeout(self, target):
+        """Only a later boot starts the join again with a fresh timeout; an etcd already Failed stays Failed."""
+        node = self.node(target)
+        if node is not None:
+            self._etcd_join_timed_out.discard(node.key)
+
+    def mark_etcd_join_timed_out(self, node):
+        self._etcd_join_timed_out.add(node.key)
+        self.changed()
+
+    def etcd_join_timed_out(self, node):
+        return node.key in self._etcd_join_timed_out
+
+    def etcd_join_timeout_seconds(self):
+        """EtcdJoinTimeout (30 min) in real seconds: only the realistic profile with a time scale has one."""
+        scale = getattr(self.timing, 'scale', 0.0)
+        if getattr(self.timing, 'profile', 'instant') != 'realistic' or not scale:
+            return None
+        return ETCD_JOIN_TIMEOUT * scale
+
+    def fault_no_etcd_endpoints(self, target):
+        node = self._target(target)
+        self._no_etcd_endpoints.add(node.key)
+        return '%s knows no control-plane endpoint' % node.name
+
+    def clear_no_etcd_endpoints(self, target):
+        node = self.node(target)
+        if node is not None:
+            self._no_etcd_endpoints.discard(node.key)
+
+    def etcd_endpoints_unknown(self, node):
+        return node.key in self._no_etcd_endpoints
+
     def kubelet_volume_fault(self, node):
         return self._kubelet_volume.get(node.key)
 
@@ -422,4 +494,7 @@ class TalosFleet(object):
             clusters[cluster_id] = {'bootstrapped': cluster.bootstrapped,
                                     'leader': '%x' % cluster.leader if cluster.leader else None,
                                     'members': [member.as_dict() for member in cluster.members]}
+        for (cluster_id, node_key), cluster in self.splits.items():
+            clusters.setdefault(cluster_id, {}).setdefault('splits', []).append(
+                {'node': str(node_key), 'members': [member.as_dict() for member in cluster.members]})
         return {'nodes': nodes, 'etcd': clusters}

@@ -18,7 +18,8 @@ Life cycle (each delay from the lab's timing, kinds in brackets):
 
     power on -[vm_boot]-> maintenance (no installed config)      server-only TLS, self-signed Ed25519
                        -> configured  (installed config)         mTLS against machine.ca
-    maintenance + ApplyConfiguration -> reply NO_REBOOT, port closes -[talos_install_reboot]-> configured
+    maintenance + ApplyConfiguration -> reply NO_REBOOT, apid turns to mTLS with the new config -[talos_install]->
+                                        port closes -[talos_install_reboot]-> configured
     Reboot RPC / apply that needs a reboot -> port closes -[talos_reboot]-> configured (staged config applied)
     Reset RPC -> port closes -[talos_reset]-> maintenance (reboot=true) or halted
     Shutdown RPC -> port closes -[talos_shutdown]-> halted (the VM itself keeps running in the lab)
@@ -78,6 +79,10 @@ class NodeDisk(object):
         self.persisted = None       # (MachineConfig, bytes) the next boot runs while a TRY config (not persisted) runs
         self.installed = False
         self.etcd_data = False
+        # This node bootstrapped an etcd cluster of its own while another control plane of the same cluster had
+        # bootstrapped one already: a split etcd (Talos' Bootstrap looks only at the node's own data directory,
+        # siderolabs/talos v1.13.9 internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go:457-459).
+        self.etcd_split = False
 
     def boot_config(self):
         """At boot: the persisted config becomes the running one (a staged one first, else the one a try hid)."""
@@ -114,6 +119,7 @@ class NodeDisk(object):
             self.persisted = None
         if ephemeral:
             self.etcd_data = False
+            self.etcd_split = False
 
 
 class TalosNode(object):
@@ -185,12 +191,18 @@ class TalosNode(object):
     def service(self, service_id):
         return self.services.get(service_id)
 
-    def issues_worker_certs_for(self, ca_crt):
-        """True if this node, configured and up, holds the key of the OS CA `ca_crt` (trustd)."""
+    def issues_worker_certs_for(self, ca_crt, token):
+        """True if this node, configured and up, holds the key of the OS CA `ca_crt` and takes `token` (trustd).
+
+        trustd authenticates the caller by its token against the control plane's own machine.token
+        (siderolabs/talos v1.13.9 internal/app/trustd/main.go:92, 138-147; OSRoot.Token from machine.token,
+        internal/app/machined/pkg/controllers/secrets/root.go:194); a worker sends its machine.token
+        (controllers/secrets/api.go:353).
+        """
         if self.phase != 'running' or not self.control_plane:
             return False
         crt, key = self.disk.config.os_ca
-        return bool(key) and crt == ca_crt
+        return bool(key) and crt == ca_crt and bool(token) and self.disk.config.machine.get('token') == token
 
     # ------------------------------------------------------------------ tasks
 
@@ -241,10 +253,14 @@ class TalosNode(object):
         self.fleet.changed()
 
     def _forget_process_state(self):
-        if self.bootstrap_requested and self.cluster_id:
-            cluster = self.fleet.etcd_cluster(self.cluster_id)
-            if not cluster.bootstrapped:
-                cluster.bootstrapping = False  # the request died with the process: etcd never formed
+        if self.bootstrap_requested and self.cluster_id and not self.disk.etcd_data:
+            if self.disk.etcd_split:
+                self.disk.etcd_split = False   # the second bootstrap died with the process: no second etcd formed
+                self.fleet.forget_split(self.cluster_id, self.key)
+            else:
+                cluster = self.fleet.etcd_cluster(self.cluster_id)
+                if not cluster.bootstrapped:
+                    cluster.bootstrapping = False  # the request died with the process: etcd never formed
         self.services = {}
         self.identity = None
         self.reboot_pending = False
@@ -317,8 +333,9 @@ class TalosNode(object):
         else:
             self.fleet.changed()
             ca_crt, dummy_key = config.os_ca
-            await self.fleet.wait_for(lambda: self.fleet.find_cert_issuer(ca_crt) is not None)
-            issuer = self.fleet.find_cert_issuer(ca_crt)
+            token = config.machine.get('token')
+            await self.fleet.wait_for(lambda: self.fleet.find_cert_issuer(ca_crt, token) is not None)
+            issuer = self.fleet.find_cert_issuer(ca_crt, token)
             await self.fleet.delay('talos_apid_cert', self.name)
             issuer_crt, issuer_key = issuer.disk.config.os_ca
             self.identity = pki.apid_identity(pki.load_certificate(issuer_crt), pki.load_private_key(issuer_key),
@@ -333,22 +350,38 @@ class TalosNode(object):
 
     # ------------------------------------------------------------------ etcd and kubelet
 
+    def own_etcd_cluster(self):
+        """The etcd cluster this node's data belongs to: its cluster's, or the split one its own bootstrap formed."""
+        if self.disk.etcd_split:
+            return self.fleet.split_cluster(self.cluster_id, self.key)
+        return self.fleet.etcd_cluster(self.cluster_id)
+
     async def _run_etcd(self):
         etcd = self.services['etcd']
         cluster = self.fleet.etcd_cluster(self.cluster_id)
+        promote = False
+        # siderolabs/talos v1.13.9 internal/app/machined/pkg/system/service_runner.go:271: "Running pre state"
         etcd.event('Preparing', 'Running pre state')
-        if self.disk.etcd_data and cluster.member_for(self.key) is not None:
+        if self.disk.etcd_data and self.own_etcd_cluster().member_for(self.key) is not None:
             await self.fleet.delay('etcd_start', self.name)
+            cluster = self.own_etcd_cluster()
         else:
-            # Blocks until this node is told to bootstrap, or the cluster was bootstrapped elsewhere.
-            await self.fleet.wait_for(lambda: self.bootstrap_requested or cluster.bootstrapped)
-            if self.bootstrap_requested and not cluster.bootstrapped:
+            # PreFunc with an empty data directory (services/etcd.go:517-543): wait until this node is told to
+            # bootstrap, or join the cluster bootstrapped elsewhere, retrying for EtcdJoinTimeout (etcd.go:333).
+            joining = await self._wait_bootstrap_or_join(etcd, cluster)
+            cluster = self.own_etcd_cluster()
+            if not joining:
                 await self.fleet.delay('etcd_bootstrap', self.name)
                 cluster.bootstrap(self.key, self.hostname, self.address)
-                self.fleet.notify('on_etcd_bootstrapped', self.cluster_id, self)
+                if not self.disk.etcd_split:
+                    self.fleet.notify('on_etcd_bootstrapped', self.cluster_id, self)
             else:
+                # addMember (siderolabs/talos v1.13.9 services/etcd.go:286-325): MemberAddAsLearner; etcd names the
+                # member only once it starts, so the list shows it with an empty name until then (etcd.go:378-381)
+                cluster.add(self.key, '', self.address, learner=True)
+                self.fleet.changed()
                 await self.fleet.delay('etcd_join', self.name)
-                cluster.add(self.key, self.hostname, self.address)
+                promote = True
             self.disk.etcd_data = True
         cluster.add(self.key, self.hostname, self.address)
         etcd.event('Preparing', 'Creating service runner')
@@ -356,6 +389,40 @@ class TalosNode(object):
         unhealthy = self.fleet.etcd_health_message(self)
         etcd.set_health(unhealthy is None, unhealthy or '')
         self.fleet.changed()
+        if promote:
+            # Runner (etcd.go:205-216) starts promoteMember (:604-647): MemberPromote retried every 15 s until the
+            # learner caught up with the leader. Only the boot that joined does it (PreFunc clears the learner id, :120).
+            await self.fleet.delay('etcd_promote', self.name)
+            cluster.promote(self.key)
+            self.fleet.changed()
+
+    async def _wait_bootstrap_or_join(self, etcd, cluster):
+        """False once this node is told to bootstrap, True once it can join; etcd Failed after the join timeout.
+
+        The join retries for constants.EtcdJoinTimeout = 30m (siderolabs/talos v1.13.9
+        pkg/machinery/constants/constants.go:926, used at internal/app/machined/pkg/system/services/etcd.go:333);
+        when it runs out, PreFunc fails and the service runner records Failed with the error, capitalised
+        (service_runner.go:279 "failed to run pre stage: %w", system.go:195-200), and nothing restarts it
+        (BootTimeout 70m, constants.go:915). A Bootstrap call still works then: BootstrapEtcd stops and
+        reloads the service (etcd.go:682-717). The lab's timeout is the fault talos-etcd-join-timeout, or
+        30 minutes times the time scale in the realistic profile (none with the instant profile or scale 0).
+        """
+        def decided():
+            return self.bootstrap_requested or cluster.bootstrapped or self.fleet.etcd_join_timed_out(self)
+        timeout = self.fleet.etcd_join_timeout_seconds()
+        try:
+            await asyncio.wait_for(self.fleet.wait_for(decided), timeout)
+        except asyncio.TimeoutError:
+            pass
+        if not self.bootstrap_requested and not cluster.bootstrapped:
+            # The wording after "failed to build cluster arguments: " is go-retry v0.3.3's ErrorSet of TimeoutError
+            # (retry/retry.go:51-61, 126-131): the attempts' text is modelled, not observed on a node.
+            etcd.event('Failed', 'Failed to run pre stage: failed to build initial etcd cluster: failed to build '
+                                 'cluster arguments: 1 error(s) occurred:\n\ttimeout')
+            self.fleet.changed()
+            LOG.info('talos node %s: etcd join timed out, etcd Failed until a Bootstrap call or a reboot', self.name)
+            await self.fleet.wait_for(lambda: self.bootstrap_requested)
+        return not self.bootstrap_requested
 
     async def _run_kubelet(self):
         kubelet = self.services['kubelet']
@@ -399,7 +466,7 @@ class TalosNode(object):
         if self.server is None or self.identity is None:
             return
         client_cas = None
-        if self.phase == 'running':
+        if self.phase in ('running', 'installing'):
             config = self.disk.config
             client_cas = b''.join(pem for pem in [config.os_ca[0]] + config.accepted_cas if pem)
         await self._stop_api()
@@ -462,25 +529,32 @@ class TalosNode(object):
         except machineconfig.ConfigError as exc:
             raise RpcError('INVALID_ARGUMENT', str(exc))
         old = None if maintenance else self.disk.config
+        refusal = None
 
         if maintenance:
-            if mode in ('STAGED', 'TRY'):
-                raise RpcError('UNIMPLEMENTED', "apply configuration --mode='%s' is not supported in maintenance mode"
-                               % mode.lower().replace('_', '-'))
-            resolved, details = 'NO_REBOOT', 'Applied configuration without a reboot'
-            reasons = []
+            # v1.13 takes every mode in maintenance: REBOOT becomes NO_REBOOT (v1alpha1_server.go:236-238), AUTO
+            # resolves to NO_REBOOT and CanApplyImmediate's answer is ignored there (:247, :257-264)
+            resolved, details = self._resolve_mode('NO_REBOOT' if mode in ('REBOOT', 'AUTO') else mode, None, try_timeout)
         else:
-            reasons = machineconfig.reboot_reasons(old, new)
-            resolved, details = self._resolve_mode(mode, reasons, try_timeout)
+            refusal = machineconfig.immediate_refusal(old, new)
+            resolved, details = self._resolve_mode(mode, refusal, try_timeout)
 
         if dry_run:
+            # v1alpha1_server.go:269-284: the summary names modeDetails without CanApplyImmediate's error (modeErr)
+            head = details[:-len(': ' + refusal)] if mode == 'AUTO' and not maintenance and refusal else details
             summary = 'Dry run summary:\n%s (skipped in dry-run).\nConfig diff:\n\n%s' % (
-                details.split('\n', 1)[0], machineconfig.diff(old, new))
+                head.split('\n', 1)[0], machineconfig.diff(old, new))
             return resolved, summary, []
 
-        if maintenance:
+        if maintenance and resolved == 'STAGED':
+            # STAGED only persists (v1alpha1_server.go:317-320): no active config, so the node stays in maintenance
+            # mode (controllers/config/acquire.go:735-741). What a later boot does with it is not modelled (guess: the
+            # lab forgets it, the node boots into maintenance mode again).
+            pass
+        elif maintenance:
+            # NO_REBOOT and TRY set the active config (:304-315), which completes the maintenance wait
+            # (acquire.go:746-752); TRY's revert timer is not modelled in maintenance mode (guess)
             self.disk.persist(new, bytes(data))
-            self.reboot_pending = True
             defer(self._install_and_reboot, 'install')
         elif resolved == 'STAGED':
             self.disk.staged = (new, bytes(data))
@@ -508,21 +582,24 @@ class TalosNode(object):
             LOG.info('talos node %s: try-mode revert cancelled', self.name)
 
     @staticmethod
-    def _resolve_mode(mode, reasons, try_timeout):
-        reason_text = 'the following changes require a reboot: %s' % ', '.join(reasons)
+    def _resolve_mode(mode, refusal, try_timeout):
+        """(mode, mode_details) as v1alpha1_server.go:199-267 (siderolabs/talos v1.13.9) resolves them.
+
+        refusal: CanApplyImmediate's error text, None when the change applies live. AUTO turns into REBOOT with
+        ": <refusal>" after the details (:257-260, :345); NO_REBOOT and TRY answer it as InvalidArgument (:246-249).
+        """
         if mode == 'AUTO':
-            if reasons:
-                return 'REBOOT', 'Applied configuration with a reboot: %s' % reason_text
+            if refusal:
+                return 'REBOOT', 'Applied configuration with a reboot: %s' % refusal
             return 'NO_REBOOT', 'Applied configuration without a reboot'
         if mode == 'REBOOT':
             return 'REBOOT', 'Applied configuration with a reboot'
         if mode == 'STAGED':
             return 'STAGED', 'Staged configuration to be applied after the next reboot'
-        if reasons:
-            # Talos returns CanApplyImmediate's refusal as InvalidArgument in NO_REBOOT and TRY mode.
-            raise RpcError('INVALID_ARGUMENT', 'cannot apply configuration in %s mode: %s'
-                           % ('no-reboot' if mode == 'NO_REBOOT' else 'try', reason_text))
+        if refusal:
+            raise RpcError('INVALID_ARGUMENT', refusal)
         if mode == 'TRY':
+            # v1alpha1_server.go:298: the timeout as Go's Duration.String() writes it
             return 'TRY', ('Applied configuration without a reboot\nThe config is applied in \'try\' mode and will be '
                            'automatically reverted back in %s' % _duration_text(try_timeout))
         return 'NO_REBOOT', 'Applied configuration without a reboot'
@@ -536,11 +613,43 @@ class TalosNode(object):
         self.fleet.changed()
 
     async def _install_and_reboot(self):
-        """Maintenance apply: install to the disk and reboot into the configured system."""
+        """Maintenance apply on v1.13: apid switches to mTLS with the new config, Talos installs, then reboots.
+
+        siderolabs/talos v1.13.9: apid is an early service of the boot (v1alpha1_sequencer.go:89-96), not the
+        maintenance server's; once the config is complete the maintenance request is torn down
+        (controllers/config/acquire.go:764-787) and APIServiceConfig turns to mTLS on :50000
+        (controllers/runtime/api_service_config.go:126-139). The Install sequence then runs install ... reboot
+        (v1alpha1_sequencer.go:152-185). So for `talos_install` the node answers over mTLS with the applied
+        config, on the boot it had in maintenance mode (same machined events), before its port closes for the
+        reboot (`talos_install_reboot`). A worker answers in that window only when a control plane can issue
+        its certificate (trustd); else its port stays closed until after the reboot.
+        """
+        self.phase = 'installing'
+        await self._serve_applied_config()
+        self.fleet.changed()
+        await self.fleet.delay('talos_install', self.name)
+        self.disk.installed = True
+        self.reboot_pending = True
         await self._go_down('installing')
         await self.fleet.delay('talos_install_reboot', self.name)
-        self.disk.installed = True
         await self._boot(first_delay=None)
+
+    async def _serve_applied_config(self):
+        config = self.disk.config
+        ca_crt, ca_key = config.os_ca
+        if config.control_plane:
+            issuer_crt, issuer_key = ca_crt, ca_key
+        else:
+            issuer = self.fleet.find_cert_issuer(ca_crt, config.machine.get('token'))
+            if issuer is None:
+                await self._stop_api(graceful=True)
+                return
+            issuer_crt, issuer_key = issuer.disk.config.os_ca
+        identity = pki.apid_identity(pki.load_certificate(issuer_crt), pki.load_private_key(issuer_key), [self.address],
+                                     self.hostname, config.cert_sans, worker=not config.control_plane)
+        await self._stop_api(graceful=True)
+        self.identity = identity
+        await self._start_api(client_cas=b''.join(pem for pem in [ca_crt] + config.accepted_cas if pem))
 
     async def _reboot(self):
         await self._go_down('rebooting')
@@ -554,15 +663,31 @@ class TalosNode(object):
         await self._boot(first_delay=None)
 
     def bootstrap(self):
-        """The checks of Talos' Bootstrap handler, in its order (facts 1.4)."""
+        """Talos' Bootstrap handler, in its order (siderolabs/talos v1.13.9 v1alpha1_server.go:439-472)."""
         if self.phase != 'running' or self.disk.config is None:
+            # v1alpha1_server.go:442-443 (IsBootstrapAllowed)
             raise RpcError('FAILED_PRECONDITION', 'bootstrap is not available yet')
         if not self.control_plane:
+            # internal/app/internal/machinehelper/machinehelper.go:34-36 (CheckControlplane)
             raise RpcError('UNIMPLEMENTED', 'bootstrap is only available on control plane nodes')
-        cluster = self.fleet.etcd_cluster(self.cluster_id)
-        if self.disk.etcd_data or cluster.bootstrapped or cluster.bootstrapping:
+        if self.disk.etcd_data:
+            # v1alpha1_server.go:457-459: only this node's own /var/lib/etcd is looked at
             raise RpcError('ALREADY_EXISTS', 'etcd data directory is not empty')
-        cluster.bootstrapping = True
+        cluster = self.fleet.etcd_cluster(self.cluster_id)
+        if cluster.bootstrapped or cluster.bootstrapping:
+            # Another control plane bootstrapped already and this node's data directory is empty: Talos starts a
+            # second etcd cluster here (a split), as nothing in the handler looks further than this node.
+            self.disk.etcd_split = True
+            LOG.warning('talos node %s: Bootstrap with an empty data directory while %s is bootstrapped: a second, '
+                        'split etcd cluster forms', self.name, self.cluster_id)
+        else:
+            cluster.bootstrapping = True
+        etcd = self.services.get('etcd')
+        if etcd is not None:
+            # BootstrapEtcd (internal/app/machined/pkg/system/services/etcd.go:682-717): the waiting etcd is stopped,
+            # marked Finished "Bootstrap requested" (:691) and started again in bootstrap mode.
+            etcd.event('Finished', 'Bootstrap requested')
+            etcd.event('Preparing', 'Running pre state')
         self.bootstrap_requested = True
         self.fleet.changed()
 
@@ -615,12 +740,42 @@ class TalosNode(object):
         await self.fleet.delay('talos_shutdown', self.name)
         self.fleet.notify('on_node_shutdown', self)
 
-    def etcd_members(self):
-        cluster = self.fleet.etcd_cluster(self.cluster_id) if self.cluster_id else None
-        if cluster is None or not cluster.bootstrapped or not any(
-                node.service('etcd') is not None and node.service('etcd').is_healthy
-                for node in self.fleet.cluster_nodes(self.cluster_id)):
-            raise RpcError('UNAVAILABLE', 'etcd is not running: no etcd member answered (is the cluster bootstrapped?)')
+    def _check_control_plane(self, api_name):
+        """machinehelper.CheckControlplane (siderolabs/talos v1.13.9 internal/app/internal/machinehelper/machinehelper.go:23-38)."""
+        if self.phase == 'maintenance' or self.disk.config is None:
+            raise RpcError('UNIMPLEMENTED', 'machine type is not set, cannot use %s API' % api_name)
+        if not self.control_plane:
+            raise RpcError('UNIMPLEMENTED', '%s is only available on control plane nodes' % api_name)
+
+    def _answering_etcd(self):
+        """The etcd cluster an etcd client of this node reaches, or None while no member of it runs."""
+        cluster = self.own_etcd_cluster()
+        if not cluster.bootstrapped:
+            return None
+        for node in self.fleet.nodes.values():
+            etcd = node.service('etcd')
+            if etcd is not None and etcd.state == 'Running' and cluster.member_for(node.key) is not None:
+                return cluster
+        return None
+
+    async def etcd_members(self):
+        """EtcdMemberList (siderolabs/talos v1.13.9 v1alpha1_server.go:1817-1860).
+
+        The handler checks the machine type (:1818), builds an etcd client on the control-plane endpoints
+        (:1830; internal/pkg/etcd/etcd.go:81-91) and calls MemberList (:1842). With no endpoint known the
+        client is not built: UNKNOWN "no controlplane endpoints discovered yet" (internal/pkg/etcd/endpoints.go:36-38;
+        a plain Go error reaches the caller as UNKNOWN). Otherwise the etcd client (go.etcd.io/etcd/client/v3
+        v3.6.12: every call WaitForReady, client/v3/options.go defaultCallOpts; no blocking dial) waits until a
+        member answers: before any etcd runs the call blocks until the caller's deadline, which grpclib's server
+        turns into DEADLINE_EXCEEDED; with no deadline it blocks as long as the caller waits.
+        """
+        self._check_control_plane('member list')
+        if self.fleet.etcd_endpoints_unknown(self):
+            raise RpcError('UNKNOWN', 'no controlplane endpoints discovered yet')
+        await self.fleet.wait_for(lambda: self._answering_etcd() is not None or self.phase != 'running')
+        cluster = self._answering_etcd()
+        if cluster is None:
+            raise RpcError('UNAVAILABLE', 'the node is going down')
         return cluster.members
 
     def etcd_status(self):
@@ -629,7 +784,7 @@ class TalosNode(object):
             raise RpcError('UNIMPLEMENTED', 'etcd status is only available on control plane nodes')
         if etcd is None or not etcd.is_healthy:
             raise RpcError('UNAVAILABLE', 'etcd is not running on this node')
-        cluster = self.fleet.etcd_cluster(self.cluster_id)
+        cluster = self.own_etcd_cluster()
         member = cluster.member_for(self.key)
         cluster.tick()
         return {'member_id': member.id, 'leader': cluster.leader or 0, 'raft_index': cluster.raft_index,
@@ -638,12 +793,13 @@ class TalosNode(object):
                 'protocol_version': '3.6.0', 'storage_version': '3.6.0'}
 
     def kubeconfig_archive(self):
-        """The gzip tar Talos streams: one `kubeconfig` file, mode 0600, no end-of-archive blocks."""
-        if not self.control_plane:
-            raise RpcError('UNIMPLEMENTED', 'kubeconfig is only available on control plane nodes')
-        etcd = self.services.get('etcd')
-        if etcd is None or not etcd.is_healthy:
-            raise RpcError('UNAVAILABLE', 'etcd is not running on this node yet: bootstrap the cluster first')
+        """The gzip tar Talos streams: one `kubeconfig` file, mode 0600, no end-of-archive blocks.
+
+        siderolabs/talos v1.13.9 v1alpha1_server.go:1260-1301: after the control-plane check (:1261) the admin
+        kubeconfig is generated from the machine config alone, bootstrapped or not (pkg/kubeconfig/generate.go:35-57):
+        certificate-authority-data holds cluster.acceptedCAs first, then the issuing CA (generate.go:36-40, 101).
+        """
+        self._check_control_plane('kubeconfig')
         config = self.disk.config
         k8s_crt, k8s_key = config.k8s_ca
         if not k8s_crt or not k8s_key:
@@ -656,7 +812,7 @@ class TalosNode(object):
             'kind': 'Config',
             'clusters': [{'name': name, 'cluster': {
                 'server': config.endpoint,
-                'certificate-authority-data': base64.b64encode(k8s_crt).decode('ascii')}}],
+                'certificate-authority-data': base64.b64encode(b''.join(config.k8s_accepted_cas + [k8s_crt])).decode('ascii')}}],
             'users': [{'name': user, 'user': {
                 'client-certificate-data': base64.b64encode(client_crt).decode('ascii'),
                 'client-key-data': base64.b64encode(client_key).decode('ascii')}}],
@@ -689,8 +845,10 @@ class TalosNode(object):
         services = dict((service_id, service.summary()) for service_id, service in sorted(self.services.items()))
         member = None
         if self.cluster_id:
-            found = self.fleet.etcd_cluster(self.cluster_id).member_for(self.key)
+            found = self.own_etcd_cluster().member_for(self.key)
             member = found.as_dict() if found is not None else None
+            if member is not None and self.disk.etcd_split:
+                member['split'] = True
         return {
             'name': self.name, 'address': self.address, 'mode': self.mode, 'phase': self.phase,
             'machine_type': self.machine_type, 'hostname': self.hostname if self.powered else None,

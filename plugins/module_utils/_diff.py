@@ -7,13 +7,22 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import hmac
+import os
 
 HIDDEN = '<hidden>'
 
 
-def _fingerprint(value):
+# The key of this process's fingerprints: a fingerprint shows that a secret changed within one diff (both sides
+# are fingerprinted by the same process) and cannot be looked up in a dictionary of likely passwords, as a plain
+# hash of a weak one could.
+_FINGERPRINT_KEY = os.urandom(32)
+
+
+def fingerprint(value):
+    """A short keyed hash of a secret value: shows that it changed, not what it is."""
     text = value if isinstance(value, str) else repr(value)
-    return 'sha256:' + hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]
+    return 'hmac:' + hmac.new(_FINGERPRINT_KEY, text.encode('utf-8'), hashlib.sha256).hexdigest()[:12]
 
 
 def hide(data, paths, show_fingerprint=False):
@@ -47,7 +56,7 @@ def _hide_path(node, parts, show_fingerprint):
         if rest:
             _hide_path(node[key], rest, show_fingerprint)
         elif node[key] not in (None, ''):
-            node[key] = '%s %s' % (HIDDEN, _fingerprint(node[key])) if show_fingerprint else HIDDEN
+            node[key] = '%s %s' % (HIDDEN, fingerprint(node[key])) if show_fingerprint else HIDDEN
 
 
 def make_diff(before, after, hidden_paths=(), before_header=None, after_header=None):

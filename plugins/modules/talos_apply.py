@@ -25,6 +25,10 @@ description:
     (maintenance mode installs and reboots; O(mode=reboot), or O(mode=auto) when Talos decides a reboot is needed),
     the node must also report a new boot (the first event of its machined service changed), so the answer of the
     node before it went down does not count.
+  - In maintenance mode that boot is read before the apply, by C(ServiceList) without a client certificate, which
+    Talos v1.13 serves. v1.13 answers over mutual TLS with the new config already before it installs and reboots, so
+    only a changed boot shows the install done. Talos v1.12 does not serve it (C(Unimplemented)); its API answers
+    over mutual TLS only after the install reboot, so there the answer itself is the sign.
   - A node that does not answer, or does not come back, fails the task after O(wait_timeout) naming the node and
     what was seen last.
   - With O(nodes) instead of O(node), one run applies every listed node's config (a C(run_once) task over the
@@ -43,8 +47,11 @@ attributes:
   diff_mode:
     support: full
     details:
-      - The diff is the node's own config diff from the dry run; secret values are shown as placeholders by Talos,
-        and every secret value of the config is also masked by the module.
+      - The diff is the node's own config diff from the dry run. Talos sends it unredacted, old and new values
+        alike; the module masks it line by line before showing it (a value under any key that holds a secret in a
+        Talos document, block scalars under such a key, and values that are nothing but 32 or more base64
+        characters), and masks the mode details and Talos's error texts the same way. Every secret value of the
+        config being applied is also registered no_log.
       - In maintenance mode the node has no config yet; the diff shows the whole config with its secrets hidden.
       - With O(nodes), one diff per node that changes (or would change), each headed by the node's inventory name and
         address; nodes without a change have none.
@@ -312,6 +319,18 @@ class ApplyOptions(object):
         self.diff = diff
 
 
+def masked_error(exc):
+    """The error with its message and the texts among its details masked (redact.node_text)."""
+    exc.message = redact.node_text(exc.message)
+    exc.args = (exc.message,)
+    for key, value in list(exc.details.items()):
+        if isinstance(value, str):
+            exc.details[key] = redact.node_text(value)
+    if isinstance(getattr(exc, 'talos_message', None), str):
+        exc.talos_message = redact.node_text(exc.talos_message)
+    return exc
+
+
 class Applier(object):
     """Observe, decide, apply and verify one node."""
 
@@ -335,24 +354,44 @@ class Applier(object):
                                  % (self.session.display, what, self.deadline.timeout, exc), node=self.session.name,
                                  last_observation=str(exc))
 
-    def dry_run(self, maintenance, mode):
+    def _apply_call(self, maintenance, mode, what, dry_run=False):
+        """ApplyConfiguration, its reply's mode details and any error text masked (redact.node_text): Talos
+        sends the diff, and the reason an immediate apply is refused, with old and new secret values in clear."""
         def call():
             if maintenance:
-                return self.session.call_insecure('apply_configuration', self.data, mode='auto', dry_run=True)
-            return self.session.call('apply_configuration', self.data, mode=mode, dry_run=True,
+                return self.session.call_insecure('apply_configuration', self.data, mode='auto', dry_run=dry_run)
+            return self.session.call('apply_configuration', self.data, mode=mode, dry_run=dry_run,
                                      try_timeout=self.try_timeout if mode == 'try' else None)
-        return self._retry(call, 'the dry run of the config')
+        try:
+            reply = self._retry(call, what)
+        except ProxtalosError as exc:
+            raise masked_error(exc)
+        return dict(reply, mode_details=redact.node_text(reply['mode_details']))
+
+    def dry_run(self, maintenance, mode):
+        return self._apply_call(maintenance, mode, 'the dry run of the config', dry_run=True)
 
     def apply(self, maintenance, mode):
-        def call():
-            if maintenance:
-                return self.session.call_insecure('apply_configuration', self.data, mode='auto')
-            return self.session.call('apply_configuration', self.data, mode=mode,
-                                     try_timeout=self.try_timeout if mode == 'try' else None)
-        return self._retry(call, 'applying the config')
+        return self._apply_call(maintenance, mode, 'applying the config')
 
     def boot_marker(self):
         return health.boot_marker(self._retry(lambda: self.session.call('service_list'), 'listing the services'))
+
+    def maintenance_boot_marker(self):
+        """The boot marker of a node in maintenance mode, or None where Talos does not serve it.
+
+        Talos v1.13 answers ServiceList to anyone in maintenance mode (os:reader) and, after the apply, switches
+        apid to mTLS with the new config on the same boot, before it installs and reboots: the marker tells that
+        boot from the installed one. v1.12's maintenance server answers Unimplemented; its apid starts only after
+        the install reboot, so mTLS alone shows the reboot there.
+        """
+        try:
+            services = self._retry(lambda: self.session.call_insecure('service_list'), 'listing the services')
+        except talos_errors.TalosApiError as exc:
+            if exc.unimplemented:
+                return None
+            raise
+        return health.boot_marker(services)
 
     # ---- the wait after an apply ----
 
@@ -437,7 +476,9 @@ def apply_node(node_session, config, options, deadline, interval, result, sink=_
     if options.wait:
         # Checked before applying: verifying the node afterwards needs mTLS.
         node_session.require_credentials('is checked over mutual TLS after the apply')
-    previous_boot = applier.boot_marker() if not maintenance and options.wait else None
+    previous_boot = None
+    if options.wait:
+        previous_boot = applier.maintenance_boot_marker() if maintenance else applier.boot_marker()
     reply = applier.apply(maintenance, mode)
     result['changed'] = True
     applied = reply['mode'].replace('-', '_')

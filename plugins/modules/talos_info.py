@@ -343,7 +343,8 @@ class Reader(object):
 
     def etcd(self):
         try:
-            members = self.session.call('etcd_member_list')
+            # Before bootstrap Talos answers only at the deadline (talos_bootstrap.MEMBER_LIST_TIMEOUT): a short one.
+            members = self.session.call_within(min(5.0, self.session.api_timeout), 'etcd_member_list')
         except (talos_errors.TalosApiError, talos_errors.TalosTransientError) as exc:
             return {'members': [], 'error': exc.talos_message or str(exc)}
         return {'members': [health.member_summary(member) for member in members], 'error': None}
@@ -390,7 +391,12 @@ def probe_node(node_session, credentials, gather, healthy_services, deadline, in
     readable = maintenance or credentials is not None
     reader = Reader(node_session, deadline, interval, sink=sink)
     if readable and 'services' in gather and services is None:
-        services = reader.call(maintenance, 'service_list')
+        try:
+            services = reader.call(maintenance, 'service_list')
+        except talos_errors.TalosApiError as exc:
+            # Talos 1.12's maintenance server implements no ServiceList (internal/app/maintenance/server.go)
+            if not (maintenance and exc.unimplemented):
+                raise
     if readable and 'version' in gather:
         try:
             result['version'] = reader.call(maintenance, 'version')

@@ -11,14 +11,15 @@ short_description: Fetch the cluster's admin kubeconfig from a Talos control pla
 version_added: 0.1.0
 description:
   - Fetches the admin kubeconfig like C(talosctl kubeconfig) - C(MachineService/Kubeconfig) streams a gzip tar archive
-    holding one C(kubeconfig) file, which Talos fills with the cluster CA and a client certificate (C(admin),
-    C(system:masters)) it issues at that moment, valid for a year.
+    holding one C(kubeconfig) file, which Talos fills with the cluster CAs (C(cluster.acceptedCAs) first, the issuing
+    CA last) and a client certificate (C(admin), C(system:masters)) it issues at that moment, valid for a year.
   - Points every cluster entry at O(endpoint) and writes the file mode V(0600).
   - Talos issues a new client certificate on every fetch, so a fetch always differs. The module therefore keeps an
     existing file as long as it is still good - it names the same cluster CA as the one just fetched, points at
-    O(endpoint), and its client certificate (with a key that matches it) is signed by that CA and valid for more
+    O(endpoint), and its client certificate (with a key that matches it) is signed by one of those CAs and valid for more
     than O(renew_before_days) days. Only otherwise is the fetched kubeconfig written, so a re-run is unchanged.
-  - A control plane that does not serve the kubeconfig yet (etcd not running) is asked again until O(wait_timeout).
+  - Talos generates the kubeconfig from the machine config alone, before etcd is bootstrapped too. A control plane
+    that cannot serve it yet (not answering, C(FailedPrecondition)) is asked again until O(wait_timeout).
   - The API server's readiness is not checked here; gate on it with P(proxtalos.cluster.k8s_gate#module)
     (O(proxtalos.cluster.k8s_gate#module:gate=api)) using the written file.
 attributes:
@@ -191,10 +192,11 @@ def why_not_keep(existing, fetched, endpoint, renew_before, now):
         return 'the server is %s, not %s' % (existing.server or 'not set', endpoint)
     try:
         cert, dummy = pki.check_key_pair(existing.crt_pem, existing.key_pem, 'client')
-        ca_cert = pki.load_certificate(fetched.ca_pem, 'ca')
+        # Talos writes cluster.acceptedCAs first and the issuing CA last (pkg/kubeconfig/generate.go): any of them
+        ca_certs = pki.load_certificates(fetched.ca_pem, 'ca')
     except ValidationError as exc:
         return 'its client certificate or key is not usable (%s)' % exc.reason
-    if not pki.is_signed_by(cert, ca_cert):
+    if not any(pki.is_signed_by(cert, ca_cert) for ca_cert in ca_certs):
         return 'its client certificate is not signed by the cluster CA'
     not_after = pki.not_valid_after(cert)
     if not_after - now <= renew_before:

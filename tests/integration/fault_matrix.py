@@ -141,6 +141,13 @@ ROWS = [
     row('talos-etcd-unhealthy', 'Talos', 'talos-etcd-unhealthy', 'bootstrap', 'converged', 'bootstrap', 'failed',
         ['{addr:lab-cp-2}', 'etcd is Running but not healthy', 'context deadline exceeded'], 'the quorum gate names the '
         'control plane whose etcd fails its health check, with the health message', target='lab-cp-2', extra_vars=TALOS_SHORT),
+    row('talos-etcd-join-timeout', 'Talos', 'talos-etcd-join-timeout', 'bootstrap', 'vms', 'secrets,apply,bootstrap', 'failed',
+        ['{addr:lab-cp-2}', 'etcd is Failed', 'Failed to run pre stage'], 'etcd on one control plane gave up joining before '
+        'the bootstrap: the bootstrap still happens (an etcd Failed in its pre stage never held data), and the quorum '
+        'gate names the node whose etcd stays Failed until it reboots', target='lab-cp-2', extra_vars=TALOS_SHORT),
+    row('talos-no-etcd-endpoints', 'Talos', 'talos-no-etcd-endpoints', 'bootstrap', 'converged', 'bootstrap', 'failed',
+        ['{addr:lab-cp-2}', 'no controlplane endpoints discovered yet'], 'the quorum gate names the control plane that '
+        'cannot list the etcd members, with Talos\' answer', target='lab-cp-2', extra_vars=TALOS_SHORT),
     # ---------------------------------------------------------------- Kubernetes
     row('k8s-crashloop-cilium', 'Kubernetes', 'k8s-crashloop', 'cni', 'converged', 'cni', 'failed',
         ['pods k8s-app=cilium', 'on lab-w-2: CrashLoopBackOff'], 'the agents gate names the node and the container state', target='lab-w-2',

@@ -16,6 +16,9 @@ from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
 from lab.talos import testing
 from talos_lab_nodes import ENDPOINT, configure
 
+# A change CanApplyImmediate does not let apply live (v1alpha1_runtime.go:149-204): it needs a reboot.
+UDEV_RULE = 'SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="44", MODE="0660"'
+
 
 @pytest.fixture(scope='module')
 def lab():
@@ -86,11 +89,12 @@ def test_another_mode_cancels_the_revert_and_a_reboot_boots_the_persisted_config
 
 def test_try_refuses_a_change_that_needs_a_reboot(lab, secrets, capsys):
     node = configure(lab, 'cp-try-refused', secrets)
-    install = testing.render_config(secrets, 'controlplane', ENDPOINT, install_disk='/dev/vdb').decode()
-    result = apply(capsys, node, secrets, install, mode='try', try_timeout=5)
+    # machine.udev is not among what CanApplyImmediate lets apply live (v1alpha1_runtime.go:149-204)
+    udev = testing.render_config(secrets, 'controlplane', ENDPOINT, extra_machine={'udev': {'rules': [UDEV_RULE]}})
+    result = apply(capsys, node, secrets, udev.decode(), mode='try', try_timeout=5)
     assert result['failed'] is True and result['status'] == 'INVALID_ARGUMENT'
-    assert 'cannot apply configuration in try mode' in result['msg'] and 'machine.install' in result['msg']
-    assert node.disk.config.install_disk == '/dev/sda' and status(lab, node)['try_revert_pending'] is False
+    assert "this config change can't be applied in immediate mode" in result['msg']
+    assert 'udev' not in node.disk.config.machine and status(lab, node)['try_revert_pending'] is False
 
 
 def test_staged_takes_effect_only_after_a_reboot(lab, secrets, capsys):
@@ -115,12 +119,12 @@ def test_staged_takes_effect_only_after_a_reboot(lab, secrets, capsys):
 
 def test_a_request_without_try_mode_still_refused_in_no_reboot_mode(lab, secrets):
     node = configure(lab, 'cp-no-reboot', secrets)
-    install = testing.render_config(secrets, 'controlplane', ENDPOINT, install_disk='/dev/vdb')
+    udev = testing.render_config(secrets, 'controlplane', ENDPOINT, extra_machine={'udev': {'rules': [UDEV_RULE]}})
     credentials = client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
     with client.TalosClient(node.address, credentials=credentials, timeout=5) as talos:
         with pytest.raises(errors.TalosApiError) as info:
-            talos.apply_configuration(install, mode='no-reboot')
-    assert info.value.invalid_argument and 'machine.install' in info.value.talos_message
+            talos.apply_configuration(udev, mode='no-reboot')
+    assert info.value.invalid_argument and "can't be applied in immediate mode" in info.value.talos_message
 
 
 # ---------------------------------------------------------------------------------------------------------

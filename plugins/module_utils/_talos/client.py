@@ -9,9 +9,10 @@ with a Talos node in maintenance mode. Python's ssl (OpenSSL) can.
 
 How it talks to Talos:
 
-- One call per node, straight to that node's apid on `host:50000`; no `node`/`nodes` metadata
-  (the one-to-many proxying is deprecated upstream). Replies still go through the defensive
-  `metadata.error` check.
+- One call per node, straight to that node's apid on `host:50000`; no `node`/`nodes` metadata,
+  which gives apid's direct local route (apid still proxies `nodes` to other nodes for the
+  machine, cluster, storage, time and inspect services; the collection does not use it). Replies
+  still go through the defensive `metadata.error` check.
 - Two ways to connect:
   * insecure (maintenance mode, like `talosctl --insecure`): TLS, no client certificate, no
     verification of the server; optionally pin the server certificate's SPKI SHA-256
@@ -85,6 +86,9 @@ RESET_WIPE_MODES = {'all': 'ALL', 'system-disk': 'SYSTEM_DISK', 'user-disks': 'U
 
 # OpenSSL reasons seen on a TLS connection, and what they mean for a Talos client.
 _TLS_REASON_BY_OPENSSL = (
+    # Go's TLS server (apid) answers an expired client certificate with the certificate_expired alert
+    # (crypto/tls handshake_server.go processCertsFromClient, go1.26)
+    ('ALERT_CERTIFICATE_EXPIRED', 'client_certificate_expired'),
     ('CERTIFICATE_REQUIRED', 'client_certificate_required'),
     ('SSLV3_ALERT_HANDSHAKE_FAILURE', 'client_certificate_required'),
     ('UNKNOWN_CA', 'client_certificate_rejected'),

@@ -52,17 +52,68 @@ DEFAULT_API_PORT = 6443
 KUBEPRISM_PORT = 7445
 CNI_NAMES = ('none', 'flannel', 'custom')
 
-# Dotted paths of secret values in a rendered v1alpha1 document (for _diff.hide). Inline
-# manifests are included: a `helm template` of Cilium can carry TLS keys (Hubble, clustermesh).
-CONFIG_SECRET_PATHS = (
-    'machine.token', 'machine.ca.key', 'cluster.secret', 'cluster.token',
-    'cluster.secretboxEncryptionSecret', 'cluster.aescbcEncryptionSecret', 'cluster.ca.key',
-    'cluster.aggregatorCA.key', 'cluster.serviceAccount.key', 'cluster.etcd.ca.key',
-    'cluster.inlineManifests.*.contents',
-    # a private registry's credentials and client key (machine.registries.config is a map: registry host -> settings)
-    'machine.registries.config.*.auth.password', 'machine.registries.config.*.auth.auth',
-    'machine.registries.config.*.auth.identityToken', 'machine.registries.config.*.tls.clientIdentity.key',
-)
+# What Talos itself hides when it shows a config (Container.RedactSecrets, which calls the Redact method of
+# the v1alpha1 document and of every document kind that has one), as dotted paths per document kind
+# ('*': any list item or map key), for _diff.hide and for the values to mask. Each entry names the
+# method it mirrors in siderolabs/talos v1.13.9, pkg/machinery/config/types/; a test compares this table
+# with what those methods replace, run by Talos's own code (tools/talos-machinery). The v1.12 documents
+# redact a subset of these. Talos does NOT redact its dry-run diff (configdiff.DiffConfigs): the
+# collection hides these paths itself, in the old value and the new.
+TALOS_REDACTED_PATHS = {
+    # v1alpha1/v1alpha1_provider.go Config.Redact, with redactDeviceSecrets and redactVIPSecrets
+    'v1alpha1': (
+        'machine.token', 'machine.ca.key',
+        'machine.registries.config.*.auth.password', 'machine.registries.config.*.auth.auth',
+        'machine.registries.config.*.auth.identityToken', 'machine.registries.config.*.tls.clientIdentity.key',
+        'machine.network.interfaces.*.wireguard.privateKey',
+        'machine.network.interfaces.*.vip.equinixMetal.apiToken', 'machine.network.interfaces.*.vip.hcloud.apiToken',
+        'machine.network.interfaces.*.vlans.*.vip.equinixMetal.apiToken',
+        'machine.network.interfaces.*.vlans.*.vip.hcloud.apiToken',
+        'machine.systemDiskEncryption.state.keys.*.static.passphrase',
+        'machine.systemDiskEncryption.ephemeral.keys.*.static.passphrase',
+        'cluster.secret', 'cluster.token', 'cluster.aescbcEncryptionSecret', 'cluster.secretboxEncryptionSecret',
+        'cluster.serviceAccount.key', 'cluster.ca.key', 'cluster.aggregatorCA.key', 'cluster.etcd.ca.key',
+    ),
+    'RegistryAuthConfig': ('password', 'auth', 'identityToken'),  # cri/registry_auth.go
+    'RegistryTLSConfig': ('clientIdentity.key',),  # cri/registry_tls.go
+    'WireguardConfig': ('privateKey', 'peers.*.presharedKey'),  # network/wireguard.go (config and WireguardPeer)
+    'HCloudVIPConfig': ('apiToken',),  # network/hcloud_vip.go
+    # block/encryption.go EncryptionSpec.Redact, called by the Redact of each volume document
+    'VolumeConfig': ('encryption.keys.*.static.passphrase',),  # block/volume_config.go
+    'UserVolumeConfig': ('encryption.keys.*.static.passphrase',),  # block/user_volume_config.go
+    'RawVolumeConfig': ('encryption.keys.*.static.passphrase',),  # block/raw_volume_config.go
+    'SwapVolumeConfig': ('encryption.keys.*.static.passphrase',),  # block/swap_volume_config.go
+    # siderolink/siderolink.go: the jointoken query parameter of apiUrl (the whole URL is hidden here) and uniqueToken
+    'SideroLinkConfig': ('apiUrl', 'uniqueToken'),
+}
+
+# Hidden by the collection although Talos shows them: an inline manifest (a `helm template` of Cilium) can
+# carry TLS keys (Hubble, clustermesh).
+COLLECTION_SECRET_PATHS = {
+    'v1alpha1': ('cluster.inlineManifests.*.contents',),
+}
+
+# Everything hidden, per document kind: Talos's paths and the collection's.
+SECRET_PATHS = dict(
+    (kind, TALOS_REDACTED_PATHS.get(kind, ()) + COLLECTION_SECRET_PATHS.get(kind, ()))
+    for kind in set(TALOS_REDACTED_PATHS) | set(COLLECTION_SECRET_PATHS))
+
+# The v1alpha1 document's (the legacy name of that entry).
+CONFIG_SECRET_PATHS = SECRET_PATHS['v1alpha1']
+
+# The keys under which a secret value can stand in any document: what a text the collection cannot read as
+# a config (a node's dry-run diff) is masked by, line by line.
+SECRET_KEYS = frozenset(path.rsplit('.', 1)[-1] for paths in SECRET_PATHS.values() for path in paths)
+
+
+def secret_paths_of(document):
+    """The secret paths of one parsed document: by its kind, the legacy document as 'v1alpha1'."""
+    if not isinstance(document, dict):
+        return ()
+    if document.get('version') == 'v1alpha1' and 'kind' not in document:
+        return SECRET_PATHS['v1alpha1']
+    return SECRET_PATHS.get(document.get('kind'), ())
+
 
 # Keys Talos accepts but leaves out of its JSON schema (`docgen:nodoc`), per contract.
 NODOC_PATHS = {

@@ -14,8 +14,8 @@ Every error names the node (`host:port`) and the RPC. Callers tell them apart by
   treats it as done), 'FAILED_PRECONDITION', 'PERMISSION_DENIED', 'UNIMPLEMENTED', 'NOT_FOUND'.
   Boolean helpers (`already_exists`, `unimplemented`...) read the same attribute.
 - TalosTlsError (an ApiError): the TLS handshake failed, and `reason` says which way:
-  'client_certificate_required', 'client_certificate_rejected', 'server_certificate_untrusted',
-  'fingerprint_mismatch', 'handshake_failed'.
+  'client_certificate_required', 'client_certificate_rejected', 'client_certificate_expired',
+  'server_certificate_untrusted', 'fingerprint_mismatch', 'handshake_failed'.
 
 This module imports nothing outside the standard library and _errors.
 """
@@ -59,6 +59,8 @@ TLS_REASONS = {
                                     'maintenance mode (self-signed certificate) or belongs to another cluster',
     'fingerprint_mismatch': 'the node\'s server certificate does not match the pinned SPKI SHA-256 fingerprint',
     'handshake_failed': 'the TLS handshake failed',
+    'client_certificate_expired': 'the node refused our client certificate as expired: renew the talosconfig '
+                                  '(proxtalos.cluster.talos_config writes a new one from the secrets bundle)',
 }
 
 

@@ -61,15 +61,28 @@ def last_event(service):
     return dict(events[-1]) if events else None
 
 
+# Talos keeps the last 64 events of a service (siderolabs/talos v1.13.9 internal/app/machined/pkg/system/events/events.go:18
+# MaxEventsToKeep): a service with that many has lost its first events, and its oldest kept one moves without a reboot.
+MAX_SERVICE_EVENTS = 64
+
+
 def boot_marker(services):
-    """A value unique to the node's current boot (see the module docstring); None if unknown."""
+    """A value unique to the node's current boot (see the module docstring); None if unknown.
+
+    Only services whose event buffer is not full count: their first kept event is the first of this boot.
+    """
     by_id = dict((service.get('id'), service) for service in services or [])
+
+    def first_of_boot(service):
+        events = (service or {}).get('events') or []
+        if events and events[0].get('ts') and len(events) < MAX_SERVICE_EVENTS:
+            return events[0]['ts']
+        return None
     for service_id in ('machined', 'apid'):
-        events = (by_id.get(service_id) or {}).get('events') or []
-        if events and events[0].get('ts'):
-            return '%s@%s' % (service_id, events[0]['ts'])
-    stamps = sorted(event['ts'] for service in services or [] for event in (service.get('events') or [])[:1]
-                    if event.get('ts'))
+        stamp = first_of_boot(by_id.get(service_id))
+        if stamp:
+            return '%s@%s' % (service_id, stamp)
+    stamps = sorted(stamp for stamp in (first_of_boot(service) for service in services or []) if stamp)
     return 'first-event@%s' % stamps[0] if stamps else None
 
 
@@ -148,7 +161,8 @@ def etcd_problems(observations, control_planes):
     """Why etcd is not at full quorum on these control planes (empty list: it is).
 
     observations: {address: {'etcd_service': service dict or None, 'members': [member dicts] or
-    None, 'error': text or None}} for every control-plane address in control_planes.
+    None, 'no_members': why there is no list (optional), 'error': text or None}} for every
+    control-plane address in control_planes.
     """
     problems = []
     member_sets = {}
@@ -164,7 +178,8 @@ def etcd_problems(observations, control_planes):
             problems.append('%s: %s' % (address, describe_service_problem(describe_service(service))))
         members = seen.get('members')
         if members is None:
-            problems.append('%s: no etcd member list yet' % address)
+            why = (seen.get('no_members') or '').strip()
+            problems.append('%s: no etcd member list yet%s' % (address, ' (%s)' % why if why else ''))
             continue
         member_sets[address] = frozenset(member_summary(member)['id'] for member in members)
         if len(members) != len(control_planes):

@@ -13,6 +13,9 @@ pkg/machinery/config/merge):
 - maps merge key by key, deeply; a patch value replaces a scalar, except that an empty
   string or a zero number does not (Go zero values are "not set"; `false` does replace);
   a null value is "not set" and changes nothing;
+- the `extraArgs` maps of kubelet, apiServer, controllerManager, scheduler, proxy and etcd take
+  each key of the patch whole: a patch value (list or string) replaces that key's value
+  (v1alpha1_types.go `Args.Merge`, v1.13);
 - lists are appended to, except:
   - `cluster.network.podSubnets`, `cluster.network.serviceSubnets` and
     `cluster.apiServer.auditPolicy` are replaced;
@@ -20,9 +23,14 @@ pkg/machinery/config/merge):
     `deviceSelector`; their `vlans` items merge by `vlanId`;
   - `cluster.apiServer.admissionControl` items merge by `name`;
   - `configFiles` of an ExtensionServiceConfig document merge by `mountPath`;
-- `$patch: delete` as the value of a key removes that key; as a list item it removes every
-  item whose fields equal the item's other fields; as a whole typed document it removes that
-  document (the v1alpha1 document cannot be removed). Deleting something absent is an error;
+  - `rules` of an ImageVerificationConfig document merge by `image` (a rule with the same image
+    pattern is replaced whole);
+  - `ingress` and `portSelector.ports` of a NetworkRuleConfig document are replaced;
+- `$patch: delete` as the value of a key removes that key (not inside a list item: Talos refuses
+  "cannot delete an inner key"); as a list item it removes the first item whose field named by
+  the item's first other key has that value (Talos's decoder selects by that one key:value); as
+  a whole typed document it removes that document (the v1alpha1 document cannot be removed).
+  Deleting something absent is an error;
 - a patch may hold several documents: a v1alpha1 one merges into the v1alpha1 document, a
   typed one merges into the document with the same apiVersion, kind and name, or is
   appended when there is none.
@@ -64,6 +72,25 @@ V1ALPHA1_MERGE_KEYS = {
 TYPED_MERGE_KEYS = {
     'ExtensionServiceConfig': {('configFiles',): ('mountPath',)},
 }
+# ImageVerificationRules.Merge replaces the rule with the same image pattern, appends the others
+# (siderolabs/talos v1.13.9 pkg/machinery/config/types/security/image_verification.go:69-92).
+TYPED_REPLACE_ITEMS = {
+    'ImageVerificationConfig': {('rules',): 'image'},
+}
+# Fields tagged merge:"replace" (pkg/machinery/config/types/network/rule_config.go:65, 84).
+TYPED_REPLACE = {
+    'NetworkRuleConfig': frozenset([('ingress',), ('portSelector', 'ports')]),
+}
+# The Args maps (v1alpha1_types.go:715, 1202, 1337, 1382, 1404, 1481): Args.Merge copies the patch's keys over
+# (maps.Copy, :74-91), so a key's list or string is replaced, not appended to.
+V1ALPHA1_ARGS = frozenset([
+    ('machine', 'kubelet', 'extraArgs'),
+    ('cluster', 'apiServer', 'extraArgs'),
+    ('cluster', 'controllerManager', 'extraArgs'),
+    ('cluster', 'scheduler', 'extraArgs'),
+    ('cluster', 'proxy', 'extraArgs'),
+    ('cluster', 'etcd', 'extraArgs'),
+])
 
 _INDEX_RE = re.compile(r'^(?:0|[1-9][0-9]*)$')
 
@@ -237,11 +264,13 @@ def parse_patch_levels(cluster=None, group=None, host=None):
 class _Merger(object):
     """Strategic merge of one patch document into one config document (in place)."""
 
-    def __init__(self, field, prefix, replace_paths, merge_keys):
+    def __init__(self, field, prefix, replace_paths, merge_keys, args_paths=frozenset(), replace_items=None):
         self.field = field
         self.prefix = prefix
         self.replace_paths = replace_paths
         self.merge_keys = merge_keys
+        self.args_paths = args_paths
+        self.replace_items = replace_items or {}
 
     def fail(self, path, reason):
         raise ValidationError(self.field, 'at %s: %s' % (_render_path(self.prefix, path), reason))
@@ -254,6 +283,9 @@ class _Merger(object):
                 if key == PATCH_DIRECTIVE:
                     self.fail(path, '$patch is only allowed inside a mapping value, a list item or a typed document')
                 if isinstance(value, dict) and PATCH_DIRECTIVE in value:
+                    if any(isinstance(part, int) for part in path):
+                        # decoder/delete.go:147-149, 207-213
+                        self.fail(path + [key], 'cannot delete an inner key of a list item (Talos refuses it)')
                     self._delete_key(target, key, value, path + [key])
                     continue
                 if isinstance(value, (dict, list)):
@@ -290,17 +322,19 @@ class _Merger(object):
     def _delete_items(self, target, item, path):
         if item.get(PATCH_DIRECTIVE) != 'delete':
             self.fail(path, 'unknown $patch directive (only "delete" is supported)')
-        selector = dict((k, v) for k, v in item.items() if k != PATCH_DIRECTIVE)
+        # Talos's decoder selects by the first key:value of the item besides $patch and deletes the first item whose
+        # field of that name has that value (decoder/delete.go:56-74, selector.go:222-285).
+        selector = [(k, v) for k, v in item.items() if k != PATCH_DIRECTIVE][:1]
         if not selector:
             self.fail(path, '"$patch: delete" in a list item needs the fields that select the items to delete')
         if not isinstance(target, list):
             self.fail(path[:-1], 'nothing to delete')
-        kept = [entry for entry in target
-                if not (isinstance(entry, dict)
-                        and all(k in entry and _json_equal(entry[k], v) for k, v in selector.items()))]
-        if len(kept) == len(target):
-            self.fail(path, 'no list item matches the delete selector')
-        target[:] = kept
+        key, value = selector[0]
+        for index, entry in enumerate(target):
+            if isinstance(entry, dict) and key in entry and _json_equal(entry[key], value):
+                del target[index]
+                return
+        self.fail(path, 'no list item matches the delete selector')
 
     @staticmethod
     def _find_keyed(target, item, keys):
@@ -321,6 +355,19 @@ class _Merger(object):
         rule = _rule_path(path)
         if rule in self.replace_paths:
             return copy.deepcopy(right)
+        if rule in self.args_paths and isinstance(left, dict) and isinstance(right, dict):
+            left.update(copy.deepcopy(right))
+            return left
+        if rule in self.replace_items and isinstance(left, list) and isinstance(right, list):
+            key = self.replace_items[rule]
+            for item in right:
+                match = next((index for index, existing in enumerate(left) if isinstance(existing, dict)
+                              and isinstance(item, dict) and existing.get(key) == item.get(key)), None)
+                if match is None:
+                    left.append(copy.deepcopy(item))
+                else:
+                    left[match] = copy.deepcopy(item)
+            return left
         if isinstance(left, dict) or isinstance(right, dict):
             if not (isinstance(left, dict) and isinstance(right, dict)):
                 self.fail(path, 'cannot merge a %s into a %s' % (_kind(right), _kind(left)))
@@ -360,9 +407,10 @@ def _kind(value):
 
 def _merger_for(document, field):
     if is_v1alpha1(document):
-        return _Merger(field, '', V1ALPHA1_REPLACE, V1ALPHA1_MERGE_KEYS)
-    merge_keys = TYPED_MERGE_KEYS.get(document.get('kind'), {})
-    return _Merger(field, describe_document(document), frozenset(), merge_keys)
+        return _Merger(field, '', V1ALPHA1_REPLACE, V1ALPHA1_MERGE_KEYS, args_paths=V1ALPHA1_ARGS)
+    kind = document.get('kind')
+    return _Merger(field, describe_document(document), TYPED_REPLACE.get(kind, frozenset()), TYPED_MERGE_KEYS.get(kind, {}),
+                   replace_items=TYPED_REPLACE_ITEMS.get(kind))
 
 
 def _apply_strategic(documents, patch):

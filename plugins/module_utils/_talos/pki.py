@@ -182,9 +182,8 @@ def load_private_key(key_pem, field='key', check_consistency=True):
         raise ValidationError(field, 'not a usable private key (the %s block does not load: %s)' % (label, exc))
 
 
-def load_certificate(crt_pem, field='crt'):
-    """x509.Certificate from PEM; ValidationError naming `field` when it is not one."""
-    require_cryptography()
+def _load_pem_certificates(crt_pem, field, loader, what):
+    """loader(PEM bytes) after checking that the text starts with a CERTIFICATE block; ValidationError naming `field`."""
     try:
         data = _as_bytes(crt_pem)
     except TypeError:
@@ -192,9 +191,21 @@ def load_certificate(crt_pem, field='crt'):
     if pem_label(data) != 'CERTIFICATE':
         raise ValidationError(field, 'not a PEM certificate')
     try:
-        return x509.load_pem_x509_certificate(data)
+        return loader(data)
     except ValueError:
-        raise ValidationError(field, 'not a PEM certificate (CERTIFICATE block does not decode)')
+        raise ValidationError(field, 'not a PEM certificate %s does not decode)' % what)
+
+
+def load_certificate(crt_pem, field='crt'):
+    """x509.Certificate from PEM; ValidationError naming `field` when it is not one."""
+    require_cryptography()
+    return _load_pem_certificates(crt_pem, field, x509.load_pem_x509_certificate, '(CERTIFICATE block')
+
+
+def load_certificates(bundle_pem, field='crt'):
+    """[x509.Certificate] of every CERTIFICATE block of a PEM bundle, in order; ValidationError naming `field`."""
+    require_cryptography()
+    return _load_pem_certificates(bundle_pem, field, x509.load_pem_x509_certificates, 'bundle (a CERTIFICATE block')
 
 
 def certificate_to_pem(cert):

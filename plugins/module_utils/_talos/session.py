@@ -129,6 +129,12 @@ class NodeSession(object):
         with self.client() as connection:
             return getattr(connection, method)(*args, **kwargs)
 
+    def call_within(self, seconds, method, *args, **kwargs):
+        """One RPC over mTLS like call(), with a deadline of `seconds` instead of api_timeout."""
+        quick = NodeSession(self.host, port=self.port, api_timeout=seconds, credentials=self.credentials, field=self.field,
+                            talosconfig_path=self.talosconfig_path, label=self.label)
+        return quick.call(method, *args, **kwargs)
+
     def call_insecure(self, method, *args, **kwargs):
         """One RPC without a client certificate (maintenance mode)."""
         with self.client(insecure=True) as connection:

@@ -75,6 +75,8 @@ class FakeNode(object):
         self.boot = 1
         self.reject = None
         self.etcd_running = False
+        self.etcd_events = None     # [(state, message)]: the etcd service's events this boot, instead of the default
+        self.member_list_error = None   # (code number, message) EtcdMemberList answers instead of waiting
         self.members = None
         self.bootstrap_answer = None
         self.kubelet_waiting = False
@@ -158,9 +160,11 @@ class FakeNode(object):
         elif mode == 'auto':
             resolved = 'reboot' if needs_reboot else 'no-reboot'
         elif mode in ('no-reboot', 'try') and needs_reboot:
+            # CanApplyImmediate's error, answered as InvalidArgument (siderolabs/talos v1.13.9 v1alpha1_runtime.go:213,
+            # v1alpha1_server.go:246-249)
             raise talos_errors.from_status(self.name, '/machine.MachineService/ApplyConfiguration', 3,
-                                           'cannot apply configuration in %s mode: the following changes require a '
-                                           'reboot: machine.install' % mode)
+                                           "this config change can't be applied in immediate mode\ndiff:\n"
+                                           "--- a\n+++ b\n@@ -1 +1 @@\n-machine: {}\n+machine: {udev: {}}")
         else:
             resolved = mode
         if resolved == 'reboot':
@@ -202,16 +206,27 @@ class FakeNode(object):
                                     message='Waiting for volume "/var/lib/kubelet" to be mounted' if self.kubelet_waiting else None))
             if self.control_plane:
                 services.append(service('trustd', boot=self.boot))
-                services.append(service('etcd', state='Running' if self.etcd_running else 'Preparing', boot=self.boot,
-                                        message=None if self.etcd_running else 'Running pre state'))
+                etcd = service('etcd', state='Running' if self.etcd_running else 'Preparing', boot=self.boot,
+                               message=None if self.etcd_running else 'Running pre state')
+                if self.etcd_events:
+                    etcd['events'] = [{'msg': msg, 'state': state, 'ts': 'boot-%d-%d' % (self.boot, index)}
+                                      for index, (state, msg) in enumerate(self.etcd_events)]
+                    etcd['state'] = self.etcd_events[-1][0]
+                    etcd['healthy'] = False
+                services.append(etcd)
         return services
 
     def version(self):
         return {'tag': 'v1.13.9', 'arch': 'amd64', 'platform': {'name': 'metal', 'mode': 'metal'}}
 
     def etcd_member_list(self):
+        if self.member_list_error is not None:
+            raise talos_errors.from_status(self.name, '/machine.MachineService/EtcdMemberList', *self.member_list_error)
         if not self.etcd_running or self.members is None:
-            raise talos_errors.from_status(self.name, '/machine.MachineService/EtcdMemberList', 14, 'etcd is not running')
+            # Before any etcd answers, Talos' etcd client waits (WaitForReady) until the caller's deadline: the caller
+            # sees DEADLINE_EXCEEDED (siderolabs/talos v1.13.9 v1alpha1_server.go:1830-1845, etcd client/v3 v3.6.12
+            # options.go defaultCallOpts).
+            raise talos_errors.deadline_exceeded(self.name, '/machine.MachineService/EtcdMemberList', 5.0)
         return list(self.members)
 
     def bootstrap(self):

@@ -1,6 +1,7 @@
 """talos_apply against a fake node: maintenance -> configured, dry run decides changed, check mode, waits, secrets."""
 import pytest
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
 
 from talos_module_helpers import FakeCluster, FakeNode, assert_no_secret, make_talosconfig, run_module
@@ -55,6 +56,29 @@ def test_maintenance_node_is_configured_insecurely_then_verified_over_mtls(capsy
     assert len(real_applies(node)) == 1
 
 
+def test_maintenance_boot_is_read_before_the_apply_and_v1_12_answers_unimplemented(capsys, monkeypatch, talosconfig):
+    # v1.13: the boot the node has in maintenance mode is read (ServiceList as os:reader) before the apply
+    node = FakeNode('10.5.0.21', mode='maintenance', control_plane=False)
+    FakeCluster(node).install(monkeypatch)
+    result, _out = run_module(talos_apply, capsys, **args(talosconfig))
+    assert result['rebooted'] is True and result['verified'] is True
+    assert node.calls.index(('service_list', False)) < node.calls.index(('apply-for-real', 'auto'))
+    # v1.12's maintenance server answers Unimplemented (internal/app/maintenance/server.go@v1.12.11): no boot to
+    # compare, and its apid answers over mTLS only after the install reboot
+    node = FakeNode('10.5.0.21', mode='maintenance', control_plane=False)
+    original = node.service_list
+
+    def service_list():
+        if node.mode == 'maintenance':
+            raise talos_errors.from_status(node.name, '/machine.MachineService/ServiceList', 12, 'unknown method')
+        return original()
+    node.service_list = service_list
+    FakeCluster(node).install(monkeypatch)
+    result, _out = run_module(talos_apply, capsys, **args(talosconfig))
+    assert result.get('failed') is not True, result.get('msg')
+    assert result['rebooted'] is True and result['verified'] is True and node.boot == 2
+
+
 def test_a_change_is_found_by_the_dry_run_and_applied(capsys, monkeypatch, talosconfig):
     node = FakeNode('10.5.0.21', config=CONFIG.encode(), control_plane=False)
     FakeCluster(node).install(monkeypatch)
@@ -99,7 +123,7 @@ def test_configured_node_needs_a_talosconfig(capsys, monkeypatch, talosconfig):
 
 def test_rejected_config_fails_with_talos_message_before_applying(capsys, monkeypatch, talosconfig):
     node = FakeNode('10.5.0.21', mode='maintenance', control_plane=False)
-    node.reject = 'failed to parse config: unknown keys found during decoding:\nmachine:\n    bogusKey: 1\n'
+    node.reject = 'error decoding document /v1alpha1/ (line 1): unknown keys found during decoding:\nmachine:\n    bogusKey: 1\n'
     FakeCluster(node).install(monkeypatch)
     result, out = run_module(talos_apply, capsys, **args(talosconfig))
     assert result['failed'] is True and 'bogusKey' in result['msg'] and result['status'] == 'INVALID_ARGUMENT'

@@ -126,7 +126,7 @@ def test_try_refuses_a_change_that_needs_a_reboot_before_applying(capsys, monkey
     FakeCluster(node).install(monkeypatch)
     result, _out = run_module(talos_apply, capsys, **args(talosconfig, mode='try', try_timeout=30))
     assert result['failed'] is True and result['status'] == 'INVALID_ARGUMENT'
-    assert 'cannot apply configuration in try mode' in result['msg'] and '10.5.0.21' in result['msg']
+    assert "can't be applied in immediate mode" in result['msg'] and '10.5.0.21' in result['msg']
     assert real_applies(node) == [] and node.config == CONFIG.encode()
 
 

@@ -86,7 +86,7 @@ def test_changed_is_each_nodes_own(capsys, monkeypatch, talosconfig, tmp_path):
 def test_one_failing_node_among_passing_ones_is_named_alone(capsys, monkeypatch, talosconfig, tmp_path):
     nodes = cluster_of(tmp_path, ('cp-1', '10.5.0.11', 'maintenance', None, CONFIG), ('w-1', '10.5.0.21', 'maintenance', None, CONFIG),
                        ('w-2', '10.5.0.22', 'maintenance', None, CONFIG))
-    nodes[1].reject = 'failed to parse config: unknown keys found during decoding:\nmachine:\n    bogusKey: 1\n'
+    nodes[1].reject = 'error decoding document /v1alpha1/ (line 1): unknown keys found during decoding:\nmachine:\n    bogusKey: 1\n'
     FakeCluster(*nodes).install(monkeypatch)
     result, out = run_module(talos_apply, capsys, **args(talosconfig, nodes))
     assert result['failed'] is True

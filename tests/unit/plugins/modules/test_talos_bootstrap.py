@@ -125,6 +125,78 @@ def test_without_waiting_for_quorum_then_the_quorum_gate(capsys, monkeypatch, ta
     assert len(bootstrap_calls(nodes)) == 1
 
 
+# What Talos records when etcd's PreFunc gives up joining after EtcdJoinTimeout (30 min): service_runner.go:279 wraps
+# the error as "failed to run pre stage: ...", system.go:195-200 capitalises it (siderolabs/talos v1.13.9).
+JOIN_TIMED_OUT = [('Waiting', 'Waiting for service "cri" to be "up", time sync, network, etcd spec'),
+                  ('Preparing', 'Running pre state'),
+                  ('Failed', 'Failed to run pre stage: failed to build initial etcd cluster: failed to build cluster '
+                             'arguments: 1 error(s) occurred:\n\ttimeout')]
+
+
+def test_a_fresh_cluster_whose_member_lists_end_at_the_deadline_is_bootstrapped(capsys, monkeypatch, talosconfig):
+    # finding 1: before bootstrap EtcdMemberList ends DEADLINE_EXCEEDED (FakeNode), or UNKNOWN when the node knows no
+    # control-plane endpoint (internal/pkg/etcd/endpoints.go:36-38); neither is an error nor a reason to wait
+    nodes = cluster(monkeypatch)
+    nodes[1].member_list_error = (2, 'no controlplane endpoints discovered yet')
+    original = FakeNode.bootstrap.__get__(nodes[0])
+
+    def bootstrap():
+        original()
+        nodes[1].member_list_error = None
+        form_etcd(nodes)
+    monkeypatch.setattr(nodes[0], 'bootstrap', bootstrap)
+    result, _out = run_module(talos_bootstrap, capsys, **args(talosconfig))
+    assert result.get('failed') is not True, result['msg']
+    assert result['outcome'] == 'bootstrapped' and result['changed'] is True and result['quorum'] is True
+    assert result['decision'].startswith('no control plane runs etcd')
+    assert '10.5.0.11: etcd Preparing, no member list (DEADLINE_EXCEEDED)' in result['details']
+    assert '10.5.0.12: etcd Preparing, no member list (UNKNOWN no controlplane endpoints discovered yet)' in result['details']
+    assert bootstrap_calls(nodes) == [('10.5.0.11', ('bootstrap-call', True))]
+
+
+def test_etcd_failed_after_the_join_timeout_is_still_bootstrapped(capsys, monkeypatch, talosconfig):
+    # finding 2: a control plane never bootstrapped shows etcd Failed once its join timeout ran out; Bootstrap works
+    # then (BootstrapEtcd stops and reloads the service, services/etcd.go:682-717)
+    nodes = cluster(monkeypatch)
+    for node in nodes:
+        node.etcd_events = list(JOIN_TIMED_OUT)
+    original = FakeNode.bootstrap.__get__(nodes[0])
+
+    def bootstrap():
+        original()
+        for node in nodes:
+            node.etcd_events = None
+        form_etcd(nodes)
+    monkeypatch.setattr(nodes[0], 'bootstrap', bootstrap)
+    result, _out = run_module(talos_bootstrap, capsys, **args(talosconfig))
+    assert result.get('failed') is not True, result['msg']
+    assert result['outcome'] == 'bootstrapped' and result['quorum'] is True
+    assert 'etcd Failed before it ever ran (Failed to run pre stage' in result['decision']
+    assert len(bootstrap_calls(nodes)) == 1
+
+
+def test_etcd_that_ran_this_boot_or_is_being_bootstrapped_means_done(capsys, monkeypatch, talosconfig):
+    nodes = cluster(monkeypatch)
+    nodes[1].etcd_events = [('Preparing', 'Running pre state'), ('Running', 'Started task etcd (PID 2467) for container etcd'),
+                            ('Failed', 'Task etcd exited with 1')]
+    result, _out = run_module(talos_bootstrap, capsys, **args(talosconfig, wait=False))
+    assert result['outcome'] == 'already_bootstrapped' and result['changed'] is False
+    assert result['decision'] == 'etcd found: 10.5.0.12 runs etcd (Failed)'
+    # BootstrapEtcd marks the waiting etcd Finished "Bootstrap requested" (services/etcd.go:691) before restarting it
+    nodes[1].etcd_events = [('Preparing', 'Running pre state'), ('Finished', 'Bootstrap requested')]
+    result, _out = run_module(talos_bootstrap, capsys, **args(talosconfig, wait=False))
+    assert result['outcome'] == 'already_bootstrapped' and 'a bootstrap is under way there' in result['decision']
+    assert bootstrap_calls(nodes) == []
+
+
+def test_an_etcd_failed_for_another_reason_is_not_guessed_at(capsys, monkeypatch, talosconfig):
+    nodes = cluster(monkeypatch)
+    nodes[2].etcd_events = [('Preparing', 'Running pre state'), ('Failed', 'Failed to run post stage: boom')]
+    result, _out = run_module(talos_bootstrap, capsys, **args(talosconfig))
+    assert result['failed'] is True and bootstrap_calls(nodes) == []
+    assert 'cannot tell whether etcd was bootstrapped' in result['msg'] and '10.5.0.13: etcd Failed' in result['msg']
+
+
 def test_inputs(capsys, monkeypatch, talosconfig):
     cluster(monkeypatch)
     result, _out = run_module(talos_bootstrap, capsys, **args(talosconfig, nodes=['10.5.0.11', '10.5.0.11']))

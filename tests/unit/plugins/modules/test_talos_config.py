@@ -66,7 +66,7 @@ def test_diff_shows_a_host_patch_change_and_hides_secrets(capsys, secrets_path, 
     assert result['changed'] is True
     diff = result['diff']
     assert 'zone' not in diff['before'] and "zone: b" in diff['after']
-    assert '<hidden> sha256:' in diff['after']
+    assert '<hidden> hmac:' in diff['after']
     assert_no_secret(out, bundle.secret_values())
     # Only the patch differs between the two sides.
     changed = set(diff['after'].splitlines()) - set(diff['before'].splitlines())

@@ -2,6 +2,7 @@
 import pytest
 import yaml
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_info
 
 from talos_module_helpers import FakeCluster, FakeNode, make_talosconfig, run_module
@@ -20,6 +21,20 @@ def test_maintenance_node_without_credentials(capsys, monkeypatch):
     assert result['changed'] is False and result['mode'] == 'maintenance' and result['stage'] == 'maintenance'
     assert result['version']['tag'] == 'v1.13.9'
     assert [s['service'] for s in result['services']] == ['machined', 'apid', 'containerd']
+
+
+def test_maintenance_node_of_talos_1_12_without_service_list(capsys, monkeypatch):
+    # audit finding 8: v1.12's maintenance server implements only ApplyConfiguration, Generate*, Version, Upgrade,
+    # Reset and Meta* (siderolabs/talos v1.12.11 internal/app/maintenance/server.go): ServiceList is Unimplemented
+    node = FakeNode('10.5.0.21', mode='maintenance')
+
+    def unimplemented(*dummy):
+        raise talos_errors.from_status(node.name, '/machine.MachineService/ServiceList', 12, 'unknown method ServiceList')
+    node.service_list = unimplemented
+    FakeCluster(node).install(monkeypatch)
+    result, _out = run_module(talos_info, capsys, node='10.5.0.21', gather=['version', 'services'])
+    assert result.get('failed') is not True, result.get('msg')
+    assert result['mode'] == 'maintenance' and result['stage'] == 'maintenance' and result['services'] == []
 
 
 def test_configured_node_without_credentials_gives_the_mode_only(capsys, monkeypatch):

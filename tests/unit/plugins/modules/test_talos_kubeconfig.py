@@ -21,8 +21,11 @@ def talosconfig():
 class KubeconfigIssuer(object):
     """What Talos does on each Kubeconfig call: a new client certificate from the cluster CA."""
 
-    def __init__(self, validity_days=365):
+    def __init__(self, validity_days=365, accepted_cas=0):
         self.ca_crt, self.ca_key = pki.new_kubernetes_ca()
+        # cluster.acceptedCAs come first in certificate-authority-data, the issuing CA last
+        # (siderolabs/talos v1.13.9 pkg/kubeconfig/generate.go:36-40, 101)
+        self.bundle = b''.join([pki.new_kubernetes_ca()[0] for dummy in range(accepted_cas)] + [self.ca_crt])
         self.validity = datetime.timedelta(days=validity_days)
         self.keys = []
 
@@ -34,7 +37,7 @@ class KubeconfigIssuer(object):
             return base64.b64encode(pem).decode('ascii')
         document = {
             'apiVersion': 'v1', 'kind': 'Config',
-            'clusters': [{'name': 'demo', 'cluster': {'server': 'https://10.5.0.10:6443', 'certificate-authority-data': b64(self.ca_crt)}}],
+            'clusters': [{'name': 'demo', 'cluster': {'server': 'https://10.5.0.10:6443', 'certificate-authority-data': b64(self.bundle)}}],
             'users': [{'name': 'admin@demo', 'user': {'client-certificate-data': b64(crt), 'client-key-data': b64(key)}}],
             'contexts': [{'name': 'admin@demo', 'context': {'cluster': 'demo', 'namespace': 'default', 'user': 'admin@demo'}}],
             'current-context': 'admin@demo',
@@ -80,6 +83,16 @@ def test_written_then_kept_while_good(capsys, monkeypatch, talosconfig, tmp_path
     with open(dest) as handle:
         assert handle.read() == content
     assert_no_secret(out, issuer.keys)
+
+
+def test_kept_with_accepted_cas_before_the_issuing_ca(capsys, monkeypatch, talosconfig, tmp_path):
+    # audit finding 12: the client certificate is signed by the last CA of the bundle, not the first
+    install(monkeypatch, KubeconfigIssuer(accepted_cas=1))
+    dest = str(tmp_path / 'kubeconfig')
+    first, _out = run_module(talos_kubeconfig, capsys, **args(talosconfig, dest))
+    assert first['changed'] is True
+    again, _out = run_module(talos_kubeconfig, capsys, **args(talosconfig, dest))
+    assert again['changed'] is False and again['outcome'] == 'kept', again.get('reason')
 
 
 def test_server_change_rewrites(capsys, monkeypatch, talosconfig, tmp_path):

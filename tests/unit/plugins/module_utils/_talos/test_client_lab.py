@@ -5,6 +5,7 @@ timing; the client side is the synchronous TalosClient the modules use. Every wa
 _wait.wait_for on observed state with a deadline.
 """
 import base64
+import datetime
 import io
 import tarfile
 
@@ -14,10 +15,13 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _wait
-from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors
-from lab.talos import testing
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors, redact
+from lab.talos import pki, testing
 
 ENDPOINT = 'https://127.0.0.10:6443'
+
+# A change CanApplyImmediate does not let apply live (v1alpha1_runtime.go:149-204): it needs a reboot.
+UDEV_RULE = 'SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="44", MODE="0660"'
 
 
 @pytest.fixture(scope='module')
@@ -139,6 +143,24 @@ def test_tls_refusals_on_a_configured_node(lab, secrets):
     assert info.value.reason == 'client_certificate_rejected'
 
 
+def test_an_expired_client_certificate_is_named_as_such(lab, secrets):
+    # audit finding 11: Go's TLS server sends certificate_expired for an expired client certificate
+    # (crypto/tls handshake_server.go processCertsFromClient, go1.26); the lab's Python TLS server does the same
+    node = configure(lab, 'c-expired', secrets)
+    key = pki.new_key_like(secrets.os_key)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, 'os:admin')]))
+            .issuer_name(secrets.os_ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=400)).not_valid_after(now - datetime.timedelta(days=35))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(secrets.os_key, None))
+    expired = client.TalosCredentials(secrets.os_crt_pem, pki.cert_pem(cert), pki.key_pem(key, talos_label=True))
+    with client.TalosClient(node.address, credentials=expired, timeout=5) as talos:
+        with pytest.raises(errors.TalosTlsError) as info:
+            talos.version()
+    assert info.value.reason == 'client_certificate_expired' and 'expired' in str(info.value)
+
+
 def test_roles_and_ext_key_usage(lab, secrets):
     node = configure(lab, 'c-roles', secrets)
     reader = credentials_for(secrets, organizations=('os:reader',))
@@ -181,16 +203,19 @@ def test_unknown_key_is_invalid_argument_naming_the_key(lab, secrets):
             talos.apply_configuration(config)
     error = info.value
     assert error.invalid_argument and not isinstance(error, _errors.TransientApiError)
-    assert error.talos_message.startswith('failed to parse config: unknown keys found during decoding:')
+    # Talos's decoder names the document and line (configloader/internal/decoder, pkg/machinery v1.13.9)
+    assert error.talos_message.startswith('error decoding document /v1alpha1/ (line 1): unknown keys found during decoding:')
     assert 'machine:\n    kubelet:\n        imagee: x' in error.talos_message
     assert node.mode == 'maintenance' and node.disk.config is None
 
 
 def test_nodoc_fields_talos_accepts_are_accepted(lab, secrets):
     node = start_maintenance(lab, 'm-nodoc')
+    # machine.registries is the legacy form of registry settings, docgen:nodoc in v1.13 but still decoded
+    # (pkg/machinery v1.13.9 config/types/v1alpha1/v1alpha1_types.go RegistriesConfig)
     config = testing.render_config(secrets, 'controlplane', ENDPOINT, extra_machine={
-        'network': {'hostname': 'cp-nodoc'}, 'features': {'rbac': True, 'stableHostname': True,
-                                                          'apidCheckExtKeyUsage': True}})
+        'registries': {'config': {'registry.example.internal': {'auth': {'username': 'puller', 'password': 'pw'}}}},
+        'features': {'rbac': True, 'apidCheckExtKeyUsage': True}})
     with client.TalosClient(node.address, insecure=True, timeout=5) as talos:
         assert talos.apply_configuration(config, dry_run=True)['mode'] == 'no-reboot'
 
@@ -204,9 +229,8 @@ def test_nodoc_fields_talos_accepts_are_accepted(lab, secrets):
     ('worker', {'extra_cluster': {'etcd': {'advertisedSubnets': ['10.0.0.0/8']}}},
      'etcd config is only allowed on control plane machines'),
     ('controlplane', {'extra_cluster': {'controlPlane': {'endpoint': 'https://'}}}, 'invalid controlplane endpoint'),
-    ('controlplane', {'extra_cluster': {'controlPlane': {'endpoint': 'ftp://x'}}}, "cluster.controlPlane.endpoint: 'ftp://x' does not match"),
-    ('worker', {'extra_machine': {'type': 'router'}}, "machine.type: 'router' is not one of"),
-    ('controlplane', {'extra_machine': {'certSANs': 'one'}}, "machine.certSANs: 'one' is not of type 'array'"),
+    ('worker', {'extra_machine': {'type': 'router'}}, 'unknown machine type "router"'),
+    ('controlplane', {'extra_machine': {'certSANs': 'one'}}, 'cannot construct !!str `one` into []string'),
 ])
 def test_validation_rules(lab, secrets, machine_type, render, message):
     node = lab.start('m-rules-%s-%d' % (machine_type, len(message)))
@@ -223,7 +247,10 @@ def test_dry_run_diff_and_auto_mode(lab, secrets):
     credentials = credentials_for(secrets)
     same = testing.render_config(secrets, 'controlplane', ENDPOINT)
     live = testing.render_config(secrets, 'controlplane', ENDPOINT, extra_machine={'certSANs': ['cp.example.org']})
+    # CanApplyImmediate (v1alpha1_runtime.go:130-217): machine.install applies live, machine.udev needs a reboot
     install = testing.render_config(secrets, 'controlplane', ENDPOINT, install_disk='/dev/vdb')
+    udev = testing.render_config(secrets, 'controlplane', ENDPOINT, install_disk='/dev/vdb',
+                                 extra_machine={'udev': {'rules': [UDEV_RULE]}})
     with client.TalosClient(node.address, credentials=credentials, timeout=5) as talos:
         unchanged = talos.apply_configuration(same, dry_run=True)
         assert unchanged['mode_details'].startswith('Dry run summary:\n')
@@ -231,18 +258,20 @@ def test_dry_run_diff_and_auto_mode(lab, secrets):
 
         preview = talos.apply_configuration(live, dry_run=True)
         assert preview['mode'] == 'no-reboot'
-        assert '-  certSANs: []' in preview['mode_details'] and '+  - cp.example.org' in preview['mode_details']
+        # Talos's own diff text (configdiff.DiffConfigs: the documents as Talos encodes them, 4-space indents)
+        assert '-    certSANs: []' in preview['mode_details'] and '+        - cp.example.org' in preview['mode_details']
         details = preview['mode_details']
-        for secret in (base64.b64encode(secrets.os_key_pem).decode(), secrets.cluster_secret, secrets.bootstrap_token,
-                       secrets.trustd_token, secrets.secretbox):
-            assert secret not in details  # secrets are redacted in the diff
-        assert "key: '****** (sha256:" in details
+        # Talos does not redact it: a secret in the hunk's context shows in clear, as on a real node ...
+        os_key = base64.b64encode(secrets.os_key_pem).decode()
+        assert os_key in details
+        # ... and the collection masks it before showing it
+        assert os_key not in redact.node_text(details) and 'cp.example.org' in redact.node_text(details)
         assert node.disk.config.cert_sans == []  # a dry run changes nothing
 
-        reboot = talos.apply_configuration(install, dry_run=True)
+        assert talos.apply_configuration(install, dry_run=True)['mode'] == 'no-reboot'
+        reboot = talos.apply_configuration(udev, dry_run=True)
         assert reboot['mode'] == 'reboot'
-        assert 'Applied configuration with a reboot: the following changes require a reboot: machine.install' in \
-            reboot['mode_details']
+        assert reboot['mode_details'].startswith('Dry run summary:\nApplied configuration with a reboot (skipped in dry-run).\n')
 
         applied = talos.apply_configuration(live)
         assert applied['mode'] == 'no-reboot' and applied['mode_details'] == 'Applied configuration without a reboot'
@@ -250,12 +279,18 @@ def test_dry_run_diff_and_auto_mode(lab, secrets):
 
     with client.TalosClient(node.address, credentials=credentials, timeout=5) as talos:
         assert talos.apply_configuration(live, dry_run=True)['mode_details'].endswith('No changes.')
+        applied = talos.apply_configuration(install, mode='no-reboot')
+        assert applied['mode'] == 'no-reboot' and node.disk.config.install_disk == '/dev/vdb'
         with pytest.raises(errors.TalosApiError) as info:
-            talos.apply_configuration(install, mode='no-reboot')
-        assert info.value.invalid_argument and 'machine.install' in info.value.talos_message
-        assert talos.apply_configuration(install, mode='auto')['mode'] == 'reboot'
+            talos.apply_configuration(udev, mode='no-reboot')
+        assert info.value.invalid_argument
+        assert info.value.talos_message.startswith("this config change can't be applied in immediate mode\ndiff:\n")
+        assert '+    udev:' in info.value.talos_message and UDEV_RULE in info.value.talos_message
+        auto = talos.apply_configuration(udev, mode='auto')
+        assert auto['mode'] == 'reboot'
+        assert auto['mode_details'].startswith("Applied configuration with a reboot: this config change can't be applied")
     lab.wait(lambda: node.boot_count == 3 and node.mode == 'configured', what='reboot after apply')
-    assert node.disk.config.install_disk == '/dev/vdb'
+    assert node.disk.config.machine['udev'] == {'rules': [UDEV_RULE]}
 
 
 def test_staged_config_waits_for_the_next_reboot(lab, secrets):
@@ -291,9 +326,11 @@ def test_bootstrap_etcd_and_second_bootstrap(lab, secrets):
     first = configure(lab, 'c-boot-1', secrets)
     credentials = credentials_for(secrets)
     assert services(first, credentials)['etcd']['state'] == 'Preparing'
+    with client.TalosClient(first.address, credentials=credentials, timeout=1) as talos:
+        with pytest.raises(errors.TalosTransientError) as waited:
+            talos.etcd_member_list()  # no etcd yet: Talos' etcd client waits until the caller's deadline
+        assert waited.value.code == 'DEADLINE_EXCEEDED'
     with client.TalosClient(first.address, credentials=credentials, timeout=5) as talos:
-        with pytest.raises(errors.TalosTransientError):
-            talos.etcd_member_list()  # no etcd yet: retry later
         assert talos.bootstrap() == {}
         with pytest.raises(errors.TalosApiError) as info:
             talos.bootstrap()
@@ -319,7 +356,7 @@ def test_bootstrap_etcd_and_second_bootstrap(lab, secrets):
 
     with client.TalosClient(third.address, credentials=credentials, timeout=5) as talos:
         with pytest.raises(errors.TalosApiError) as info:
-            talos.bootstrap()  # anywhere in the cluster
+            talos.bootstrap()  # third joined: its own etcd data directory is not empty
         assert info.value.already_exists
         wait_until(lambda: (talos.etcd_status()['leader'] == members[0]['id'], 'leader'), 'etcd status on third')
         status = talos.etcd_status()
@@ -333,25 +370,27 @@ def test_bootstrap_etcd_and_second_bootstrap(lab, secrets):
         with pytest.raises(errors.TalosApiError) as info:
             talos.kubeconfig()
         assert info.value.unimplemented and 'control plane' in info.value.talos_message
-        assert len(talos.etcd_member_list()) == 3  # workers ask the control planes
+        with pytest.raises(errors.TalosApiError) as info:
+            talos.etcd_member_list()  # CheckControlplane (v1alpha1_server.go:1818)
+        assert info.value.unimplemented and info.value.talos_message == 'member list is only available on control plane nodes'
         assert 'etcd' not in dict((s['id'], s) for s in talos.service_list())
 
 
 def test_kubeconfig_is_decoded_from_the_tar_stream(lab, secrets):
-    node = configure(lab, 'c-kube', secrets, cluster_name='lab-kube')
+    # cluster.acceptedCAs go first in certificate-authority-data, the issuing CA last (pkg/kubeconfig/generate.go:36-40,
+    # 101), and the kubeconfig is served from the config alone, before any bootstrap (v1alpha1_server.go:1260-1301)
+    other_ca, dummy_key = pki.make_ca('kubernetes', key_type='ecdsa')
+    node = configure(lab, 'c-kube', secrets, cluster_name='lab-kube',
+                     extra_cluster={'acceptedCAs': [{'crt': base64.b64encode(pki.cert_pem(other_ca)).decode()}]})
     credentials = credentials_for(secrets)
-    with client.TalosClient(node.address, credentials=credentials, timeout=5) as talos:
-        with pytest.raises(errors.TalosTransientError):
-            talos.kubeconfig()  # etcd is not up yet
-        talos.bootstrap()
-    wait_until(lambda: (services(node, credentials)['etcd']['healthy'], 'etcd'), 'etcd healthy')
+    assert services(node, credentials)['etcd']['state'] == 'Preparing'
     with client.TalosClient(node.address, credentials=credentials, timeout=5) as talos:
         text = talos.kubeconfig()
     config = yaml.safe_load(text)
+    bundle = base64.b64decode(config['clusters'][0]['cluster']['certificate-authority-data'])
+    assert x509.load_pem_x509_certificates(bundle) == [other_ca, secrets.k8s_ca]
     assert config['current-context'] == 'admin@lab-kube'
     assert config['clusters'][0]['cluster']['server'] == ENDPOINT
-    ca = base64.b64decode(config['clusters'][0]['cluster']['certificate-authority-data'])
-    assert x509.load_pem_x509_certificate(ca) == secrets.k8s_ca
     assert config['contexts'][0] == {'name': 'admin@lab-kube', 'context': {
         'cluster': 'lab-kube', 'namespace': 'default', 'user': 'admin@lab-kube'}}
     cert = x509.load_pem_x509_certificate(base64.b64decode(config['users'][0]['user']['client-certificate-data']))
@@ -370,9 +409,15 @@ def test_kubeconfig_is_decoded_from_the_tar_stream(lab, secrets):
 def test_workers_get_their_certificate_from_a_control_plane(lab):
     secrets = testing.ClusterSecrets()
     worker = start_maintenance(lab, 'w-early')
+    # trustd authenticates a worker by machine.token (internal/app/trustd/main.go:92, 138-147): a worker whose token
+    # is not the control plane's never gets its apid certificate (audit finding 15)
+    stranger = start_maintenance(lab, 'w-wrong-token')
     with client.TalosClient(worker.address, insecure=True, timeout=5) as talos:
         talos.apply_configuration(testing.render_config(secrets, 'worker', ENDPOINT))
-    lab.wait(lambda: worker.phase == 'running', what='worker booted')
+    with client.TalosClient(stranger.address, insecure=True, timeout=5) as talos:
+        talos.apply_configuration(testing.render_config(secrets, 'worker', ENDPOINT,
+                                                        extra_machine={'token': 'abcdef.0123456789abcdef'}))
+    lab.wait(lambda: worker.phase == 'running' and stranger.phase == 'running', what='workers booted')
     assert worker.mode == 'booting' and worker.server is None  # no control plane holds the CA key yet
     with client.TalosClient(worker.address, credentials=credentials_for(secrets), timeout=2) as talos:
         with pytest.raises(errors.TalosTransientError) as info:
@@ -383,6 +428,7 @@ def test_workers_get_their_certificate_from_a_control_plane(lab):
     assert version['tag'] == 'v1.13.9'
     kubelet = services(worker, credentials_for(secrets))['kubelet']
     assert kubelet['state'] == 'Running' and kubelet['healthy']
+    assert stranger.mode == 'booting' and stranger.server is None
 
 
 # ------------------------------------------------------------------ services, reboot, reset, faults

@@ -153,10 +153,120 @@ cluster:
     assert v1(out)['cluster']['apiServer']['admissionControl'] == []
 
 
-def test_delete_list_items_by_all_given_fields():
+def test_delete_list_items_by_their_first_field():
     out = apply({'apiVersion': 'v1alpha1', 'kind': 'ExtensionServiceConfig', 'name': 'foo',
                  'configFiles': [{'content': 'hello', '$patch': 'delete'}, {'content': 'two', 'mountPath': '/etc/two'}]})
     assert typed(out, 'ExtensionServiceConfig')[0]['configFiles'] == [{'content': 'two', 'mountPath': '/etc/two'}]
+
+
+# Audit finding 9, each rule as Talos v1.13.9's pkg/machinery/config has it.
+
+def test_delete_selects_by_the_first_key_value_only_and_removes_the_first_match():
+    # configloader/internal/decoder/delete.go:56-74 (first key:value), selector.go:222-285 (first match only)
+    documents = talosyaml.load_all("""
+version: v1alpha1
+machine:
+  type: worker
+  certSANs: []
+  network:
+    interfaces:
+      - interface: eth0
+        mtu: 1400
+      - interface: eth0
+        mtu: 9000
+""", 'base')
+    out = apply("""
+machine:
+  network:
+    interfaces:
+      - interface: eth0
+        mtu: 9000
+        $patch: delete
+""", documents=documents)
+    assert v1(out)['machine']['network']['interfaces'] == [{'interface': 'eth0', 'mtu': 9000}]
+
+
+def test_deleting_a_key_inside_a_list_item_is_refused():
+    # decoder/delete.go:147-149, 207-213: "cannot delete an inner key"
+    with pytest.raises(ValidationError) as info:
+        apply("""
+machine:
+  network:
+    interfaces:
+      - interface: eth0
+        dhcp:
+          $patch: delete
+""")
+    assert 'cannot delete an inner key' in str(info.value)
+
+
+def test_extra_args_take_each_key_of_the_patch_whole():
+    # types/v1alpha1/v1alpha1_types.go:74-91 Args.Merge (maps.Copy)
+    documents = talosyaml.load_all("""
+version: v1alpha1
+machine:
+  type: controlplane
+  kubelet:
+    extraArgs:
+      node-labels: [a=1]
+      v: "2"
+cluster:
+  apiServer:
+    extraArgs:
+      feature-gates: [A=true]
+""", 'base')
+    out = apply("""
+machine:
+  kubelet:
+    extraArgs:
+      node-labels: [b=2]
+cluster:
+  apiServer:
+    extraArgs:
+      feature-gates: [B=true]
+      audit-log-maxage: "30"
+""", documents=documents)
+    assert v1(out)['machine']['kubelet']['extraArgs'] == {'node-labels': ['b=2'], 'v': '2'}
+    assert v1(out)['cluster']['apiServer']['extraArgs'] == {'feature-gates': ['B=true'], 'audit-log-maxage': '30'}
+
+
+def test_network_rule_ingress_and_ports_are_replaced():
+    # types/network/rule_config.go:65, 84 (merge:"replace")
+    rule = talosyaml.load_all("""
+apiVersion: v1alpha1
+kind: NetworkRuleConfig
+name: kubelet
+portSelector:
+  ports: [10250]
+  protocol: tcp
+ingress:
+  - subnet: 10.0.0.0/8
+""", 'base')
+    out = apply({'apiVersion': 'v1alpha1', 'kind': 'NetworkRuleConfig', 'name': 'kubelet',
+                 'portSelector': {'ports': [10250, 10255]}, 'ingress': [{'subnet': '192.168.0.0/16'}]},
+                documents=BASE + rule)
+    merged = typed(out, 'NetworkRuleConfig')[0]
+    assert merged['portSelector'] == {'ports': [10250, 10255], 'protocol': 'tcp'}
+    assert merged['ingress'] == [{'subnet': '192.168.0.0/16'}]
+
+
+def test_image_verification_rules_merge_by_image_pattern():
+    # types/security/image_verification.go:69-92: same pattern replaced whole, others appended
+    config = talosyaml.load_all("""
+apiVersion: v1alpha1
+kind: ImageVerificationConfig
+rules:
+  - image: ghcr.io/siderolabs/*
+    keyless: {issuer: https://accounts.google.com}
+  - image: docker.io/*
+    skip: true
+""", 'base')
+    out = apply({'apiVersion': 'v1alpha1', 'kind': 'ImageVerificationConfig',
+                 'rules': [{'image': 'docker.io/*', 'deny': True}, {'image': 'quay.io/*', 'skip': True}]},
+                documents=BASE + config)
+    assert typed(out, 'ImageVerificationConfig')[0]['rules'] == [
+        {'image': 'ghcr.io/siderolabs/*', 'keyless': {'issuer': 'https://accounts.google.com'}},
+        {'image': 'docker.io/*', 'deny': True}, {'image': 'quay.io/*', 'skip': True}]
 
 
 def test_multi_document_patch_merges_adds_and_deletes_documents():

@@ -2,8 +2,9 @@
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import health
 
 DRY_NO_CHANGES = 'Dry run summary:\nApplied configuration without a reboot (skipped in dry-run).\n\nConfig diff:\n\nNo changes.'
-DRY_CHANGES = ('Dry run summary:\nApplied configuration with a reboot: the following changes require a reboot: machine.install '
-               '(skipped in dry-run).\n\nConfig diff:\n\n--- a\n+++ b\n@@ -1 +1 @@\n-x: 1\n+x: 2')
+# v1alpha1_server.go:279-281 (siderolabs/talos v1.13.9): modeDetails without CanApplyImmediate's error
+DRY_CHANGES = ('Dry run summary:\nApplied configuration with a reboot (skipped in dry-run).\nConfig diff:\n\n'
+               '--- a\n+++ b\n@@ -1 +1 @@\n-x: 1\n+x: 2')
 DRY_112_MAINTENANCE = 'Dry run summary:\nNode is running in maintenance mode and does not have a config yet.'
 
 
@@ -28,6 +29,13 @@ def test_boot_marker_follows_machined():
     assert health.boot_marker([svc('apid', first_ts='a')]) == 'apid@a'
     assert health.boot_marker([svc('kubelet', first_ts='k2'), svc('udevd', first_ts='k1')]) == 'first-event@k1'
     assert health.boot_marker([]) is None
+
+
+def test_boot_marker_skips_a_service_whose_64_event_buffer_is_full():
+    # audit finding 18: Talos keeps 64 events per service (events.go:18); a full buffer's first event moves
+    busy = {'id': 'machined', 'events': [{'msg': 'x', 'state': 'Running', 'ts': 'm%03d' % index} for index in range(64)]}
+    assert health.boot_marker([busy, svc('apid', first_ts='a')]) == 'apid@a'
+    assert health.boot_marker([busy]) is None
 
 
 def test_service_problems_name_state_and_last_event():

@@ -1,0 +1,160 @@
+"""Where the upstream binaries built by `make setup` (scripts/upstream_binaries.py) are.
+
+Each component is declared by one JSON file in upstream/ at the repository root: `name`, `version` and
+exactly one of
+    "go_module": {"module", "version", "package", optional "replace", "ldflags", "tags", "go"}
+        built in a scratch module from the Go module proxy;
+    "go_source": "tools/<dir>"
+        a Go main package kept in this repository (own go.mod and go.sum);
+and optionally "download": {"url", "sha256", "member"}, the official release, tried first.
+The binaries live in a per-machine cache outside the work tree:
+    ${PROXTALOS_CACHE:-${XDG_CACHE_HOME:-~/.cache}/proxtalos}/bin/<name>/<version>[-<source hash>]/<name>
+A component built from Go source kept in this repository (`go_source`) has the sha256 of its files in
+the key, so an edit of the source is a new key. Standard library only: the setup script imports it.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import re
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DECLARATIONS = ROOT / 'upstream'
+_NAME_RE = re.compile(r'^[a-z0-9][a-z0-9._-]*$')
+_SHA256_RE = re.compile(r'^[0-9a-f]{64}$')
+
+
+class UpstreamError(Exception):
+    """A declaration in upstream/ is wrong, or a component cannot be found."""
+
+
+class MissingBinary(UpstreamError):
+    """A component's binary is not in the cache."""
+
+
+def cache_root():
+    base = os.environ.get('PROXTALOS_CACHE')
+    if base:
+        return pathlib.Path(base)
+    xdg = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+    return pathlib.Path(xdg) / 'proxtalos'
+
+
+def _field(mapping, where, field, kind):
+    value = mapping.get(field)
+    if not isinstance(value, kind) or not value:
+        raise UpstreamError('%s: field %s must be a non-empty %s' % (where, field, 'object' if kind is dict else 'string'))
+    return value
+
+
+def validate(spec, path):
+    """Check one declaration (parsed JSON); returns it. Every error names the file and the field."""
+    where = str(path)
+    if not isinstance(spec, dict):
+        raise UpstreamError('%s: must hold a JSON object' % where)
+    name = _field(spec, where, 'name', str)
+    if not _NAME_RE.match(name):
+        raise UpstreamError('%s: field name: %r is not a plain file name' % (where, name))
+    if pathlib.Path(path).stem != name:
+        raise UpstreamError('%s: field name is %r but the file is named %s' % (where, name, pathlib.Path(path).name))
+    _field(spec, where, 'version', str)
+    sources = [key for key in ('go_module', 'go_source') if key in spec]
+    if len(sources) != 1:
+        raise UpstreamError('%s: exactly one of the fields go_module, go_source is needed (found: %s)'
+                            % (where, ', '.join(sources) or 'none'))
+    if 'go_module' in spec:
+        module = _field(spec, where, 'go_module', dict)
+        for field in ('module', 'version', 'package'):
+            if not isinstance(module.get(field), str) or not module[field]:
+                raise UpstreamError('%s: field go_module.%s must be a non-empty string' % (where, field))
+        replace = module.get('replace', {})
+        if not isinstance(replace, dict) or not all(isinstance(v, str) and len(v.split()) in (1, 2) for v in replace.values()):
+            raise UpstreamError('%s: field go_module.replace must map a module path to "path version" or a directory' % where)
+        for field in ('ldflags', 'tags'):
+            value = module.get(field, [])
+            if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+                raise UpstreamError('%s: field go_module.%s must be a list of strings' % (where, field))
+    else:
+        source = _field(spec, where, 'go_source', str)
+        if os.path.isabs(source) or '..' in source.split('/'):
+            raise UpstreamError('%s: field go_source must be a directory inside the repository, not %r' % (where, source))
+    if 'download' in spec:
+        download = _field(spec, where, 'download', dict)
+        if not isinstance(download.get('url'), str) or not download['url'].startswith('https://'):
+            raise UpstreamError('%s: field download.url must be an https:// URL' % where)
+        if not isinstance(download.get('sha256'), str) or not _SHA256_RE.match(download['sha256']):
+            raise UpstreamError('%s: field download.sha256 must be 64 lower-case hex digits' % where)
+        if not isinstance(download.get('member', ''), str):
+            raise UpstreamError('%s: field download.member must be a string (the file inside the archive)' % where)
+    return spec
+
+
+def components(declarations=DECLARATIONS):
+    """Every declared component, by name (each declaration checked)."""
+    found = {}
+    for path in sorted(pathlib.Path(declarations).glob('*.json')):
+        with open(path, encoding='utf-8') as stream:
+            try:
+                spec = json.load(stream)
+            except ValueError as exc:
+                raise UpstreamError('%s: not valid JSON: %s' % (path, exc)) from exc
+        found[validate(spec, path)['name']] = spec
+    return found
+
+
+def source_hash(directory, root=ROOT):
+    """sha256 over a go_source directory's Go files, go.mod and go.sum (names and contents), 12 hex digits."""
+    digest = hashlib.sha256()
+    base = pathlib.Path(root) / directory
+    if not base.is_dir():
+        raise UpstreamError('go_source %s: no such directory under %s' % (directory, root))
+    for path in sorted(p for p in base.rglob('*') if p.is_file() and (p.suffix == '.go' or p.name in ('go.mod', 'go.sum'))):
+        digest.update(str(path.relative_to(base)).encode('utf-8') + b'\0')
+        digest.update(path.read_bytes() + b'\0')
+    return digest.hexdigest()[:12]
+
+
+def binary_path(spec, root=ROOT):
+    """Where a component's binary is (or will be) in the cache."""
+    key = spec['version']
+    if 'go_source' in spec:
+        key += '-' + source_hash(spec['go_source'], root)
+    return cache_root() / 'bin' / spec['name'] / key / spec['name']
+
+
+def binary(name, declarations=DECLARATIONS):
+    """The path of a built component's binary; MissingBinary (saying to run make setup) when it is absent."""
+    found = components(declarations)
+    spec = found.get(name)
+    if spec is None:
+        raise MissingBinary('%s: no upstream/%s.json declares it (declared: %s)' % (name, name, ', '.join(sorted(found)) or 'none'))
+    path = binary_path(spec)
+    if not path.is_file():
+        raise MissingBinary('%s %s is not built (%s is missing): run `make setup`' % (name, spec['version'], path))
+    return str(path)
+
+
+def module_dir(name, declarations=DECLARATIONS):
+    """The Go module cache directory of a go_module component's module, for files it ships (kwok's stages).
+
+    `go mod download -json MODULE@VERSION`: instant when the setup build left the module in the module cache,
+    else fetched from the Go module proxy.
+    """
+    spec = components(declarations).get(name)
+    if spec is None or 'go_module' not in spec:
+        raise UpstreamError('%s: not a go_module component in upstream/' % name)
+    ref = '%s@%s' % (spec['go_module']['module'], spec['go_module']['version'])
+    try:
+        done = subprocess.run(['go', 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False, timeout=300,
+                              env=dict(os.environ, GOTOOLCHAIN='local', GOFLAGS='-mod=mod'), cwd=str(ROOT))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UpstreamError('go mod download %s: %s (Go is needed; run `make setup`)' % (ref, exc)) from exc
+    try:
+        directory = json.loads(done.stdout).get('Dir')
+    except ValueError:
+        directory = None
+    if done.returncode != 0 or not directory:
+        raise UpstreamError('go mod download %s failed: %s' % (ref, (done.stderr or done.stdout).strip()[-500:]))
+    return directory

@@ -1,0 +1,273 @@
+"""Put the pinned upstream binaries the lab runs into the per-machine cache (`make setup` runs this).
+
+Reads upstream/<name>.json (see lab/upstream.py and docs/lab-kubernetes.md). For each component
+whose binary is not cached yet: the official release download when the spec has one (short
+timeout, sha256 checked), else a build with Go: `go_module` in a scratch module from the Go module
+proxy, `go_source` from the repository's own directory. Components built from the same module at
+the same version with the same settings share one scratch module and one `go build`. A binary
+appears in the cache only complete (built into a temporary directory, then renamed).
+
+    python scripts/upstream_binaries.py [--only NAME[,NAME]] [--list]
+"""
+import argparse
+import hashlib
+import io
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+import zipfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from lab import upstream  # noqa: E402  pylint: disable=wrong-import-position
+
+DOWNLOAD_TIMEOUT = float(os.environ.get('PROXTALOS_DOWNLOAD_TIMEOUT', '10'))
+HEARTBEAT = 60  # seconds between "still building" lines
+SCRATCH_MODULE = 'proxtalos.invalid/upstream-build'
+BUILD_FLAGS = ['-trimpath']
+BASE_LDFLAGS = ['-s', '-w']
+
+
+class SetupError(Exception):
+    """A component could not be put into the cache."""
+
+
+def say(message):
+    print(message, flush=True)
+
+
+def _final_dir(spec):
+    return str(upstream.binary_path(spec).parent)
+
+
+def _install(spec, produce):
+    """Run produce(tmpdir) -> path of the new binary inside tmpdir; move it into the cache atomically."""
+    final = _final_dir(spec)
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix='.tmp-', dir=parent)
+    try:
+        produced = produce(staging)
+        wanted = os.path.join(staging, spec['name'])
+        if produced != wanted:
+            os.replace(produced, wanted)
+        os.chmod(wanted, 0o755)
+        os.chmod(staging, 0o755)  # mkdtemp made it 0700; the cache is shared by the machine's users of it
+        try:
+            os.rename(staging, final)
+        except OSError:
+            # another setup run finished the same binary first: keep theirs
+            if not os.access(os.path.join(final, spec['name']), os.X_OK):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# ---- download ---------------------------------------------------------------------------------
+
+def _extract(payload, member, url):
+    if not member:
+        return payload
+    if url.endswith('.zip'):
+        with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+            return archive.read(member)
+    with tarfile.open(fileobj=io.BytesIO(payload)) as archive:
+        handle = archive.extractfile(member)
+        if handle is None:
+            raise SetupError('%s has no file member %s' % (url, member))
+        return handle.read()
+
+
+def try_download(spec):
+    """True when the official release was downloaded and verified; False to fall back to a build."""
+    download = spec['download']
+    url = download['url']
+    say('%s %s: downloading %s' % (spec['name'], spec['version'], url))
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:  # noqa: S310 (pinned https URL)
+            payload = response.read()
+    except OSError as exc:
+        elapsed = time.monotonic() - started
+        say('%s %s: download failed after %.1f s (%s); building instead' % (spec['name'], spec['version'], elapsed, exc))
+        return False
+    digest = hashlib.sha256(payload).hexdigest()
+    if digest != download['sha256']:
+        raise SetupError('%s: %s has sha256 %s, upstream/%s.json pins %s'
+                         % (spec['name'], url, digest, spec['name'], download['sha256']))
+
+    def produce(staging):
+        target = os.path.join(staging, spec['name'])
+        with open(target, 'wb') as handle:
+            handle.write(_extract(payload, download.get('member'), url))
+        return target
+
+    _install(spec, produce)
+    say('%s %s: downloaded in %.1f s' % (spec['name'], spec['version'], time.monotonic() - started))
+    return True
+
+
+# ---- go build ---------------------------------------------------------------------------------
+
+def _go():
+    go = shutil.which('go')
+    if go is None:
+        raise SetupError('Go (1.26 or later) is needed to build the upstream binaries; install it or put it on PATH')
+    return go
+
+
+def _go_env():
+    env = dict(os.environ)
+    env.setdefault('CGO_ENABLED', '0')
+    env['GOTOOLCHAIN'] = 'local'
+    env['GOFLAGS'] = (env.get('GOFLAGS', '') + ' -buildvcs=false').strip()
+    return env
+
+
+def _run_go(args, cwd, label):
+    """Run a go command, a heartbeat line every minute; SetupError with its output on failure."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile(mode='w+') as log:
+        proc = subprocess.Popen(args, cwd=cwd, env=_go_env(), stdout=log, stderr=subprocess.STDOUT, text=True)
+        while True:
+            try:
+                proc.wait(timeout=HEARTBEAT)
+                break
+            except subprocess.TimeoutExpired:
+                say('%s: still running go %s (%d s)' % (label, args[1], time.monotonic() - started))
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+        if proc.returncode != 0:
+            log.seek(0)
+            raise SetupError('%s: `%s` failed (exit %d):\n%s' % (label, ' '.join(args), proc.returncode, log.read()[-6000:]))
+
+
+def _binary_name(package):
+    parts = package.rstrip('/').split('/')
+    if len(parts) > 1 and re.match(r'^v[0-9]+$', parts[-1]):
+        return parts[-2]
+    return parts[-1]
+
+
+def _group_key(spec):
+    module = dict(spec['go_module'])
+    module.pop('package')
+    return json.dumps(module, sort_keys=True)
+
+
+def build_go_module(specs):
+    """Build the specs (same module, version and settings) in one scratch module with one `go build`."""
+    first = specs[0]['go_module']
+    names = ', '.join(spec['name'] for spec in specs)
+    label = '%s (%s@%s)' % (names, first['module'], first['version'])
+    say('%s: building from the Go module proxy' % label)
+    started = time.monotonic()
+    go = _go()
+    with tempfile.TemporaryDirectory(prefix='proxtalos-build-') as scratch:
+        lines = ['module %s' % SCRATCH_MODULE, '', 'go %s' % first.get('go', '1.26'), '',
+                 'require %s %s' % (first['module'], first['version'])]
+        replace = first.get('replace', {})
+        if replace:
+            lines += ['', 'replace (']
+            lines += ['\t%s => %s' % (old, new) for old, new in sorted(replace.items())]
+            lines += [')']
+        pathlib.Path(scratch, 'go.mod').write_text('\n'.join(lines) + '\n', encoding='utf-8')
+        # a blank import of every package makes `go mod tidy` record exactly what the build needs
+        imports = ''.join('\t_ "%s"\n' % spec['go_module']['package'] for spec in specs)
+        pathlib.Path(scratch, 'tools.go').write_text('//go:build tools\n\npackage tools\n\nimport (\n%s)\n' % imports,
+                                                     encoding='utf-8')
+        _run_go([go, 'mod', 'tidy', '-e'], scratch, label)
+        out = os.path.join(scratch, 'out')
+        os.mkdir(out)
+        ldflags = ' '.join(BASE_LDFLAGS + list(first.get('ldflags', [])))
+        args = [go, 'build'] + BUILD_FLAGS + ['-ldflags=' + ldflags]
+        if first.get('tags'):
+            args.append('-tags=' + ','.join(first['tags']))
+        if len(specs) == 1:
+            args += ['-o', os.path.join(out, specs[0]['name']), specs[0]['go_module']['package']]
+        else:
+            args += ['-o', out + os.sep] + [spec['go_module']['package'] for spec in specs]
+        _run_go(args, scratch, label)
+        for spec in specs:
+            built = os.path.join(out, spec['name'] if len(specs) == 1 else _binary_name(spec['go_module']['package']))
+            if not os.path.isfile(built):
+                raise SetupError('%s: go build left no %s' % (label, built))
+            _install(spec, lambda staging, built=built: shutil.move(built, os.path.join(staging, os.path.basename(built))))
+    say('%s: done in %d s' % (label, time.monotonic() - started))
+
+
+def build_go_source(spec):
+    label = '%s %s (%s)' % (spec['name'], spec['version'], spec['go_source'])
+    say('%s: building from %s with the Go module proxy' % (label, spec['go_source']))
+    started = time.monotonic()
+    go = _go()
+    source = str(ROOT / spec['go_source'])
+
+    def produce(staging):
+        target = os.path.join(staging, spec['name'])
+        # -mod=readonly: the directory's go.mod and go.sum are the pins, a build never edits them
+        _run_go([go, 'build', '-mod=readonly'] + BUILD_FLAGS + ['-ldflags=' + ' '.join(BASE_LDFLAGS), '-o', target, '.'], source, label)
+        return target
+
+    _install(spec, produce)
+    say('%s: done in %d s' % (label, time.monotonic() - started))
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description='Build or fetch the pinned upstream binaries into the cache.')
+    parser.add_argument('--only', help='comma-separated component names (default: all)')
+    parser.add_argument('--list', action='store_true', help='print each component, its version and cached path, then exit')
+    args = parser.parse_args(argv)
+    try:
+        specs = upstream.components()
+        if args.only:
+            wanted = [name.strip() for name in args.only.split(',') if name.strip()]
+            unknown = sorted(set(wanted) - set(specs))
+            if unknown:
+                raise SetupError('--only: unknown component(s) %s (known: %s)' % (', '.join(unknown), ', '.join(sorted(specs))))
+            specs = {name: specs[name] for name in wanted}
+        started = time.monotonic()
+        missing = []
+        for name, spec in sorted(specs.items()):
+            path = upstream.binary_path(spec)
+            present = path.is_file()
+            if args.list:
+                say('%-26s %-10s %s%s' % (name, spec['version'], path, '' if present else ' (missing)'))
+            elif present:
+                say('%s %s: cached' % (name, spec['version']))
+            else:
+                missing.append(spec)
+        if args.list:
+            return 0
+        pending = [spec for spec in missing if not ('download' in spec and try_download(spec))]
+        groups = {}
+        for spec in pending:
+            if 'go_module' in spec:
+                groups.setdefault(_group_key(spec), []).append(spec)
+            else:
+                build_go_source(spec)
+        for group in groups.values():
+            build_go_module(group)
+        if missing:
+            say('upstream binaries: %d made in %d s (cache: %s)' % (len(missing), time.monotonic() - started,
+                                                                    upstream.cache_root() / 'bin'))
+    except (SetupError, upstream.UpstreamError) as exc:
+        print('upstream binaries: %s' % exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""The upstream control plane (lab/k8s_upstream): etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+kwok, the pinned builds from `make setup`. One control plane serves the whole module (it starts in seconds once the
+binaries are cached). Select with `-m upstream`."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from lab import upstream
+from lab.k8s import pki
+from lab.k8s_upstream import ControlPlane, ControlPlaneError
+from lab.k8s_upstream.controlplane import admission_configuration
+from lab.testing import Lab, free_net
+
+pytestmark = pytest.mark.upstream
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KUBECTL = os.path.join(ROOT, '.tools', 'bin', 'kubectl')
+WAIT = 60.0
+
+
+@pytest.fixture(scope='module')
+def cp(tmp_path_factory):
+    # a short node lease and node monitor (a time scale): a stopped kubelet shows in seconds, not in 50
+    plane = ControlPlane(str(tmp_path_factory.mktemp('controlplane')), node_lease_seconds=6, node_monitor=('1s', '8s'))
+    plane.start()
+    yield plane
+    plane.stop()
+    assert all(not proc.running for proc in plane.processes.values())
+
+
+def _kubectl(cp, *args):
+    return subprocess.run([KUBECTL, '--kubeconfig', cp.kubeconfig] + list(args), capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def _default_service_account(cp, namespace):
+    """Wait for kube-controller-manager's ServiceAccount controller: a pod created before it is refused."""
+    def made():
+        found = cp.api('GET', '/api/v1/namespaces/%s/serviceaccounts' % namespace)['items']
+        return any(sa['metadata']['name'] == 'default' for sa in found), [sa['metadata']['name'] for sa in found]
+    Lab.wait_until(made, WAIT, what='ServiceAccount %s/default' % namespace)
+
+
+def _namespace(cp, name, labels=None):
+    cp.api('POST', '/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace',
+                                          'metadata': {'name': name, 'labels': labels or {}}}, expect=(201,))
+    _default_service_account(cp, name)
+
+
+PRIVILEGED_POD = {
+    'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'priv'},
+    'spec': {'containers': [{'name': 'agent', 'image': 'registry.k8s.io/pause:3.10',
+                             'securityContext': {'privileged': True}}]},
+}
+
+
+def test_control_plane_is_up_and_answers_kubectl_and_the_python_client(cp):
+    status = {entry['name']: entry for entry in cp.status()}
+    assert list(status) == ['etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kwok']
+    assert all(entry['running'] and entry['healthy'] for entry in status.values()), status
+    assert status['kube-apiserver']['health'] == 'HTTP 200 ok'
+
+    version = _kubectl(cp, 'version', '-o', 'json')
+    assert version.returncode == 0, version.stderr
+    assert json.loads(version.stdout)['serverVersion']['gitVersion'] == 'v1.36.3'
+
+    from kubernetes import client, config  # pylint: disable=import-outside-toplevel
+    api = client.CoreV1Api(config.new_client_from_config(config_file=cp.kubeconfig))
+    names = {ns.metadata.name for ns in api.list_namespace().items}
+    assert {'default', 'kube-system', 'kube-public', 'kube-node-lease'} <= names
+    # the kubeconfig is a secret: 0600
+    assert os.stat(cp.kubeconfig).st_mode & 0o777 == 0o600
+
+
+def test_pod_security_baseline_rejects_a_privileged_pod_outside_kube_system(cp):
+    _namespace(cp, 'apps-unlabelled')
+    with pytest.raises(ControlPlaneError) as rejected:
+        cp.api('POST', '/api/v1/namespaces/apps-unlabelled/pods', PRIVILEGED_POD, expect=(201,))
+    # the message of k8s.io/pod-security-admission (admission.go, policy/check_privileged.go)
+    assert 'HTTP 403' in str(rejected.value)
+    assert ('pods \\"priv\\" is forbidden: violates PodSecurity \\"baseline:latest\\": privileged '
+            '(container \\"agent\\" must not set securityContext.privileged=true)') in str(rejected.value)
+    # kube-system is exempt, as Talos configures it
+    _default_service_account(cp, 'kube-system')
+    created = cp.api('POST', '/api/v1/namespaces/kube-system/pods', PRIVILEGED_POD, expect=(201,))
+    assert created['metadata']['name'] == 'priv'
+    # a namespace labelled privileged admits it
+    _namespace(cp, 'apps-privileged', {'pod-security.kubernetes.io/enforce': 'privileged'})
+    cp.api('POST', '/api/v1/namespaces/apps-privileged/pods', PRIVILEGED_POD, expect=(201,))
+
+
+def test_a_deployment_of_privileged_pods_reports_the_admission_rejection_as_replica_failure(cp):
+    """What a bootstrap release in a namespace without Pod Security labels meets on Talos: the ReplicaSet controller's
+    pod creations are refused, and the rejection surfaces as ReplicaFailure / FailedCreate with the admission message."""
+    _namespace(cp, 'release-unlabelled')
+    deployment = {
+        'apiVersion': 'apps/v1', 'kind': 'Deployment', 'metadata': {'name': 'agent', 'namespace': 'release-unlabelled'},
+        'spec': {'replicas': 1, 'selector': {'matchLabels': {'app': 'agent'}},
+                 'template': {'metadata': {'labels': {'app': 'agent'}}, 'spec': PRIVILEGED_POD['spec']}},
+    }
+    cp.api('POST', '/apis/apps/v1/namespaces/release-unlabelled/deployments', deployment, expect=(201,))
+
+    def failure():
+        found = cp.api('GET', '/apis/apps/v1/namespaces/release-unlabelled/deployments/agent').get('status', {})
+        by_type = {c['type']: c for c in found.get('conditions', [])}
+        return by_type.get('ReplicaFailure', {}).get('status') == 'True', by_type
+
+    conditions = Lab.wait_until(failure, WAIT, what='Deployment agent ReplicaFailure')
+    assert conditions['ReplicaFailure']['reason'] == 'FailedCreate'
+    assert 'violates PodSecurity "baseline:latest": privileged (container "agent" must not set securityContext.privileged=true)' \
+        in conditions['ReplicaFailure']['message']
+    assert cp.api('GET', '/api/v1/namespaces/release-unlabelled/pods')['items'] == []
+
+
+def test_daemonset_pods_are_made_by_the_controller_placed_by_the_scheduler_and_made_ready_by_kwok(cp):
+    cp.register_node('cp-1', labels={'node-role.kubernetes.io/control-plane': ''},
+                     taints=[{'key': 'node-role.kubernetes.io/control-plane', 'effect': 'NoSchedule'}],
+                     addresses=['127.0.0.11'], pod_cidr='10.244.7.0/24', node_info={'osImage': 'Talos (v1.13.9)'})
+    cp.register_node('worker-1', addresses=['127.0.0.21'])
+    daemonset = {
+        'apiVersion': 'apps/v1', 'kind': 'DaemonSet', 'metadata': {'name': 'agent', 'namespace': 'kube-system'},
+        'spec': {'selector': {'matchLabels': {'app': 'agent'}},
+                 'template': {'metadata': {'labels': {'app': 'agent'}},
+                              'spec': {'containers': [{'name': 'agent', 'image': 'registry.k8s.io/pause:3.10'}]}}},
+    }
+    cp.api('POST', '/apis/apps/v1/namespaces/kube-system/daemonsets', daemonset, expect=(201,))
+
+    def available():
+        status = cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/agent').get('status', {})
+        return status.get('numberAvailable') == 1 and status.get('observedGeneration') == 1, status
+
+    status = Lab.wait_until(available, WAIT, what='DaemonSet agent available on one node')
+    # the real controller skips the tainted control plane: one desired, on the worker
+    assert status['desiredNumberScheduled'] == 1 and status['currentNumberScheduled'] == 1
+    assert status['numberReady'] == 1 and status['updatedNumberScheduled'] == 1 and status['numberMisscheduled'] == 0
+    pods = cp.api('GET', '/api/v1/namespaces/kube-system/pods?labelSelector=app%3Dagent')['items']
+    assert [pod['spec']['nodeName'] for pod in pods] == ['worker-1']
+    pod = pods[0]
+    # created by the DaemonSet controller (owner, its node-affinity and the daemon tolerations it adds)
+    assert pod['metadata']['ownerReferences'][0]['kind'] == 'DaemonSet'
+    tolerations = {(t['key'], t.get('effect')) for t in pod['spec']['tolerations']}
+    assert ('node.kubernetes.io/not-ready', 'NoExecute') in tolerations
+    # bound by kube-scheduler, made Ready by kwok
+    conditions = {c['type']: c['status'] for c in pod['status']['conditions']}
+    assert conditions.get('PodScheduled') == 'True' and conditions.get('Ready') == 'True'
+
+    nodes = {n['metadata']['name']: n for n in cp.api('GET', '/api/v1/nodes')['items']}
+    assert nodes['cp-1']['spec']['podCIDR'] == '10.244.7.0/24'
+
+    def cidr_allocated():
+        node = cp.api('GET', '/api/v1/nodes/worker-1')
+        ready = {c['type']: c['status'] for c in node['status'].get('conditions', [])}.get('Ready')
+        return bool(node['spec'].get('podCIDR')) and ready == 'True', (node['spec'].get('podCIDR'), ready)
+
+    # kube-controller-manager's node IPAM gives the other node a range of the pod subnet; kwok reports it Ready
+    cidr, _ready = Lab.wait_until(cidr_allocated, WAIT, what='worker-1 podCIDR and Ready')
+    assert cidr.startswith('10.244.') and cidr != '10.244.7.0/24'
+    addresses = {(a['type'], a['address']) for a in nodes['cp-1']['status']['addresses']}
+    assert ('InternalIP', '127.0.0.11') in addresses
+    info = nodes['cp-1']['status']['nodeInfo']
+    assert info['kubeletVersion'] == 'v1.36.3' and info['osImage'] == 'Talos (v1.13.9)'
+
+
+def _ready(cp, name):
+    node = cp.api('GET', '/api/v1/nodes/' + name)
+    ready = next((c for c in node['status'].get('conditions', []) if c['type'] == 'Ready'), {})
+    return ready.get('status'), ready.get('reason'), sorted(t['key'] for t in node['spec'].get('taints') or ())
+
+
+def test_a_stopped_kubelet_makes_its_node_unknown_through_the_node_lifecycle_controller(cp):
+    cp.register_node('worker-stop', addresses=['127.0.0.31'])
+    Lab.wait_until(lambda: (_ready(cp, 'worker-stop')[0] == 'True', _ready(cp, 'worker-stop')), WAIT, what='worker-stop Ready')
+    cp.stop_kubelet('worker-stop')
+    seen = Lab.wait_until(lambda: (_ready(cp, 'worker-stop')[0] == 'Unknown' and 'node.kubernetes.io/unreachable' in _ready(cp, 'worker-stop')[2],
+                                   _ready(cp, 'worker-stop')), WAIT, what='worker-stop Ready=Unknown')
+    # what kube-controller-manager writes when a kubelet stops posting (NodeStatusUnknown), not something the lab wrote
+    assert seen[1] == 'NodeStatusUnknown'
+    # the kubelet comes back: registering again is the same as starting it
+    cp.register_node('worker-stop', addresses=['127.0.0.31'])
+    Lab.wait_until(lambda: (_ready(cp, 'worker-stop')[0] == 'True' and 'node.kubernetes.io/unreachable' not in _ready(cp, 'worker-stop')[2],
+                            _ready(cp, 'worker-stop')), WAIT, what='worker-stop Ready again')
+
+
+def test_admission_configuration_is_talos_shape_and_names_bad_input():
+    rendered = admission_configuration([{'name': 'PodSecurity', 'configuration': {'kind': 'PodSecurityConfiguration'}}])
+    assert rendered == {'apiVersion': 'apiserver.config.k8s.io/v1', 'kind': 'AdmissionConfiguration',
+                        'plugins': [{'name': 'PodSecurity', 'configuration': {'kind': 'PodSecurityConfiguration'}}]}
+    with pytest.raises(ControlPlaneError, match=r'admission_control\[0\]\.configuration'):
+        admission_configuration([{'name': 'PodSecurity', 'configuration': 'enforce: baseline'}])
+    with pytest.raises(ControlPlaneError, match=r'admission_control\[1\]\.name'):
+        admission_configuration([{'name': 'A', 'configuration': {}}, {'configuration': {}}])
+
+
+def test_missing_binary_says_to_run_make_setup(tmp_path, monkeypatch):
+    monkeypatch.setenv('PROXTALOS_CACHE', str(tmp_path / 'empty-cache'))
+    with pytest.raises(upstream.MissingBinary, match='run `make setup`'):
+        upstream.binary('kube-apiserver')
+    with pytest.raises(upstream.MissingBinary, match='no upstream/no-such-thing.json declares it'):
+        upstream.binary('no-such-thing')
+
+
+def test_declaration_errors_name_the_file_and_field(tmp_path):
+    bad = tmp_path / 'thing.json'
+    bad.write_text(json.dumps({'name': 'thing', 'version': '1', 'go_module': {'module': 'x', 'version': 'v1'}}))
+    with pytest.raises(upstream.UpstreamError, match='thing.json: field go_module.package must be a non-empty string'):
+        upstream.components(tmp_path)
+    bad.write_text(json.dumps({'name': 'other', 'version': '1', 'go_source': 'tools/x'}))
+    with pytest.raises(upstream.UpstreamError, match="field name is 'other' but the file is named thing.json"):
+        upstream.components(tmp_path)
+    bad.write_text(json.dumps({'name': 'thing', 'version': '1'}))
+    with pytest.raises(upstream.UpstreamError, match='exactly one of the fields go_module, go_source'):
+        upstream.components(tmp_path)
+    bad.write_text(json.dumps({'name': 'thing', 'version': '1', 'go_source': 'tools/x',
+                               'download': {'url': 'https://example.invalid/x', 'sha256': 'abc'}}))
+    with pytest.raises(upstream.UpstreamError, match='field download.sha256 must be 64 lower-case hex digits'):
+        upstream.components(tmp_path)
+
+
+def test_every_declaration_in_the_repository_is_valid():
+    found = upstream.components()
+    assert {'etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kwok'} <= set(found)
+    # the three Kubernetes binaries are one build: same module, version, replaces and flags
+    kube = [dict(found[name]['go_module'], package=None) for name in ('kube-apiserver', 'kube-controller-manager', 'kube-scheduler')]
+    assert kube[0] == kube[1] == kube[2]
+
+
+def test_go_source_key_changes_with_the_source(tmp_path):
+    source = tmp_path / 'tools' / 'thing'
+    source.mkdir(parents=True)
+    (source / 'main.go').write_text('package main\n')
+    spec = {'name': 'thing', 'version': '1.0', 'go_source': 'tools/thing'}
+    first = upstream.binary_path(spec, tmp_path)
+    assert first.parent.name == '1.0-' + upstream.source_hash('tools/thing', tmp_path)
+    (source / 'main.go').write_text('package main\n\nfunc main() {}\n')
+    assert upstream.binary_path(spec, tmp_path) != first
+
+
+def test_api_server_on_a_lab_endpoint_with_its_addresses_in_the_certificate(tmp_path):
+    """The shape a lab cluster needs: kube-apiserver on <net>.10:6443 (the control-plane endpoint), the serving
+    certificate also valid for a node address, the kubeconfig pointing at the endpoint; the cluster CA is given."""
+    net = free_net()
+    ca = pki.make_ca('kubernetes')
+    plane = ControlPlane(str(tmp_path), kwok=False, ca=ca, api_host=net + '.10', api_port=6443, api_sans=[net + '.11', 'lab.example'])
+    with plane:
+        assert plane.api_url == 'https://%s.10:6443' % net
+        with open(plane.kubeconfig, encoding='utf-8') as handle:
+            assert 'server: https://%s.10:6443' % net in handle.read()
+        version = _kubectl(plane, 'version', '-o', 'json')
+        assert version.returncode == 0, version.stderr
+        # the same certificate on a node address and a name (the CA verifies it for each)
+        checked = _kubectl(plane, '--server', 'https://%s.10:6443' % net, '--tls-server-name', net + '.11', 'get', '--raw', '/readyz')
+        assert checked.stdout == 'ok', checked.stderr
+        named = _kubectl(plane, '--tls-server-name', 'lab.example', 'get', '--raw', '/readyz')
+        assert named.stdout == 'ok', named.stderr
+        wrong = _kubectl(plane, '--tls-server-name', 'other.example', 'get', '--raw', '/readyz')
+        assert wrong.returncode != 0 and 'certificate' in wrong.stderr
+        with open(os.path.join(str(tmp_path), 'pki', 'ca.crt'), encoding='utf-8') as handle:
+            assert handle.read() == ca[0]
+    assert not any(proc.running for proc in plane.processes.values())
+
+
+@pytest.mark.slow
+def test_a_start_stops_what_a_killed_owner_left_running(tmp_path):
+    """The owner of a control plane SIGKILLed (no stop()): the next start in the same directory ends its processes."""
+    script = ('import sys; from lab.k8s_upstream import ControlPlane; plane = ControlPlane(sys.argv[1], kwok=False).start(); '
+              'print(plane.ports["kube-apiserver"], flush=True); sys.stdin.read()')
+    owner = subprocess.Popen([sys.executable, '-c', script, str(tmp_path)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert owner.stdout.readline().strip().isdigit()  # the line comes once every process is healthy
+        with open(tmp_path / 'pids.json', encoding='utf-8') as handle:
+            orphans = json.load(handle)
+        owner.kill()
+        owner.wait(timeout=30)
+        assert all(os.path.exists('/proc/%d' % pid) for pid in orphans.values())  # they outlived their owner
+        with ControlPlane(str(tmp_path), kwok=False) as plane:
+            assert all(entry['healthy'] for entry in plane.status())
+            assert not any(os.path.exists('/proc/%d' % pid) for pid in orphans.values())
+    finally:
+        owner.kill()
+        owner.wait(timeout=30)

@@ -1,0 +1,67 @@
+"""The upstream control plane inside the World (opt-in extension lab.k8s_upstream): no API before etcd is bootstrapped,
+then kube-apiserver on the control-plane endpoint trusts the kubeconfig the Talos Kubeconfig RPC returns, kubelets
+register kwok Nodes with Talos's labels and taints, and `lab status` names each process with its health."""
+
+import os
+
+import pytest
+from proxmoxer import ProxmoxAPI
+
+from lab.k8s_upstream.lab import node_taints
+from lab.talos.node import TALOS_VERSION
+from lab.testing import free_net, world_in_thread
+# tests/lab is on sys.path under pytest (rootdir-less test modules): the same cluster bring-up as the lab.k8s tests
+from test_k8s_world import _cluster_up, _ok, wait_until  # pylint: disable=import-error
+
+pytestmark = pytest.mark.upstream
+kubernetes = pytest.importorskip('kubernetes')
+from kubernetes import client as kube_client  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def test_cluster_bootstrap_starts_the_upstream_control_plane_and_kubelets_register_kwok_nodes(tmp_path):
+    with world_in_thread(tmp_path / 'run', free_net(), extensions=('lab.talos', 'lab.k8s_upstream'), profile='instant') as running:
+        world = running.world
+        api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret,
+                         verify_ssl=world.ca_path)
+        core, _cp_vm, _cp_address, worker_address = _cluster_up(running, api, tmp_path)
+        version = kube_client.VersionApi(core.api_client).get_code()
+        assert version.git_version == 'v1.36.3'
+        cp = core.read_node('cp-1')
+        assert cp.metadata.labels['node-role.kubernetes.io/control-plane'] == ''
+        # (kube-controller-manager's node lifecycle controller may also hold node.kubernetes.io/not-ready until kwok reports Ready)
+        assert ('node-role.kubernetes.io/control-plane', 'NoSchedule') in [(t.key, t.effect) for t in cp.spec.taints]
+        assert not [t for t in core.read_node('worker-1').spec.taints or () if t.key == 'node-role.kubernetes.io/control-plane']
+        worker = core.read_node('worker-1')
+        assert [a.address for a in worker.status.addresses if a.type == 'InternalIP'] == [worker_address]
+        assert worker.status.node_info.os_image == 'Talos (%s)' % TALOS_VERSION
+        assert worker.status.node_info.kubelet_version == 'v1.36.3'
+        status = running.call(world.status())['k8s_upstream']
+        cluster = next(iter(status.values()))
+        assert cluster['api'] == 'https://%s:6443' % world.net.endpoint_host
+        assert [(p['name'], p['healthy']) for p in cluster['processes']] == [
+            ('etcd', True), ('kube-apiserver', True), ('kube-controller-manager', True), ('kube-scheduler', True), ('kwok', True)]
+        pids = [p['pid'] for p in cluster['processes']]
+        # the worker's VM stops: its kubelet with it - kwok lets the Node go (kube-controller-manager then marks it
+        # Unknown when its Lease runs out: tests/lab/test_k8s_upstream.py shows that part on a shorter clock)
+        _ok(api, api.nodes('pve1').qemu(402).status.stop.post())
+        wait_until(lambda: ('kwok.x-k8s.io/node' not in (core.read_node('worker-1').metadata.labels or {}),
+                            core.read_node('worker-1').metadata.labels), 'kwok letting worker-1 go')
+        assert 'kwok.x-k8s.io/node' in core.read_node('cp-1').metadata.labels
+    # the lab stopped: nothing of the control plane is left running
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+class _Config:  # pylint: disable=too-few-public-methods
+    def __init__(self, control_plane, machine=None, cluster=None):
+        self.control_plane = control_plane
+        self.machine = machine or {}
+        self.cluster = cluster or {}
+
+
+def test_node_taints_follow_talos():
+    assert node_taints(_Config(True)) == [{'key': 'node-role.kubernetes.io/control-plane', 'effect': 'NoSchedule'}]
+    assert node_taints(_Config(True, cluster={'allowSchedulingOnControlPlanes': True})) == []
+    taints = node_taints(_Config(False, machine={'nodeTaints': {'dedicated': 'db:NoExecute', 'gpu': 'NoSchedule'}}))
+    assert taints == [{'key': 'dedicated', 'value': 'db', 'effect': 'NoExecute'}, {'key': 'gpu', 'effect': 'NoSchedule'}]

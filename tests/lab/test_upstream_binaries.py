@@ -1,0 +1,106 @@
+"""scripts/upstream_binaries.py without Go: the official-download path (checksum, archive member, fallback) and the
+grouping of components that share one build."""
+
+import hashlib
+import http.server
+import importlib.util
+import io
+import os
+import socket
+import tarfile
+import threading
+
+import pytest
+
+from lab import upstream
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location('upstream_binaries', os.path.join(ROOT, 'scripts', 'upstream_binaries.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SCRIPT = _load_script()
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A loopback HTTP server for the files put into the returned directory; yields (directory, base URL)."""
+    root = tmp_path / 'www'
+    root.mkdir()
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args):  # pylint: disable=arguments-differ
+            pass
+
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, 'http://127.0.0.1:%d' % server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _tarball(member, payload):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode='w:gz') as archive:
+        info = tarfile.TarInfo(member)
+        info.size = len(payload)
+        archive.addfile(info, io.BytesIO(payload))
+    return buffer.getvalue()
+
+
+def _spec(url, sha256, member=None):
+    download = {'url': url, 'sha256': sha256}
+    if member:
+        download['member'] = member
+    return {'name': 'thing', 'version': '1.0', 'go_module': {'module': 'example.invalid/thing', 'version': 'v1.0.0',
+                                                             'package': 'example.invalid/thing'}, 'download': download}
+
+
+def test_download_takes_the_member_checks_the_sha256_and_installs_atomically(served, tmp_path, monkeypatch):
+    monkeypatch.setenv('PROXTALOS_CACHE', str(tmp_path / 'cache'))
+    root, base = served
+    archive = _tarball('thing-v1.0/bin/thing', b'#!/bin/sh\necho thing\n')
+    (root / 'thing.tar.gz').write_bytes(archive)
+    spec = _spec(base + '/thing.tar.gz', hashlib.sha256(archive).hexdigest(), 'thing-v1.0/bin/thing')
+    assert SCRIPT.try_download(spec) is True
+    path = upstream.binary_path(spec)
+    assert path.read_bytes() == b'#!/bin/sh\necho thing\n' and os.access(path, os.X_OK)
+    # nothing half-written beside it
+    assert [p.name for p in path.parent.parent.iterdir()] == ['1.0']
+
+
+def test_download_with_a_wrong_checksum_is_an_error_not_a_binary(served, tmp_path, monkeypatch):
+    monkeypatch.setenv('PROXTALOS_CACHE', str(tmp_path / 'cache'))
+    root, base = served
+    (root / 'thing').write_bytes(b'not what was pinned')
+    spec = _spec(base + '/thing', '0' * 64)
+    with pytest.raises(SCRIPT.SetupError, match='has sha256 .* pins 0000'):
+        SCRIPT.try_download(spec)
+    assert not upstream.binary_path(spec).exists()
+
+
+def test_unreachable_download_falls_back_to_the_build(tmp_path, monkeypatch):
+    monkeypatch.setenv('PROXTALOS_CACHE', str(tmp_path / 'cache'))
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(('127.0.0.1', 0))
+        port = probe.getsockname()[1]
+    assert SCRIPT.try_download(_spec('http://127.0.0.1:%d/thing' % port, '0' * 64)) is False
+
+
+def test_the_kubernetes_binaries_are_one_build_and_etcd_another():
+    specs = upstream.components()
+    groups = {}
+    for name in ('kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'etcd', 'kwok'):
+        groups.setdefault(SCRIPT._group_key(specs[name]), []).append(name)  # pylint: disable=protected-access
+    assert sorted(groups.values()) == [['etcd'], ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler'], ['kwok']]
+    assert SCRIPT._binary_name('go.etcd.io/etcd/server/v3') == 'server'  # pylint: disable=protected-access
+    assert SCRIPT._binary_name('k8s.io/kubernetes/cmd/kube-apiserver') == 'kube-apiserver'  # pylint: disable=protected-access
