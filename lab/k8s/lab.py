@@ -4,8 +4,11 @@
 
 - listens to the Talos fleet (`world.talos`): when etcd is bootstrapped on a cluster it starts
   that cluster's API server, with a serving certificate from the cluster CA in the machine
-  config, on the control-plane endpoint host and the bootstrapping node's address, port 6443;
-  control planes whose kubelet runs later are added as API addresses; when kubelet runs on a
+  config, on the bootstrapping node's address, port 6443; control planes whose kubelet runs later
+  are added as API addresses; the control-plane endpoint host answers only while a control plane
+  whose API is up holds it as its Talos layer-2 VIP (lab/talos/vip.py: its config names the VIP on
+  a link, its etcd is healthy, it leads the election; a config without the VIP leaves the endpoint
+  unanswered, as on real hardware), or when it is a control plane's own address; when kubelet runs on a
   node its Node registers (control-plane role and taint, machine.nodeLabels/nodeTaints);
   a node shut down or a VM powered off / reset / deleted stops its kubelet (Node NotReady);
 - registers the Kubernetes faults, the `k8s` status section, the delay kinds it uses and the
@@ -25,6 +28,7 @@ import os
 import urllib.parse
 
 from ..kubelet_hooks import KubeletVmHooks
+from ..talos import vip as talos_vip
 from ..talos.node import TALOS_VERSION
 from .cluster import KubeCluster
 from .manifests import ManifestApplier, talos_documents
@@ -54,6 +58,8 @@ class LabKubernetes(KubeletVmHooks):
         self.appliers = {}         # cluster id -> ManifestApplier (Talos' manifest controller)
         self.endpoints = {}        # cluster id -> control-plane endpoint host
         self.control_planes = {}   # cluster id -> {talos node key: address} of control planes that are up
+        self.elections = {}        # cluster id -> the talos_vip.Election of its endpoint host
+        self.vip_operators = {}    # cluster id -> the task that moves the endpoint with the election (_vip_operator)
         self.crashloop = {}        # node -> workload
         self.pending = set()
         self.image_pull = {}       # (namespace, workload) -> the registry's error
@@ -82,22 +88,80 @@ class LabKubernetes(KubeletVmHooks):
                                   request_log=self._log)
             self.clusters[cluster_id] = cluster
             self._apply_faults(cluster)
+            if getattr(self.world, 'talos', None) is not None:
+                self.vip_operators[cluster_id] = asyncio.ensure_future(self._vip_operator(cluster_id))
         endpoint = urllib.parse.urlparse(config.endpoint).hostname if config.endpoint else None
         self.endpoints[cluster_id] = endpoint if endpoint and _is_ip(endpoint) else None
         self.control_planes.setdefault(cluster_id, {})[node.key] = node.address
         await self._serve(cluster_id)
         self._apply_manifests(cluster_id, config)
 
+    def _vip_host(self, cluster_id, gone=None):
+        """The endpoint host if a control plane whose API is up holds it as its VIP now, else None.
+
+        The election runs again on every event of the cluster's control planes (lab/talos/vip.py);
+        gone: the key of a node going down (its services may still show Running at that moment).
+        """
+        endpoint = self.endpoints.get(cluster_id)
+        if not endpoint:
+            return None
+        election = self.elections.get(cluster_id)
+        if election is None or election.address != endpoint:
+            election = self.elections[cluster_id] = talos_vip.Election(endpoint)
+        talos = getattr(self.world, 'talos', None)
+        nodes = dict(talos.nodes) if talos is not None else {}
+        candidates = dict((key, key != gone and election.campaigning(key, node) and endpoint in talos_vip.layer2_vips(node.config))
+                          for key, node in nodes.items() if node.cluster_id == cluster_id)
+        leader = election.update(candidates)
+        # the VIP is on the leader's link whether its kube-apiserver runs or not; the API answers there only when it does
+        return endpoint if leader is not None and leader in self.control_planes.get(cluster_id, {}) else None
+
     async def _serve(self, cluster_id):
-        """Serve the API on the endpoint and every control plane that is up (start it if it was down)."""
+        """Serve the API on every control plane that is up and on the VIP if one holds it (start it if it was down)."""
         cluster = self.clusters[cluster_id]
-        hosts = [self.endpoints.get(cluster_id)] + sorted(self.control_planes.get(cluster_id, {}).values())
+        hosts = [self._vip_host(cluster_id)] + sorted(self.control_planes.get(cluster_id, {}).values())
         hosts = [h for i, h in enumerate(hosts) if h and h not in hosts[:i]]
         await cluster.start_api(hosts, API_PORT)
         for host in hosts:
             self.world.add_endpoint('k8s-api-%s' % host, host, API_PORT, 'https')
         for waiting in self.waiting.pop(cluster_id, []):
             await self.on_kubelet_running(waiting)
+
+    def _vip_change(self, cluster_id, gone=None):
+        """'add' or 'remove' when the endpoint's serving does not match the VIP's election, else None."""
+        cluster = self.clusters.get(cluster_id)
+        endpoint = self.endpoints.get(cluster_id)
+        if cluster is None or not endpoint or endpoint in self.control_planes.get(cluster_id, {}).values():
+            return None
+        held = self._vip_host(cluster_id, gone=gone)
+        served = cluster.server is not None and endpoint in cluster.server.hosts
+        if held and not served and cluster.api_running:
+            return 'add'
+        if not held and served:
+            return 'remove'
+        return None
+
+    async def _vip_operator(self, cluster_id):
+        """Talos' VIP operator, for the cluster's endpoint: the election runs again whenever the simulation changes
+        (a config applied with or without the VIP, etcd's health, a node up or down), as Talos' controllers react to
+        their resources (operator_vip_config.go:73-176, operator/vip.go:191-310), and the endpoint follows it."""
+        talos = self.world.talos
+        while True:
+            await talos.wait_for(lambda: self._vip_change(cluster_id) is not None)
+            await self._follow_vip(cluster_id)
+
+    async def _follow_vip(self, cluster_id, gone=None):
+        """The endpoint answers where the VIP's leader is, or nowhere."""
+        change = self._vip_change(cluster_id, gone=gone)
+        cluster = self.clusters.get(cluster_id)
+        endpoint = self.endpoints.get(cluster_id)
+        if change == 'add':
+            await cluster.add_api_host(endpoint)
+            self.world.add_endpoint('k8s-api-%s' % endpoint, endpoint, API_PORT, 'https')
+        elif change == 'remove':
+            self.world.remove_endpoint('k8s-api-%s' % endpoint)
+            await cluster.remove_api_host(endpoint)
+            LOG.info('cluster %s: no control plane holds the VIP %s; the endpoint does not answer', cluster_id, endpoint)
 
     async def on_kubelet_running(self, node):
         cluster = self.clusters.get(node.cluster_id)
@@ -165,13 +229,13 @@ class LabKubernetes(KubeletVmHooks):
             cluster.kubelet_stopped(known[1])
         address = self.control_planes.get(cluster_id, {}).pop(key, None)
         if address is not None:
-            if address != self.endpoints.get(cluster_id):
-                self.world.remove_endpoint('k8s-api-%s' % address)
+            self.world.remove_endpoint('k8s-api-%s' % address)
             await cluster.remove_api_host(address)
             if not self.control_planes[cluster_id]:
                 await cluster.stop_api()
                 self.world.remove_endpoint('k8s-api-%s' % self.endpoints.get(cluster_id))
                 LOG.info('cluster %s: every control plane is down; the API is down', cluster_id)
+        await self._follow_vip(cluster_id, gone=key)
 
     async def on_lab_reset(self):
         await self.close()
@@ -181,11 +245,15 @@ class LabKubernetes(KubeletVmHooks):
         self.appliers = {}
         self.endpoints = {}
         self.control_planes = {}
+        self.elections = {}
 
     async def on_lab_stop(self):
         await self.close()
 
     async def close(self):
+        for task in self.vip_operators.values():
+            task.cancel()
+        self.vip_operators = {}
         for cluster in self.clusters.values():
             await cluster.stop()
         for name in [n for n in list(getattr(self.world, '_endpoints', {})) if n.startswith('k8s-api-')]:
@@ -308,8 +376,18 @@ class LabKubernetes(KubeletVmHooks):
             out[str(cluster_id)] = {'api': ['%s:%d' % (h, API_PORT) for h in (cluster.server.hosts if cluster.server else [])],
                                     'resourceVersion': store.rv, 'nodes': sorted(nodes, key=lambda n: n['name']),
                                     'workloads': workloads, 'pods': store.count(('', 'pods')),
-                                    'crds': store.count(('apiextensions.k8s.io', 'customresourcedefinitions'))}
+                                    'crds': store.count(('apiextensions.k8s.io', 'customresourcedefinitions')),
+                                    'vip': self._vip_status(cluster_id)}
         return out
+
+    def _vip_status(self, cluster_id):
+        """The endpoint's VIP election: its address and the control plane that holds it (None: nobody)."""
+        election = self.elections.get(cluster_id)
+        if election is None:
+            return None
+        nodes = getattr(getattr(self.world, 'talos', None), 'nodes', {})
+        leader = nodes.get(election.leader) if election.leader is not None else None
+        return {'address': election.address, 'holder': leader.name if leader is not None else None}
 
 
 def _is_ip(host):

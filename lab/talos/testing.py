@@ -65,8 +65,11 @@ class ClusterSecrets(object):
 
 
 def render_config(secrets, machine_type, endpoint, cluster_name='lab', install_disk='/dev/sda', hostname=None,
-                  extra_machine=None, extra_cluster=None):
-    """A v1.13-style machine config (multi-document YAML bytes) for a controlplane or worker."""
+                  extra_machine=None, extra_cluster=None, vip=None):
+    """A v1.13-style machine config (multi-document YAML bytes) for a controlplane or worker.
+
+    vip: a control plane's layer-2 VIP (a Layer2VIPConfig on ens18), the endpoint's address as a rule.
+    """
     control_plane = machine_type == 'controlplane'
     machine = {
         'type': machine_type,
@@ -113,6 +116,9 @@ def render_config(secrets, machine_type, endpoint, cluster_name='lab', install_d
     else:
         hostname_doc['auto'] = 'stable'
     text = yaml.safe_dump(v1alpha1, sort_keys=False) + '---\n' + yaml.safe_dump(hostname_doc, sort_keys=False)
+    if vip and control_plane:
+        text += '---\n' + yaml.safe_dump({'apiVersion': 'v1alpha1', 'kind': 'Layer2VIPConfig', 'name': vip, 'link': 'ens18'},
+                                         sort_keys=False)
     return text.encode('utf-8')
 
 

@@ -17,9 +17,10 @@ description:
     given on the command line is seen here too. The roles of this collection use it as the default of
     C(talos_machines_vault_password_file) and C(sealed_secrets_vault_password_file), so that the secret files they
     keep are vault-encrypted whenever ansible-playbook has a vault password file.
-  - A password typed at a prompt (C(--ask-vault-pass), C(--vault-id <label>@prompt)) cannot be handed to a module,
-    which reads it from a file. When the run has only such passwords, the lookup returns an empty string and warns
-    that O(purpose) is kept unencrypted, and why.
+  - A password typed at a prompt (C(--ask-vault-pass), C(--vault-id <label>@prompt)) is not in a file. When the run
+    has only such passwords, the lookup returns an empty string and, unless O(prompt_warning=false), warns that
+    O(purpose) is kept unencrypted, and why; P(proxtalos.cluster.vault_password#lookup) returns that password for a
+    module's no_log C(vault_password) option, as the roles of this collection do.
   - Relative C(--vault-id) paths are taken from the current directory, as ansible-playbook does; sources whose file
     does not exist are skipped (ansible-playbook has already warned about them).
 options:
@@ -27,6 +28,12 @@ options:
     description: What the file is for, named in the warning (for example V(the Talos secrets bundle)).
     type: str
     default: the secret files kept by proxtalos.cluster
+  prompt_warning:
+    description:
+      - Warn when the run has only a prompted vault password. The roles of this collection turn it off - they hand
+        that password to their modules through P(proxtalos.cluster.vault_password#lookup) instead.
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -98,18 +105,22 @@ def unusable_password_warning(prompts, purpose):
             % (', '.join(prompts), purpose))
 
 
+def run_choice():
+    """choose() over the vault sources of this ansible-playbook run (its command line, then its configuration)."""
+    cliargs = context.CLIARGS
+    return choose(vault_sources(
+        cli_vault_ids=cliargs.get('vault_ids') or (),
+        cli_password_files=cliargs.get('vault_password_files') or (),
+        ask_vault_pass=bool(cliargs.get('ask_vault_pass')),
+        identity_list=C.config.get_config_value('DEFAULT_VAULT_IDENTITY_LIST') or (),
+        password_file=C.config.get_config_value('DEFAULT_VAULT_PASSWORD_FILE')))
+
+
 class LookupModule(LookupBase):
 
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
-        cliargs = context.CLIARGS
-        sources = vault_sources(
-            cli_vault_ids=cliargs.get('vault_ids') or (),
-            cli_password_files=cliargs.get('vault_password_files') or (),
-            ask_vault_pass=bool(cliargs.get('ask_vault_pass')),
-            identity_list=C.config.get_config_value('DEFAULT_VAULT_IDENTITY_LIST') or (),
-            password_file=C.config.get_config_value('DEFAULT_VAULT_PASSWORD_FILE'))
-        path, prompts = choose(sources)
-        if not path and prompts:
+        path, prompts = run_choice()
+        if not path and prompts and self.get_option('prompt_warning'):
             Display().warning(unusable_password_warning(prompts, self.get_option('purpose')))
         return [path]

@@ -122,11 +122,11 @@ def test_a_crashlooping_cilium_agent_fails_the_cni_gate_naming_the_node_and_the_
 
 
 def test_inline_mode_without_the_manifest_in_the_talos_values_fails_naming_the_variable(cluster):
-    run = cluster.site('--tags', 'cni', '-e', '{"talos_machines_cluster_values": {}}')
+    run = cluster.site('--tags', 'cni', '-e', '{"talos_machines_cluster_values_cni": {}}')
     assert run.rc != 0
     (task, host, message), = run.failures()
     assert 'Inline Cilium - the control planes' in task
-    assert "no inline manifest named 'cilium' is in talos_machines_cluster_values.inline_manifests" in message
+    assert "no inline manifest named 'cilium' is in the cluster values' inline_manifests (talos_machines_cluster_values_cni" in message
     assert 'cni_inline_check=false' in message
 
 

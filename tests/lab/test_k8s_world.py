@@ -61,8 +61,12 @@ def _maintenance(address):
     return check
 
 
-def _cluster_up(running, api, tmp_path, cp_vmid=401, worker_vmid=402):
-    """One control plane and one worker from maintenance mode to registered Nodes; returns (core API, CP VM, addresses)."""
+def _cluster_up(running, api, tmp_path, cp_vmid=401, worker_vmid=402, vip=True):
+    """One control plane and one worker from maintenance mode to registered Nodes; returns (core API, CP VM, addresses).
+
+    vip: the control plane's config carries the endpoint's address as its layer-2 VIP (else the endpoint never answers,
+    and the Nodes are read through the control plane's own address).
+    """
     world = running.world
     secrets = testing.ClusterSecrets()
     endpoint_host = world.net.endpoint_host
@@ -72,7 +76,8 @@ def _cluster_up(running, api, tmp_path, cp_vmid=401, worker_vmid=402):
     for address, kind in ((cp_address, 'controlplane'), (worker_address, 'worker')):
         wait_until(_maintenance(address), 'maintenance mode on %s' % address)
         with talos_client.TalosClient(address, insecure=True, timeout=5) as talos:
-            talos.apply_configuration(testing.render_config(secrets, kind, endpoint, hostname='cp-1' if kind == 'controlplane' else 'worker-1'))
+            talos.apply_configuration(testing.render_config(secrets, kind, endpoint, hostname='cp-1' if kind == 'controlplane' else 'worker-1',
+                                                            vip=endpoint_host if vip else None))
     credentials = talos_client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
 
     def configured():
@@ -85,11 +90,15 @@ def _cluster_up(running, api, tmp_path, cp_vmid=401, worker_vmid=402):
     assert not _port_open(endpoint_host, 6443), 'a Kubernetes API answers before etcd is bootstrapped'
     with talos_client.TalosClient(cp_address, credentials=credentials, timeout=5) as talos:
         talos.bootstrap()
-    wait_until(lambda: (_port_open(endpoint_host, 6443), 'closed'), 'the API on the endpoint after bootstrap')
+    wait_until(lambda: (_port_open(endpoint_host if vip else cp_address, 6443), 'closed'), 'the API after bootstrap')
     with talos_client.TalosClient(cp_address, credentials=credentials, timeout=5) as talos:
         kubeconfig_text = talos.kubeconfig()
+    if not isinstance(kubeconfig_text, str):
+        kubeconfig_text = kubeconfig_text.decode()
+    if not vip:
+        kubeconfig_text = kubeconfig_text.replace(endpoint, 'https://%s:6443' % cp_address)
     path = tmp_path / ('kubeconfig-%d' % cp_vmid)
-    path.write_bytes(kubeconfig_text if isinstance(kubeconfig_text, bytes) else kubeconfig_text.encode())
+    path.write_text(kubeconfig_text)
     os.chmod(path, 0o600)
     core = kube_client.CoreV1Api(kube_config.new_client_from_config(config_file=str(path)))
     wait_until(_nodes_are(core, {'cp-1', 'worker-1'}), 'both Nodes registered')
@@ -144,6 +153,20 @@ def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     _ok(api, cp_vm.status.start.post())
     wait_until(lambda: (_port_open(endpoint_host, 6443), 'closed'), 'the API back after the CP boots')
     wait_until(nodes, 'both Nodes still there after the restart')
+
+
+def test_the_endpoint_answers_only_where_a_control_plane_holds_it_as_its_vip(running, tmp_path):
+    """A control plane whose config has no VIP serves the API on its own address only: the endpoint address (which no
+    node has) stays silent, as on real hardware, where nothing would answer ARP for it."""
+    world = running.world
+    api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
+    core, dummy, cp_address, dummy = _cluster_up(running, api, tmp_path, vip=False)
+    # both Nodes registered: the control plane's kubelet runs, so it would have won the VIP's election by now
+    assert {n.metadata.name for n in core.list_node().items} == {'cp-1', 'worker-1'}
+    assert _port_open(cp_address, 6443)
+    assert not _port_open(world.net.endpoint_host, 6443), 'the endpoint answers though no control plane has the VIP'
+    served = next(iter(running.call(world.status())['k8s'].values()))['api']
+    assert served == ['%s:6443' % cp_address]
 
 
 def test_a_cluster_rebuilt_after_a_lab_reset_gets_a_working_api(running, tmp_path):

@@ -548,6 +548,10 @@ def build_documents(bundle, machine_type, cluster, node=None, talos_version=DEFA
             link_config['routes'] = [{'gateway': node['gateway']}]
         documents.append(link_config)
     if control_plane and cluster['vip']:
+        # Both contracts register the document (siderolabs/talos v1.12.11 and v1.13.9
+        # pkg/machinery/config/types/network/layer2_vip.go:21-32; name and link required, :109-117); the VIP
+        # controller reads it next to the legacy interfaces[].vip (internal/app/machined/pkg/controllers/network/
+        # operator_vip_config.go:150-158 at v1.13.9).
         documents.append({'apiVersion': 'v1alpha1', 'kind': 'Layer2VIPConfig', 'name': cluster['vip'], 'link': link})
     return documents
 
