@@ -23,6 +23,7 @@ import time
 import traceback
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _proxmox_privileges as _privileges
 
 PROXMOXER_IMPORT_ERROR = None
 try:
@@ -77,6 +78,22 @@ FIRST_RETRY = 0.5
 
 class TransientTaskFailed(_errors.TaskFailed, _errors.TransientApiError):
     """A task that ended in an error worth retrying (a lock timeout, a locked VM)."""
+
+
+class PermissionDenied(_errors.ApiError):
+    """PVE answered 403: the credentials lack a privilege. Never retried, never taken as "not ready yet"."""
+
+
+def permission_denied(error, method, path):
+    """The 403 error with the API call and the privilege the table (_proxmox_privileges) says it needs."""
+    call = '%s /%s' % (method.upper(), path.strip('/'))
+    if call in error.message:
+        return error
+    needs = _privileges.explain_403(method, path)
+    message = '%s [%s]%s' % (error.message, call, '; ' + needs if needs else '')
+    details = dict(error.details)
+    details.update(call=call)
+    return PermissionDenied(message, **details)
 
 
 # --------------------------------------------------------------------------------------- client
@@ -190,7 +207,7 @@ def classify(exc, what, subject=None):
             return _errors.ApiError('%s failed: %s API refused the credentials (401 %s)' % (prefix, SERVICE, text),
                                     **details)
         if status == 403:
-            return _errors.ApiError('%s failed: permission denied (403 %s)' % (prefix, text), **details)
+            return PermissionDenied('%s failed: permission denied (403 %s)' % (prefix, text), **details)
         return _errors.ApiError(message, **details)
     if isinstance(exc, AuthenticationError):
         return _errors.ApiError('%s failed: %s login refused: %s' % (prefix, SERVICE, exc), service=SERVICE, status=401)
@@ -259,6 +276,8 @@ class PveClient(object):
                 error = classify(exc, what, subject)
                 if error is None:
                     raise
+                if isinstance(error, PermissionDenied):
+                    error = permission_denied(error, method, path)
                 raise error from exc
         if not retry:
             return once()
@@ -373,7 +392,8 @@ def read_config_and_pending(client, node, vmid, subject=None, retry=True):
 def agent_ipv4_addresses(client, node, vmid, subject=None):
     """IPv4 addresses the guest agent reports; the loopback interface and link-local addresses are left out.
 
-    Raises ApiError (PVE answers 500 'QEMU guest agent is not running' until the agent runs).
+    Raises ApiError (PVE answers 500 'QEMU guest agent is not running' until the agent runs), PermissionDenied
+    when the credentials lack the agent privilege (VM.GuestAgent.Audit on PVE 9, VM.Monitor on PVE 8).
     """
     data = client.request('get', 'nodes/%s/qemu/%s/agent/network-get-interfaces' % (node, vmid),
                           'read guest agent addresses', subject, retry=False) or {}

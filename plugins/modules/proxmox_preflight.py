@@ -23,8 +23,11 @@ description:
     to be created (vm_disk_gb, or the role's minimum O(minimums) C(disk_gb) when unset, as a lower bound; so a full
     storage is caught before some VMs are created and others fail), vm_bridge exists as a bridge, and the
     image storage holds O(image) content; the Talos image is on the storage of every node, or PVE can fetch its URL
-    (C(query-url-metadata)) and the credentials may download it; the credentials hold the privileges the vms stage
-    needs; no vm_id is already taken by a different VM (another name, or another node).
+    (C(query-url-metadata)) and the credentials may download it (C(Datastore.AllocateTemplate) on the storage and
+    C(Sys.AccessNetwork) on the node, or C(Sys.Audit) and C(Sys.Modify) on C(/)); the credentials hold every privilege
+    of the collection's privilege table for the PVE major version found (8 or 9; the guide's role), each missing one
+    named with its ACL path and what needs it; no vm_id is already taken by a different VM (another name, or
+    another node).
   - Written as one read-only module, rather than with M(community.proxmox.proxmox_node_info) and friends, so that
     all problems come back in one list with the inventory's names, and so that the same connection options
     (including O(ca_path)) and error mapping as the other modules are used.
@@ -131,16 +134,13 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _errors, _proxmox, _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _proxmox_privileges as _privileges
 
 ROLES = ('controlplane', 'worker')
 DNS_LABEL = re.compile(r'^(?=.{1,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?$', re.I)
 GIB = 1024 ** 3
 DEFAULT_MINIMUMS = {'controlplane': {'cores': 2, 'memory_mb': 2048, 'disk_gb': 10},
                     'worker': {'cores': 1, 'memory_mb': 1024, 'disk_gb': 10}}
-# What the vms stage does, and the privileges PVE asks for it (qemu-server and pve-storage API permissions).
-VM_PRIVILEGES = ('VM.Allocate', 'VM.Audit', 'VM.PowerMgmt', 'VM.Config.Disk', 'VM.Config.CDROM', 'VM.Config.CPU',
-                 'VM.Config.Memory', 'VM.Config.Network', 'VM.Config.Options', 'VM.Config.HWType',
-                 'VM.Config.Cloudinit')
 BRIDGE_TYPES = ('bridge', 'OVSBridge')
 
 
@@ -383,6 +383,11 @@ def check_pve(client, params, vms, image, report):
         try:
             _check_node(client, node, on_node, image, permissions, learnt, report, to_create, params.get('minimums'))
         except _errors.ApiError as exc:
+            if exc.status == 403:
+                # Refused, not unreachable: the privilege check below names what is missing.
+                report.problem('all', 'pve_api_token_id' if params.get('api_token_id') else 'pve_api_user',
+                               'PVE node %s refused a read: %s' % (node, exc))
+                continue
             for vm in on_node:
                 report.problem(vm['host'], 'vm_pve_node', 'PVE node %s does not answer: %s' % (node, exc))
     report.check('storages and bridges exist on the VMs\' nodes', not any(
@@ -391,7 +396,7 @@ def check_pve(client, params, vms, image, report):
         report.check('the Talos image is on PVE storage or PVE can download it',
                      not any(p['field'].startswith('talos_image') for p in report.problems))
 
-    _check_privileges(vms, permissions, params, report)
+    _check_privileges(vms, permissions, params, report, learnt.get('version'), image)
     report.check('storages have room for the disks of the VMs to create',
                  not any(p['reason'].startswith('no room') for p in report.problems))
     _check_taken_ids(existing, vms, report)
@@ -440,7 +445,7 @@ def _check_node(client, node, on_node, image, permissions, learnt, report, to_cr
             report.problem(vm['host'], 'vm_bridge', 'PVE node %s has no bridge %r (bridges: %s)'
                            % (node, bridge, ', '.join(sorted(bridges)) or 'none'))
     if image:
-        learnt['image'][node] = _check_image(client, node, storages, image, permissions, report)
+        learnt['image'][node] = _check_image(client, node, storages, image, permissions, report, learnt.get('version'))
 
 
 def _check_storages(on_node, node, storages, image, report):
@@ -469,7 +474,7 @@ def _check_storages(on_node, node, storages, image, report):
                            '%s); enable "%s"' % (name, node, content, store.get('content'), content))
 
 
-def _check_image(client, node, storages, image, permissions, report):
+def _check_image(client, node, storages, image, permissions, report, major=None):
     """'present', 'downloadable' or 'missing' for one node."""
     name, content = image.get('storage'), image.get('content') or 'iso'
     if name not in storages or content not in str(storages[name].get('content', '')).split(','):
@@ -479,12 +484,14 @@ def _check_image(client, node, storages, image, permissions, report):
                        'node %s' % node, content=content) or []
     if any(item.get('volid') == volid for item in items):
         return 'present'
-    missing = [priv for path, priv in (('/storage/%s' % name, 'Datastore.AllocateTemplate'), ('/', 'Sys.Audit'),
-                                       ('/', 'Sys.Modify'))
-               if not has_privilege(permissions, path, priv)]
+    missing = []
+    for need in _privileges.required('download_storage') + _privileges.required('download_node'):
+        path = need.path.replace('{storage}', name).replace('{node}', node)
+        if not _holds(permissions, need, path, major):
+            missing.append(_need_text(need, major, path))
     if missing:
         report.problem('all', 'talos_image_url', '%s is not on PVE node %s and the credentials may not download it '
-                       '(missing: %s)' % (volid, node, ', '.join(missing)))
+                       '(missing: %s)' % (volid, node, '; '.join(missing)))
         return 'missing'
     if not image.get('url'):
         report.problem('all', 'talos_image_url', '%s is not on PVE node %s and no URL is given' % (volid, node))
@@ -498,30 +505,70 @@ def _check_image(client, node, storages, image, permissions, report):
     return 'downloadable'
 
 
-def _check_privileges(vms, permissions, params, report):
-    lacking = {}
+def _holds(permissions, need, path, major):
+    """Whether the permissions satisfy one Need on path: any of its privileges, or its alternative."""
+    if any(has_privilege(permissions, path, priv) for priv in need.privileges_for(major)):
+        return True
+    if need.alternative:
+        return all(has_privilege(permissions, need.alternative[0], priv) for priv in need.alternative[1])
+    return False
+
+
+def _need_text(need, major, path):
+    """'VM.GuestAgent.Audit (or VM.GuestAgent.Unrestricted) on /vms/101'."""
+    privileges = need.privileges_for(major)
+    text = privileges[0] + (' (or %s)' % ', '.join(privileges[1:]) if privileges[1:] else '') + ' on ' + path
+    if need.alternative:
+        text += ' (or %s on %s)' % (' and '.join(need.alternative[1]), need.alternative[0])
+    return text
+
+
+def _need_paths(need, vms, image):
+    """(ACL path, hosts) pairs a Need is checked on, from the inventory."""
+    out = {}
+
+    def add(path, host):
+        out.setdefault(path, []).append(host)
     for vm in vms:
-        vmid = _int(vm.get('vm_id'))
-        if vmid is None:
-            continue
-        for priv in VM_PRIVILEGES:
-            if not has_privilege(permissions, '/vms/%d' % vmid, priv):
-                lacking.setdefault(priv, []).append(vm['host'])
-        for field in ('vm_storage', 'vm_cloudinit_storage'):
-            if not _blank(vm.get(field)) and not has_privilege(permissions, '/storage/%s' % vm[field],
-                                                               'Datastore.AllocateSpace'):
-                lacking.setdefault('Datastore.AllocateSpace on /storage/%s' % vm[field], []).append(vm['host'])
-        # PVE 8 and later check SDN.Use on the bridge's zone before a NIC is attached to it.
-        bridge_path = '/sdn/zones/localnetwork/%s' % vm.get('vm_bridge')
-        if not _blank(vm.get('vm_bridge')) and not has_privilege(permissions, bridge_path, 'SDN.Use'):
-            lacking.setdefault('SDN.Use on %s' % bridge_path, []).append(vm['host'])
+        host = vm['host']
+        if need.scope == 'vm':
+            vmid = _int(vm.get('vm_id'))
+            if vmid is not None:
+                add(need.path.replace('{vmid}', str(vmid)), host)
+        elif need.scope == 'vm_storage':
+            for field in ('vm_storage', 'vm_cloudinit_storage'):
+                if not _blank(vm.get(field)):
+                    add(need.path.replace('{storage}', str(vm[field])), host)
+        elif need.scope == 'image_storage':
+            if image and not _blank(image.get('storage')):
+                add(need.path.replace('{storage}', str(image['storage'])), host)
+        elif need.scope == 'bridge':
+            if not _blank(vm.get('vm_bridge')):
+                add(need.path.replace('{bridge}', str(vm['vm_bridge'])), host)
+        elif need.scope == 'root':
+            add(need.path, host)
+    return out
+
+
+def _check_privileges(vms, permissions, params, report, major=None, image=None):
+    """The token against the privilege table (_proxmox_privileges): each missing one named with its path and use."""
+    missing = []
+    for need in _privileges.required():
+        for path, hosts in sorted(_need_paths(need, vms, image).items()):
+            if not _holds(permissions, need, path, major):
+                missing.append((need, path, hosts))
     who = params.get('api_user') or ''
     if params.get('api_token_id'):
         who = '%s!%s' % (who, params['api_token_id']) if '!' not in params['api_token_id'] else params['api_token_id']
-    for priv, hosts in sorted(lacking.items()):
-        report.problem('all', 'pve_api_token_id' if params.get('api_token_id') else 'pve_api_user',
-                       '%s lacks the privilege %s needed for %s' % (who, priv, ', '.join(sorted(set(hosts)))))
-    report.check('the credentials hold the privileges the vms stage needs', not lacking)
+    field = 'pve_api_token_id' if params.get('api_token_id') else 'pve_api_user'
+    for need, path, hosts in missing:
+        hosts = sorted(set(hosts))
+        report.problem('all', field, '%s lacks the privilege %s, needed to %s (%s) for %s; see the role in '
+                       'docs/guide-proxmox.md' % (who, _need_text(need, major, path), need.what, ', '.join(need.calls[:2]),
+                                                   ', '.join(hosts) if len(hosts) < len(vms) or len(vms) == 1
+                                                   else 'every VM'))
+    report.check('the credentials hold the privileges the vms stage needs (PVE %d)' % _privileges.major_of(major)[0],
+                  not missing)
 
 
 def _check_taken_ids(existing, vms, report):
