@@ -22,11 +22,13 @@ import datetime
 import ipaddress
 import logging
 import os
+import re
 import time
 
 import fakepve.model
 import fakepve.qemu
 import fakepve.server
+import fakepve.shapes
 from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -36,13 +38,45 @@ from fakepve import FakePve, FakeVm, PveError, TaskError
 
 from lab.addresses import DhcpServer, agent_enabled, nic_mac, parse_ipconfig
 from lab.faults import FaultError, Param
+from lab.pve_access import AccessControl
 
 LOG = logging.getLogger('lab.pve')
 
 PVE_PORT = 8006
-PVE_USER = 'root@pam'
+# The lab's PVE has root@pam (password login, for tests that play the PVE admin) and the collection's user,
+# a non-root PVE user with a privilege-separated API token granted the documented least-privilege role.
+ROOT_USER = 'root@pam'
+PVE_USER = 'proxtalos@pve'
 TOKEN_NAME = 'proxtalos'
 TOKEN_ID = PVE_USER + '!' + TOKEN_NAME
+
+# The role, per ACL path: (role name, propagate, privileges), as an admin creates it with pveum. Written from
+# PVE's permission checks, not read from the collection (its table is compared to this one by
+# tests/lab/test_lab_pve_access.py). PVE 9 privileges (fakepve serves PVE 9's API schema).
+LAB_ROLES = {
+    # qemu-server 9.2.6 src/PVE/API2/Qemu.pm: create :1309 (VM.Allocate), $check_vm_modify_config_perm :995-1040
+    # (the VM.Config.* of each option; ipconfig/nameserver/searchdomain: VM.Config.Cloudinit), $check_drive_perms
+    # :2273-2287 (Disk, CDROM, the cloud-init drive), vm_start :3494 / vm_stop :3682 / vm_reset :3804 /
+    # vm_shutdown :3857 / vm_reboot :3973 (VM.PowerMgmt), vm_pending :1859 / cloudinit :1923 / status :3427
+    # (VM.Audit), destroy_vm :2776 (VM.Allocate); src/PVE/API2/Qemu/Agent.pm:65-67,184 (network-get-interfaces:
+    # VM.GuestAgent.Audit or VM.GuestAgent.Unrestricted).
+    '/vms': ('ProxtalosVMs', True, (
+        'VM.Allocate', 'VM.Audit', 'VM.PowerMgmt', 'VM.Config.Disk', 'VM.Config.CDROM', 'VM.Config.CPU',
+        'VM.Config.Memory', 'VM.Config.Network', 'VM.Config.Options', 'VM.Config.HWType', 'VM.Config.Cloudinit',
+        'VM.GuestAgent.Audit')),
+    # qemu-server Qemu.pm:186-190 (a new disk: Datastore.AllocateSpace); pve-storage 9.1.7
+    # src/PVE/API2/Storage/Content.pm:27-31 (content list: Datastore.Audit or AllocateSpace),
+    # src/PVE/API2/Storage/Status.pm:750 (download-url: Datastore.AllocateTemplate).
+    '/storage': ('ProxtalosStorage', True, ('Datastore.AllocateSpace', 'Datastore.Audit', 'Datastore.AllocateTemplate')),
+    # pve-storage Status.pm:747-754, pve-manager PVE/API2/Nodes.pm:1899-1905 (download-url, query-url-metadata:
+    # Sys.AccessNetwork on the node, or Sys.Audit + Sys.Modify on /).
+    '/nodes': ('ProxtalosNodes', True, ('Sys.AccessNetwork',)),
+    # pve-manager PVE/API2/Cluster.pm:872 (GET /cluster/status: Sys.Audit on /), on / alone.
+    '/': ('ProxtalosAudit', False, ('Sys.Audit',)),
+    # qemu-server src/PVE/QemuServer.pm:6417-6430 check_bridge_access (SDN.Use on the bridge of the local zone);
+    # pve-manager PVE/API2/Network.pm:470-480 (a bridge is listed with SDN.Audit or SDN.Use).
+    '/sdn/zones/localnetwork': ('ProxtalosBridges', True, ('SDN.Use',)),
+}
 
 GIB = 1024 ** 3
 STORAGE_CONTENT = {'local': 'backup,import,iso,snippets,vztmpl', 'local-lvm': 'images,rootdir'}
@@ -393,6 +427,39 @@ class GuestNetwork(object):
 
 # ------------------------------------------------------------------------------ fakepve
 
+class AnyOf(str):
+    """A privilege question answered by any one of 'A|B' (PVE's check_vm_perm with any => 1)."""
+
+
+DRIVE_OPTION = re.compile(r'^(ide|sata|scsi|virtio|efidisk|tpmstate)\d+$')
+# qemu-server 9.2.6 src/PVE/API2/Qemu.pm:789-862: the option groups of $check_vm_modify_config_perm.
+CLOUDINIT_PRIVILEGE = AnyOf('VM.Config.Cloudinit|VM.Config.Network')   # :1026-1029
+CONFIG_OPTION_PRIVILEGES = (
+    ('VM.Config.CPU', ('cores', 'cpu', 'runningcpu', 'cpulimit', 'cpuunits', 'numa', 'smp', 'sockets', 'vcpus')),
+    ('VM.Config.Memory', ('memory', 'balloon', 'shares', 'allow-ksm')),
+    ('VM.Config.HWType', ('acpi', 'hotplug', 'kvm', 'machine', 'runningmachine', 'scsihw', 'smbios1', 'tablet', 'vga',
+                          'watchdog', 'audio0', 'rng0')),
+    ('VM.Config.Options', ('agent', 'autostart', 'bios', 'description', 'keyboard', 'localtime', 'migrate_downtime',
+                           'migrate_speed', 'name', 'onboot', 'ostype', 'protection', 'reboot', 'startdate', 'startup',
+                           'tdf', 'template')),
+    ('VM.PowerMgmt', ('freeze',)),
+    ('VM.Config.Disk', ('boot', 'bootdisk', 'vmstatestorage')),
+    (CLOUDINIT_PRIVILEGE, ('cicustom', 'cipassword', 'citype', 'ciuser', 'ciupgrade', 'nameserver', 'searchdomain',
+                           'sshkeys')),
+)
+
+
+def lab_access():
+    """The lab's users and ACLs: PVE_USER and its privilege-separated token, each granted LAB_ROLES."""
+    access = AccessControl(fakepve.shapes.PRIVILEGES)
+    access.add_token(TOKEN_ID, privsep=True)
+    for path, (name, propagate, privileges) in LAB_ROLES.items():
+        access.add_role(name, privileges)
+        for who in (PVE_USER, TOKEN_ID):
+            access.grant(path, who, name, propagate)
+    return access
+
+
 class TaskFault(object):
     """Tasks of one type (and optionally one VM) end in TASK ERROR: message; `times` tasks, or every one."""
 
@@ -429,7 +496,7 @@ class LabPve(FakePve):
     def __init__(self, host, nodes, net, timing, power_events, on_request=None, port=PVE_PORT,
                  password=None, token_secret=None):
         install_lab_vm()
-        super().__init__(user=PVE_USER, password=password, host=host, port=port)
+        super().__init__(user=ROOT_USER, password=password, host=host, port=port)
         self.time_scale = timing.pve_time_scale
         self.timing = timing
         self.on_request = on_request
@@ -438,12 +505,81 @@ class LabPve(FakePve):
         self.net = net
         if token_secret:
             self.apitokens[TOKEN_ID] = token_secret
+        self.access = lab_access()
+        # fakepve checks permissions only once its acl is not None; the lab's AccessControl answers them.
+        self.acl = {}
         self.reset_storages()
         self.node_networks = {}
         for index, node in enumerate(nodes):
             self.node_networks[node] = self._default_networks(min(2 + index, 9))
         self.task_faults = {}
         self.api_error = None
+
+    # ------------------------------------------------------------ permissions
+
+    def allowed(self, user, path, priv):
+        """fakepve's permission question, answered as PVE does (lab.pve_access); AnyOf: one of several."""
+        if isinstance(priv, AnyOf):
+            return any(self.access.allowed(user, path, each) for each in priv.split('|'))
+        return self.access.allowed(user, path, priv)
+
+    def _config_priv(self, key):
+        """The privilege a config option needs, as qemu-server 9.2.6 src/PVE/API2/Qemu.pm:995-1040
+        ($check_vm_modify_config_perm) maps it; drives, serial ports and tags keep fakepve's mapping (their checks
+        depend on the value: :2273-2287, :864-879)."""
+        if DRIVE_OPTION.match(key) or re.match(r'^(unused|serial|usb)\d+$', key) or key == 'tags':
+            return super()._config_priv(key)
+        for privilege, options in CONFIG_OPTION_PRIVILEGES:
+            if key in options:
+                return privilege
+        if re.match(r'^numa\d+$', key):
+            return 'VM.Config.CPU'
+        if re.match(r'^net\d+$', key):
+            return 'VM.Config.Network'
+        if re.match(r'^ipconfig\d+$', key):
+            return CLOUDINIT_PRIVILEGE
+        return 'root'   # :1034-1037 "only root can set '$opt' config"
+
+    def grant(self, user, path, *privs):
+        """fakepve's grant(): a role of these privileges on path for user (or token), propagated."""
+        name = 'lab-%d' % len(self.access.roles)
+        self.access.add_role(name, privs)
+        if '!' in user and user not in self.access.tokens:
+            self.access.add_token(user, privsep=False)
+        self.access.grant(path, user, name)
+
+    def _check_bridge_access(self, user, params):
+        """SDN.Use on the bridge of each NIC (and on its VLAN with a tag): qemu-server 9.2.6
+        src/PVE/QemuServer.pm:6417-6430 check_bridge_access, called at create (src/PVE/API2/Qemu.pm:1364) and for
+        a changed NIC (:2381, :2499); pve-guest-common 4a8f6cb src/PVE/GuestHelpers.pm:397-421 check_vnet_access
+        (zone localnetwork for a plain bridge). VLAN trunks are not modelled."""
+        if user is None or user.split('!')[0] == ROOT_USER:
+            return
+        for key, value in sorted(params.items()):
+            if not re.match(r'^net\d+$', key):
+                continue
+            props = dict(part.split('=', 1) for part in str(value).split(',') if '=' in part)
+            if not props.get('bridge'):
+                continue
+            path = '/sdn/zones/localnetwork/' + props['bridge']
+            if props.get('tag'):
+                path += '/' + props['tag']
+            self.require(user, path, 'SDN.Use')
+
+    async def _qm_create(self, v, user):
+        self._check_bridge_access(user, v)
+        return await super()._qm_create(v, user)
+
+    async def _apply_config(self, vm, user, p):
+        self._check_bridge_access(user, p)
+        return await super()._apply_config(vm, user, p)
+
+    async def _permissions(self, v, user):
+        # pve-access-control src/PVE/API2/AccessControl.pm:549-570: the caller's own (or its token's) permissions.
+        who = v.get('userid') or user
+        if who != user and who.split('!')[0] != user:
+            raise PveError(403, 'Permission check failed (/access, Sys.Audit)')
+        return self.access.effective(who, v.get('path'))
 
     # ------------------------------------------------------------------ setup
 
@@ -567,6 +703,40 @@ class LabPve(FakePve):
             raise PveError(500, 'VM {0} is not running'.format(vm.vmid))
         return await super()._agent_call(match, values)
 
+    # -------------------------------------------------------------- download
+
+    async def _download_url(self, request):
+        """POST /nodes/{node}/storage/{storage}/download-url as pve-storage 9.1.7 src/PVE/API2/Storage/Status.pm
+        does it, where fakepve 0.5 differs: the permission is Datastore.AllocateTemplate on the storage and either
+        Sys.Audit + Sys.Modify on / or Sys.AccessNetwork on the node (:743-756); the file name is normalised
+        (:831, src/PVE/Storage.pm:2483-2491: the directory part dropped, other characters than [a-zA-Z0-9_.-]
+        become _) and an ISO must end in .iso or .img (:836-840, Storage.pm:116). The lab downloads nothing, so
+        a `checksum` is not verified (PVE fails the task on a mismatch, :871-880)."""
+        name, store = self._file_storage(request, 'download')
+        user = request[fakepve.server.USER]
+        node = request.match_info['node']
+        self.require(user, '/storage/' + name, 'Datastore.AllocateTemplate')
+        if not (self.allowed(user, '/nodes/' + node, 'Sys.AccessNetwork')
+                or (self.allowed(user, '/', 'Sys.Audit') and self.allowed(user, '/', 'Sys.Modify'))):
+            raise PveError(403, 'Permission check failed')   # PVE names no reason when no alternative holds
+        values = await fakepve.server.params(request)
+        # size is fakepve's own parameter: how large the download pretends to be.
+        size = fakepve.server.int_param(values, 'size', 1024 ** 2, minimum=0)
+        values = self._verify(request, values, drop=('size',))
+        self._need_file_storage(store, "can't upload to storage type '{0}', not a file based storage!")
+        content = values['content']
+        if content not in str(store.get('content', '')).split(','):
+            raise PveError(500, "storage '{0}' is not configured for content-type '{1}'".format(name, content))
+        filename = re.sub(r'[^a-zA-Z0-9_.-]', '_', re.sub(r'^.*[/\\]', '', str(values['filename']).rstrip('\n')))
+        if content == 'iso' and not re.search(r'[^/]+\.(?:iso|img)$', filename, re.I):
+            raise PveError(400, 'Parameter verification failed.', {'filename': 'wrong file extension'})
+
+        async def body():
+            await self.pause(5)
+            self.store_file(name, filename, size, content)
+        return fakepve.server.ok(await self.task(node, 'download', name, user, body,
+                                                 log=['downloading {0} to {1}'.format(values.get('url'), filename)]))
+
     # --------------------------------------------------------------- network
 
     def _routes_lab_network(self):
@@ -578,6 +748,10 @@ class LabPve(FakePve):
         out = []
         for iface in self.node_networks.get(values['node'], []):
             kind = iface['type']
+            if kind in ('bridge', 'OVSBridge') and user is not None and not (
+                    self.allowed(user, '/sdn/zones/localnetwork/' + iface['iface'], AnyOf('SDN.Audit|SDN.Use'))):
+                # pve-manager PVE/API2/Network.pm:470-480: a bridge the caller may neither audit nor use is left out.
+                continue
             if wanted in (None, '') or wanted == kind or (
                     wanted in ('any_bridge', 'any_local_bridge') and kind in ('bridge', 'OVSBridge')):
                 out.append(dict(iface))

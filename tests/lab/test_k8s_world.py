@@ -108,7 +108,7 @@ def _nodes_are(core, names):
 
 def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     world = running.world
-    api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
+    api = ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
     endpoint_host = world.net.endpoint_host
     core, cp_vm, cp_address, worker_address = _cluster_up(running, api, tmp_path)
     nodes = _nodes_are(core, {'cp-1', 'worker-1'})
@@ -150,7 +150,7 @@ def test_a_cluster_rebuilt_after_a_lab_reset_gets_a_working_api(running, tmp_pat
     """A lab reset deletes the VMs (their hooks remove API hosts) while it closes the clusters: the old API
     server must not come back on 6443, so the cluster built next serves with its own CA."""
     world = running.world
-    api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
+    api = ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
     _cluster_up(running, api, tmp_path, 401, 402)
     running.call(world.control({'op': 'reset'}))
     wait_until(lambda: (not _port_open(world.net.endpoint_host, 6443), 'open'), 'no API after the reset')

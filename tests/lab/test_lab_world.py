@@ -35,7 +35,7 @@ class RecordingListener(object):
 def proxmox_of(running):
     from proxmoxer import ProxmoxAPI
     world = running.world
-    return ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret,
+    return ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret,
                       verify_ssl=world.ca_path)
 
 
