@@ -776,6 +776,7 @@ class PveFaults(object):
         self.network = network
         self._lock_timers = {}
         self._storage_before = {}   # storage id -> (avail, total, used) before pve-storage-full
+        self._revoked = {}          # privilege -> the roles pve-privilege-revoked took it from
 
     def register(self):
         reg = self.registry.register
@@ -820,6 +821,10 @@ class PveFaults(object):
                                   'agent calls answer 500 "QEMU guest agent is not running", so PVE reports no address; '
                                   'it stays down across reboots until cleared', 'vmid',
                 self.apply_agent_down, self.clear_agent_down)
+        reg('pve-privilege-revoked', 'the collection\'s token loses PRIVILEGE (e.g. VM.GuestAgent.Audit, Sys.AccessNetwork) '
+                                     'from every role of the lab: PVE answers 403 "Permission check failed" where it is '
+                                     'needed, and GET /access/permissions no longer lists it', 'privilege',
+            self.apply_privilege_revoked, self.clear_privilege_revoked)
         reg('pve-storage-full', 'STORAGE has no free space left (or FREE GiB): disk allocations on it fail with '
                                 '"unable to write to storage ...: No space left on device", and its status reports the '
                                 'space', 'storage', self.apply_storage_full, self.clear_storage_full,
@@ -949,6 +954,25 @@ class PveFaults(object):
             self.network.start_agent(vm)
         else:
             self.network.agent_down.discard(int(target))
+
+    # ------------------------------------------------------------ privileges
+
+    def apply_privilege_revoked(self, target):
+        access = self.pve.access
+        if target not in access.all_privileges:
+            raise FaultError('PVE has no privilege %r' % target)
+        held = [name for name, privileges in access.roles.items() if target in privileges]
+        if not held:
+            raise FaultError('no role of the lab grants %s (roles: %s)' % (target, ', '.join(sorted(access.roles))))
+        self._revoked[target] = held
+        for name in held:
+            access.roles[name] = access.roles[name] - {target}
+        return {'privilege': target, 'roles': held}
+
+    def clear_privilege_revoked(self, target):
+        for name in self._revoked.pop(target, []):
+            if name in self.pve.access.roles:
+                self.pve.access.roles[name] = self.pve.access.roles[name] | {target}
 
     # ------------------------------------------------------------ storage full
 

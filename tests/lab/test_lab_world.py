@@ -172,7 +172,7 @@ def test_several_pve_nodes_each_with_a_bridge(tmp_path):
         api = proxmox_of(running)
         net = running.world.net
         assert [n['node'] for n in api.nodes.get()] == ['pve1', 'pve2']
-        assert api.nodes('pve2').network('vmbr0').get()['cidr'] == net.host(3) + '/24'
+        assert [b['cidr'] for b in api.nodes('pve2').network.get(type='any_bridge')] == [net.host(3) + '/24']
         ok(api, api.nodes('pve2').qemu.post(vmid=1021, name='w', net0='virtio,bridge=vmbr0', agent=1, start=1))
         rows = running.call(running.world.vm_rows)
         assert [(r['vmid'], r['node'], r['address']) for r in rows] == [(1021, 'pve2', net.host(100))]
