@@ -176,7 +176,18 @@ class LabVm(FakeVm):
         self.lab_observer = None
         self._lab_status = None
         self._lab_started_at = None
+        # PVE's [special:cloudinit] section: the values the cloud-init drive was generated from, of the options
+        # changed since (and 'added': options set since), see LabPve.record_cloudinit_change.
+        self.cloudinit_record = {}
         super().__init__(*args, **kwargs)
+
+    def apply_pending(self):
+        """A start: the pending changes are applied and the cloud-init drive is generated again, which empties
+        the record (qemu-server 9.2.6 src/PVE/QemuServer.pm:5598-5611 in vm_start_nolock;
+        src/PVE/QemuServer/Cloudinit.pm:727-738 apply_cloudinit_config: only with a cloud-init drive)."""
+        super().apply_pending()
+        if has_cloudinit_drive(self.config):
+            self.cloudinit_record = {}
 
     @property
     def status(self):
@@ -283,8 +294,9 @@ class PowerEvents(object):
 class GuestNetwork(object):
     """VM addresses and guest agents.
 
-    At power-on a VM gets its address: the static one of its cloud-init `ipconfig0`, else a DHCP
-    lease for the MAC of `net0`. If its config enables the agent, the agent starts after the
+    At power-on a VM gets its address: the static one of its cloud-init `ipconfig0` when a cloud-init drive
+    is attached (a running VM keeps it until its next power-on, whatever ipconfig0 says meanwhile), else a
+    DHCP lease for the MAC of `net0`. If its config enables the agent, the agent starts after the
     `vm_boot` delay and reports lo and eth0 with that address; it is gone while the VM is off
     and comes back after each boot.
     """
@@ -325,7 +337,9 @@ class GuestNetwork(object):
             return {'address': None, 'prefix': None, 'source': 'invalid ipconfig0: %s' % exc, 'mac': mac}
         if mac is None:
             return {'address': None, 'prefix': None, 'source': 'none', 'mac': None}
-        if ipconfig is not None and ipconfig.static:
+        if ipconfig is not None and ipconfig.static and has_cloudinit_drive(vm.config):
+            # The guest learns ipconfig0 only from the cloud-init drive (PVE writes it into the nocloud
+            # network-config of that drive: qemu-server src/PVE/QemuServer/Cloudinit.pm:610-634 generate_nocloud).
             return {'address': ipconfig.address, 'prefix': ipconfig.prefix, 'source': 'static', 'mac': mac}
         if lease:
             previous = self._leased.get(vm)
@@ -432,6 +446,29 @@ class AnyOf(str):
 
 
 DRIVE_OPTION = re.compile(r'^(ide|sata|scsi|virtio|efidisk|tpmstate)\d+$')
+NET_OPTION = re.compile(r'^net\d+$')
+IPCONFIG_OPTION = re.compile(r'^ipconfig\d+$')
+# qemu-server 9.2.6 src/PVE/API2/Qemu.pm:853-862 ($cloudinitoptions, what GET .../cloudinit lists); with
+# ipconfigN they are $confdesc_cloudinit (src/PVE/QemuServer.pm:781-880).
+CLOUDINIT_OPTIONS = ('cicustom', 'cipassword', 'citype', 'ciuser', 'ciupgrade', 'nameserver', 'searchdomain', 'sshkeys')
+# src/PVE/QemuServer.pm:4594-4611: applied to a running VM's config at once.
+FAST_PLUG_OPTIONS = ('description', 'hookscript', 'lock', 'migrate_downtime', 'migrate_speed', 'name', 'onboot',
+                     'protection', 'shares', 'startup', 'tags', 'vmstatestorage')
+
+
+def has_cloudinit_drive(config):
+    """Whether the config has a cloud-init drive: a CD-ROM drive that is not an ISO (fakepve names its volume
+    like a disk; PVE calls it vm-<id>-cloudinit)."""
+    for key, value in config.items():
+        volume = str(value).split(',')[0]
+        if DRIVE_OPTION.match(key) and 'media=cdrom' in str(value) and volume not in ('none', 'cdrom') \
+                and ':iso/' not in volume:
+            return True
+    return False
+
+
+def is_fast_plug(key):
+    return key in FAST_PLUG_OPTIONS or key in CLOUDINIT_OPTIONS or bool(IPCONFIG_OPTION.match(key))
 # qemu-server 9.2.6 src/PVE/API2/Qemu.pm:789-862: the option groups of $check_vm_modify_config_perm.
 CLOUDINIT_PRIVILEGE = AnyOf('VM.Config.Cloudinit|VM.Config.Network')   # :1026-1029
 CONFIG_OPTION_PRIVILEGES = (
@@ -572,7 +609,108 @@ class LabPve(FakePve):
 
     async def _apply_config(self, vm, user, p):
         self._check_bridge_access(user, p)
-        return await super()._apply_config(vm, user, p)
+        running = vm.status == 'running'
+        before = dict(vm.config)
+        result = await super()._apply_config(vm, user, p)
+        if running:
+            self._hotplug_as_pve(vm, before, p)
+        return result
+
+    def _hotplug_as_pve(self, vm, before, params):
+        """Correct fakepve's split of a running VM's config change into applied and pending, as PVE's
+        vmconfig_hotplug_pending does it (qemu-server 9.2.6 src/PVE/QemuServer.pm:4617-4945):
+        - fast-plug options (:4594-4611: name, description, onboot, protection, startup, tags, shares, ..., and
+          every cloud-init option: ipconfigN, nameserver, searchdomain, ciuser, ...) are written into the
+          config at once, set (:4699-4707) or deleted (:4764-4795), and recorded for cloud-init;
+        - netN is hot-plugged with the default hotplug set network,disk,usb (:253-262, vmconfig_update_net
+          :5108-5185), and recorded (:4893-4897);
+        - an agent change stays pending (vmconfig_update_agent :5207-5228 skips unless only
+          fstrim_cloned_disks changes).
+        The cloud-init drive is not generated again (hotplug has no `cloudinit` by default, :4941)."""
+        updates = dict((k, v) for k, v in params.items() if k not in ('delete', 'digest', 'skiplock', 'revert'))
+        deletes = [k for k in str(params.get('delete', '') or '').split(',') if k]
+        hotplug = str(vm.config.get('hotplug', 'network,disk,usb'))
+        network_hotplug = hotplug == '1' or 'network' in hotplug.split(',')
+        for key, value in sorted(updates.items()):
+            if is_fast_plug(key) or (NET_OPTION.match(key) and network_hotplug):
+                if key in vm.pending:
+                    vm.config[key] = vm.pending.pop(key)
+                self.record_cloudinit_change(vm, key, before.get(key), value)
+            elif key == 'agent' and str(value) != str(before.get('agent')):
+                vm.pending[key] = value
+                if 'agent' in before:
+                    vm.config['agent'] = before['agent']
+                else:
+                    vm.config.pop('agent', None)
+        for key in deletes:
+            if is_fast_plug(key):
+                vm.pending.pop(key, None)
+                vm.config.pop(key, None)
+                self.record_cloudinit_change(vm, key, before.get(key), None)
+
+    @staticmethod
+    def record_cloudinit_change(vm, key, old, new):
+        """The [special:cloudinit] bookkeeping of qemu-server 9.2.6 src/PVE/QemuServer.pm:4635-4696
+        ($cloudinit_record_changed), for the options of cloudinit_pending_properties (:1792-1798: the
+        cloud-init options, name and netN): the first change of a value records its old value, a change back
+        to it drops the record, a value set where there was none is listed in 'added'."""
+        if not (key in CLOUDINIT_OPTIONS or key == 'name' or IPCONFIG_OPTION.match(key) or NET_OPTION.match(key)):
+            return
+        record = vm.cloudinit_record
+        recorded = record.get(key)
+        added = set(item for item in str(record.pop('added', '') or '').split(',') if item)
+        if new is not None:
+            if recorded is not None:
+                if str(new) == str(recorded):
+                    record.pop(key, None)
+                    added.discard(key)
+            elif key in added:
+                pass
+            elif old is not None:
+                record[key] = old
+            else:
+                added.add(key)
+        elif old is not None:
+            if recorded is None:
+                if key in added:
+                    added.discard(key)
+                else:
+                    record[key] = old
+        if added:
+            record['added'] = ','.join(sorted(added))
+
+    def _routes_lab_cloudinit(self):
+        return [('GET', '/nodes/{node}/qemu/{vmid}/cloudinit', self._lab_cloudinit_pending)]
+
+    async def _lab_cloudinit_pending(self, values, user):
+        """GET .../cloudinit as qemu-server 9.2.6 src/PVE/API2/Qemu.pm:1969-2010 (cloudinit_pending) answers:
+        the options set since the drive was generated (pending), the options of $cloudinitoptions (:853-862:
+        not ipconfigN, not name, not netN) with the value the drive has and, when changed, the pending one,
+        and the recorded options no longer set (delete). A changed ipconfig0 is recorded but not listed."""
+        vm = self.find(values['node'], values['vmid'])
+        conf = dict(vm.config)
+        record = dict(vm.cloudinit_record)
+        if 'cipassword' in conf:
+            conf['cipassword'] = '**********'
+        if 'cipassword' in record:
+            record['cipassword'] = '**********'
+        out = []
+        added = str(record.pop('added', '') or '')
+        for key in [item for item in added.split(',') if item]:
+            out.append({'key': key, 'pending': conf.get(key)})
+        for key in sorted(CLOUDINIT_OPTIONS):
+            if not conf.get(key) or key in added:   # PVE: next if $added =~ m/$opt/
+                continue
+            item = {'key': key}
+            if record.get(key):
+                item.update(value=record[key], pending=conf[key])
+            else:
+                item['value'] = conf[key]
+            out.append(item)
+        for key in sorted(record):
+            if not conf.get(key):
+                out.append({'key': key, 'delete': 1})
+        return out
 
     async def _permissions(self, v, user):
         # pve-access-control src/PVE/API2/AccessControl.pm:549-570: the caller's own (or its token's) permissions.

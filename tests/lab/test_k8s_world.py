@@ -40,7 +40,7 @@ def _vm(running, api, vmid, index):
     net = running.world.net
     address = net.static_host(index)
     _ok(api, api.nodes('pve1').qemu.post(vmid=vmid, name='talos-%d' % vmid, net0='virtio,bridge=vmbr0', agent=1, scsi0='local-lvm:32',
-                                         ipconfig0='ip=%s/24,gw=%s' % (address, net.gateway)))
+                                         ide0='local-lvm:cloudinit', ipconfig0='ip=%s/24,gw=%s' % (address, net.gateway)))
     qemu = api.nodes('pve1').qemu(vmid)
     _ok(api, qemu.status.start.post())
     return qemu, address

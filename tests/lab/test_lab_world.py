@@ -57,7 +57,7 @@ def test_listener_sees_start_stop_reset_reboot_delete_in_order(running):
     api = proxmox_of(running)
     node = api.nodes('pve1')
     net = running.world.net
-    ok(api, node.qemu.post(vmid=1011, name='cp', net0='virtio,bridge=vmbr0', agent=1,
+    ok(api, node.qemu.post(vmid=1011, name='cp', net0='virtio,bridge=vmbr0', agent=1, ide0='local-lvm:cloudinit',
                            ipconfig0='ip=%s/24,gw=%s' % (net.static_host(1), net.gateway)))
     qemu = node.qemu(1011)
     for action in ('start', 'reset', 'reboot', 'stop'):

@@ -33,7 +33,7 @@ def create_vm(running, vmid, index):
     net = running.world.net
     address = net.static_host(index)
     ok(api, api.nodes('pve1').qemu.post(vmid=vmid, name='talos-%d' % vmid, net0='virtio,bridge=vmbr0', agent=1,
-                                        scsi0='local-lvm:32', ipconfig0='ip=%s/24,gw=%s' % (address, net.gateway)))
+                                        scsi0='local-lvm:32', ide0='local-lvm:cloudinit', ipconfig0='ip=%s/24,gw=%s' % (address, net.gateway)))
     return api.nodes('pve1').qemu(vmid), address
 
 
