@@ -1,0 +1,82 @@
+"""Cloud-init changes on a running VM (audit finding 2): PVE writes them into the config at once, the guest sees them
+at the next start. proxmox_vm reports them pending with reboot_required, check mode predicts it, a drift left by an
+earlier run is seen, and with restart_on_change the VM is restarted around the change so that no restart is lost."""
+import os
+
+import pytest
+
+from ansible_collections.proxtalos.cluster.tests.integration.pve_playbook import PLAYBOOK_BIN, run_playbook
+
+pytestmark = [pytest.mark.lab,
+              pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')]
+
+TASK = 'Cloud-init values of lab-cp-3'
+
+
+def playbook(tmp_path, **options):
+    lines = ['- name: Change lab-cp-3', '  hosts: lab-cp-3', '  gather_facts: false', '  tasks:',
+             '    - name: %s' % TASK, '      proxtalos.cluster.proxmox_vm:']
+    for key in ('api_host', 'api_port', 'api_user', 'api_token_id', 'api_token_secret'):
+        lines.append('        %s: "{{ pve_%s }}"' % (key, key))
+    lines += ['        ca_path: "{{ pve_ca_path }}"', '        vmid: "{{ vm_id }}"', '        node: "{{ vm_pve_node }}"',
+              '        state: started']
+    lines += ['        %s: %s' % (key, value) for key, value in options.items()]
+    path = tmp_path / ('change-%d.yml' % len(list(tmp_path.iterdir())))
+    path.write_text('\n'.join(lines) + '\n')
+    return str(path)
+
+
+def result_of(run):
+    assert run.rc == 0 and run.failed == 0, run.describe()
+    found = run.results(TASK)
+    assert len(found) == 1, run.describe()
+    return found[0][2]
+
+
+def agent_addresses(lab, vmid):
+    data = lab.proxmox().nodes('pve1').qemu(vmid).agent('network-get-interfaces').get()['result']
+    return [a['ip-address'] for i in data if i['name'] == 'eth0' for a in i['ip-addresses']]
+
+
+def test_a_new_address_on_a_running_vm_is_pending_until_a_restart(clean_lab, tmp_path):
+    converged = run_playbook(clean_lab.inventory_dir, '--tags', 'vms')
+    assert converged.rc == 0, converged.describe()
+    net = clean_lab.net
+    new = 'ip=%s.33/24,gw=%s.1' % (net, net)
+    change = playbook(tmp_path, ipconfig0=new)
+
+    check = result_of(run_playbook(clean_lab.inventory_dir, '--check', playbook=change))
+    assert check['changed'] is True and check['reboot_required'] is True
+
+    done = run_playbook(clean_lab.inventory_dir, playbook=change)
+    result = result_of(done)
+    # the old code: changed, pending [], reboot_required false (PVE applies it to the config, not to [PENDING])
+    assert result['changed'] is True and result['pending'] == ['ipconfig0'] and result['reboot_required'] is True
+    assert 'ipconfig0 pending until the VM restarts' in done.stderr + str(done.document)
+    assert agent_addresses(clean_lab, 1013) == [net + '.13']      # the guest still has the old one
+
+    # a nameserver change left by an earlier run is seen by the next one (GET .../cloudinit)
+    result_of(run_playbook(clean_lab.inventory_dir, playbook=playbook(tmp_path, ipconfig0=new, nameserver='9.9.9.9')))
+    again = result_of(run_playbook(clean_lab.inventory_dir, playbook=playbook(tmp_path, ipconfig0=new, nameserver='9.9.9.9')))
+    assert again['changed'] is False and again['pending'] == ['nameserver'] and again['reboot_required'] is True
+
+    # restart_on_change restarts it: the drift is applied, the guest has the new address, and nothing is left
+    restart = result_of(run_playbook(clean_lab.inventory_dir, playbook=playbook(
+        tmp_path, ipconfig0=new, nameserver='9.9.9.9', restart_on_change='true')))
+    assert restart['actions'] == ['reboot'] and restart['reboot_required'] is False and restart['pending'] == []
+    assert agent_addresses(clean_lab, 1013) == [net + '.33']
+
+
+def test_with_restart_on_change_a_run_that_dies_before_the_start_leaves_the_restart_to_the_next_run(clean_lab, tmp_path):
+    converged = run_playbook(clean_lab.inventory_dir, '--tags', 'vms')
+    assert converged.rc == 0, converged.describe()
+    net = clean_lab.net
+    change = playbook(tmp_path, ipconfig0='ip=%s.34/24,gw=%s.1' % (net, net), restart_on_change='true')
+    clean_lab.fault('pve-task-error', 'start', vmid='1013', times=1)
+    failed = run_playbook(clean_lab.inventory_dir, playbook=change)
+    assert failed.rc != 0 and 'start failed' in str(failed.failures()), failed.describe()
+    # the change is in, the VM is off: the next run owes it the start, and the start brings the new address
+    result = result_of(run_playbook(clean_lab.inventory_dir, playbook=change))
+    assert result['actions'] == ['start'] and result['reboot_required'] is False
+    assert agent_addresses(clean_lab, 1013) == [net + '.34']
+    assert result_of(run_playbook(clean_lab.inventory_dir, playbook=change))['changed'] is False
