@@ -551,6 +551,7 @@ class LabPve(FakePve):
             self.node_networks[node] = self._default_networks(min(2 + index, 9))
         self.task_faults = {}
         self.api_error = None
+        self.ha_crm_delay = {}   # vmid -> real seconds the HA stack takes to act on a request
 
     # ------------------------------------------------------------ permissions
 
@@ -841,6 +842,35 @@ class LabPve(FakePve):
             raise PveError(500, 'VM {0} is not running'.format(vm.vmid))
         return await super()._agent_call(match, values)
 
+    # -------------------------------------------------------------------- HA
+
+    async def _ha_request(self, vm, user, state):
+        """An HA-managed VM's start, stop or shutdown as qemu-server 9.2.6 src/PVE/API2/Qemu.pm does it: a
+        `hastart` (:3631-3642) or `hastop` (:3757-3768 stop, :3934-3945 shutdown) task that only asks the HA
+        stack (`ha-manager set --state started`, `ha-manager crm-command stop`) and ends at once; the CRM/LRM
+        then change the VM's power state later, here ha_crm_delay real seconds after the task (default 1 s,
+        whatever the time scale, so that a client that takes the end of the task for the state change meets
+        the race it meets on PVE)."""
+        delay = self.ha_crm_delay.get(vm.vmid, 1.0)
+        loop = asyncio.get_running_loop()
+
+        def crm():
+            if vm not in self.vms:
+                return
+            if state == 'started' and vm.status != 'running':
+                vm.apply_pending()
+                vm.status = vm.qmpstatus = 'running'
+                vm.started_at = time.time()
+            elif state == 'stopped' and vm.status == 'running':
+                vm.status = vm.qmpstatus = 'stopped'
+            vm.ha_state = state
+
+        async def body():
+            loop.call_later(delay, crm)
+        verb = 'start' if state == 'started' else 'stop'
+        return await self.task(vm.node, 'ha' + verb, vm.vmid, user, body, lock=False,
+                               log=['Requesting HA {0} for VM {1}'.format(verb, vm.vmid)])
+
     # -------------------------------------------------------------- download
 
     async def _download_url(self, request):
@@ -963,6 +993,11 @@ class PveFaults(object):
                                      'from every role of the lab: PVE answers 403 "Permission check failed" where it is '
                                      'needed, and GET /access/permissions no longer lists it', 'privilege',
             self.apply_privilege_revoked, self.clear_privilege_revoked)
+        reg('pve-ha-managed', 'VMID becomes an HA resource (ha-manager add vm:VMID): its start, stop and shutdown '
+                              'answer hastart/hastop tasks that end before the HA stack changes the power state, '
+                              'DELAY real seconds later; DELETE while it still runs fails "VM VMID is running - '
+                              'destroy failed"', 'vmid', self.apply_ha_managed, self.clear_ha_managed,
+            params=[Param('delay', float, 1.0, 'real seconds between the ha task and the power state change')])
         reg('pve-storage-full', 'STORAGE has no free space left (or FREE GiB): disk allocations on it fail with '
                                 '"unable to write to storage ...: No space left on device", and its status reports the '
                                 'space', 'storage', self.apply_storage_full, self.clear_storage_full,
@@ -1092,6 +1127,22 @@ class PveFaults(object):
             self.network.start_agent(vm)
         else:
             self.network.agent_down.discard(int(target))
+
+    # ------------------------------------------------------------------- HA
+
+    def apply_ha_managed(self, target, delay=1.0):
+        vm = self._vm(target)
+        if delay < 0:
+            raise FaultError('fault pve-ha-managed: delay must be 0 or more seconds, got %r' % delay)
+        vm.ha_state = 'started' if vm.status == 'running' else 'stopped'
+        self.pve.ha_crm_delay[vm.vmid] = delay
+        return {'vmid': vm.vmid, 'ha_state': vm.ha_state}
+
+    def clear_ha_managed(self, target):
+        vm = self.pve.vm(int(target))
+        if vm is not None:
+            vm.ha_state = None
+        self.pve.ha_crm_delay.pop(int(target), None)
 
     # ------------------------------------------------------------ privileges
 

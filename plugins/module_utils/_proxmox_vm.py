@@ -522,11 +522,17 @@ class VmRunner(object):
             self._task('put', base + '/resize', 'resize disk', wait=wait, disk=data['disk'], size=data['size'])
         elif action.kind == 'start':
             self._task('post', base + '/status/start', 'start', wait=wait)
+            if wait:
+                self.await_power('running', 'start')
         elif action.kind == 'shutdown':
             self._task('post', base + '/status/shutdown', 'shutdown', wait=wait,
                        timeout=self.params['shutdown_timeout'], forceStop=1)
+            if wait:
+                self.await_power('stopped', 'shutdown')
         elif action.kind == 'stop':
             self._task('post', base + '/status/stop', 'stop', wait=wait)
+            if wait:
+                self.await_power('stopped', 'stop')
         elif action.kind == 'reboot':
             self._task('post', base + '/status/reboot', 'reboot', wait=wait, timeout=self.params['shutdown_timeout'])
         elif action.kind == 'reset':
@@ -536,6 +542,38 @@ class VmRunner(object):
         else:  # pragma: no cover - plan() makes only the kinds above
             raise _errors.ProxtalosError('unknown action %r' % action.kind)
         self.done.append(action.describe())
+
+    def await_power(self, want, operation, clock=time.monotonic, sleep=time.sleep):
+        """Wait until the VM's observed power state is `want` after its start/stop/shutdown task ended.
+
+        For an HA-managed VM, PVE answers those with a `hastart`/`hastop` task that only asks the HA stack and
+        ends before the VM's state changes (qemu-server 9.2.6 src/PVE/API2/Qemu.pm:3631-3642,3757-3768,
+        3934-3945); a DELETE sent then fails "VM <id> is running - destroy failed" (:2842). For other VMs the
+        state is there when the task ends, and this is one read.
+        """
+        path = 'nodes/%s/qemu/%s/status/current' % (self.node, self.vmid)
+
+        started = clock()
+        attempts = {'n': 0}
+
+        def probe():
+            attempts['n'] += 1
+            try:
+                status = self.client.request('get', path, 'read status', self.subject, retry=False) or {}
+            except _errors.TransientApiError as exc:
+                self.client.retried.append({'what': 'read status', 'error': str(exc),
+                                            'elapsed': round(clock() - started, 3), 'attempt': attempts['n']})
+                return False, str(exc)
+            ha = status.get('ha') or {}
+            note = ' (HA-managed, HA state %s)' % ha.get('state') if str(ha.get('managed') or 0) == '1' else ''
+            return status.get('status') == want, 'VM is %s%s' % (status.get('status'), note)
+
+        result = _wait.wait_for(probe, timeout=min(self.task_timeout, self.client.deadline.remaining()),
+                                interval=min(0.2, self.interval), backoff=1.6, max_interval=self.interval,
+                                clock=clock, sleep=sleep)
+        if not result.ok:
+            raise _errors.WaitTimeout('%s: the %s task ended, but the VM is not %s after %.0f s (last seen: %s)'
+                                      % (self.subject, operation, want, result.elapsed, result.observation), result)
 
     def converge(self, deadline, clock=time.monotonic, sleep=time.sleep):
         """Apply the plan, observe again, and repeat until nothing is left to do or the deadline passes.

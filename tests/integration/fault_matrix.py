@@ -119,6 +119,9 @@ ROWS = [
         ['talos_image_url', 'may not download it', 'Sys.AccessNetwork on /nodes/pve1 (or Sys.Audit and Sys.Modify on /)'],
         'preflight names the missing download privilege and its alternative before anything is created',
         target='Sys.AccessNetwork', extra_vars=VMS_SHORT),
+    row('pve-ha-managed', 'PVE', 'pve-ha-managed', 'vms', 'vms', 'vms', 'recovered',
+        ['fault active'], 'the hastart task ends before the HA stack starts the VM: the stage waits on the observed power '
+        'state, then on the address', target='1021', params={'delay': 2.0}, before=[('stop_vm', 'lab-w-1')]),
     # ---------------------------------------------------------------- Talos
     row('talos-unreachable-vms', 'Talos', 'talos-unreachable', 'vms', 'vms', 'vms', 'failed',
         ['{addr:lab-w-1}:50000', 'gave up', 'the Talos API answering on port 50000', 'got no answer'],

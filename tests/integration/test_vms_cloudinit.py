@@ -80,3 +80,39 @@ def test_with_restart_on_change_a_run_that_dies_before_the_start_leaves_the_rest
     assert result['actions'] == ['start'] and result['reboot_required'] is False
     assert agent_addresses(clean_lab, 1013) == [net + '.34']
     assert result_of(run_playbook(clean_lab.inventory_dir, playbook=change))['changed'] is False
+
+
+# ------------------------------------------------------------------------------- HA-managed VMs (audit finding 3)
+
+def ha_playbook(tmp_path, state):
+    lines = ['- name: %s lab-w-3' % state, '  hosts: lab-w-3', '  gather_facts: false', '  tasks:',
+             '    - name: HA VM %s' % state, '      proxtalos.cluster.proxmox_vm:']
+    for key in ('api_host', 'api_port', 'api_user', 'api_token_id', 'api_token_secret'):
+        lines.append('        %s: "{{ pve_%s }}"' % (key, key))
+    lines += ['        ca_path: "{{ pve_ca_path }}"', '        vmid: "{{ vm_id }}"', '        node: "{{ vm_pve_node }}"',
+              '        state: %s' % state, '        wait_timeout: 30']
+    path = tmp_path / ('ha-%s.yml' % state)
+    path.write_text('\n'.join(lines) + '\n')
+    return str(path)
+
+
+def test_an_ha_managed_vm_is_stopped_started_and_deleted_by_its_observed_power_state(clean_lab, tmp_path):
+    # PVE answers an HA-managed VM's stop and start with hastop/hastart tasks that end before the HA stack acts;
+    # the old code sent DELETE when the hastop task ended and PVE answered "VM 1023 is running - destroy failed".
+    converged = run_playbook(clean_lab.inventory_dir, '--tags', 'vms')
+    assert converged.rc == 0, converged.describe()
+    clean_lab.fault('pve-ha-managed', '1023', delay=1.5)
+    since = clean_lab.last_seq('requests')
+    stopped = run_playbook(clean_lab.inventory_dir, playbook=ha_playbook(tmp_path, 'stopped'))
+    assert stopped.rc == 0, stopped.describe()
+    assert clean_lab.proxmox().nodes('pve1').qemu(1023).status.current.get()['status'] == 'stopped'
+    started = run_playbook(clean_lab.inventory_dir, playbook=ha_playbook(tmp_path, 'started'))
+    assert started.rc == 0, started.describe()
+    assert clean_lab.proxmox().nodes('pve1').qemu(1023).status.current.get()['status'] == 'running'
+    gone = run_playbook(clean_lab.inventory_dir, playbook=ha_playbook(tmp_path, 'absent'))
+    assert gone.rc == 0, gone.describe()
+    assert [r['name'] for r in clean_lab.proxmox().cluster.resources.get(type='vm') if r['vmid'] == 1023] == []
+    # one request each: no repeated HA requests while the HA stack was acting
+    posts = [r['path'].rsplit('/', 1)[-1] for r in clean_lab.requests(since=since, source='pve')
+             if r['method'] in ('POST', 'DELETE') and '/1023' in r['path']]
+    assert posts == ['shutdown', 'start', 'stop', '1023'], posts
