@@ -57,8 +57,11 @@ def validate(params):
     if params.get('net_model') not in _proxmox.NET_MODELS:
         raise _errors.ValidationError('net_model', '%r is not a PVE NIC model (one of %s)'
                                       % (params.get('net_model'), ', '.join(_proxmox.NET_MODELS)))
-    if params.get('macaddr') is not None and not re.match(r'^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$', params['macaddr']):
-        raise _errors.ValidationError('macaddr', '%r is not a MAC address like BC:24:11:00:00:01' % params['macaddr'])
+    # PVE takes only unicast MACs: the I/G bit (lowest bit of the first octet) clear (pve-common 9.2.1
+    # src/PVE/JSONSchema.pm:456-466 pve_verify_mac_addr).
+    if params.get('macaddr') is not None and not re.match(r'^[0-9A-Fa-f][02468aceACE](:[0-9A-Fa-f]{2}){5}$', params['macaddr']):
+        raise _errors.ValidationError('macaddr', '%r is not a unicast MAC address like BC:24:11:00:00:01 (the second '
+                                                 'hex digit must be even)' % params['macaddr'])
     for tag in params.get('tags') or []:
         if not re.match(TAG_RE, tag):
             raise _errors.ValidationError('tags', '%r is not a valid PVE tag (letters, digits, _ + . -)' % tag)

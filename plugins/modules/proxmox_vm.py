@@ -101,6 +101,7 @@ options:
   macaddr:
     description:
       - MAC address of C(net0). When not set, PVE generates one at creation and it is kept on every update.
+      - PVE takes only a unicast address (the second hex digit even); a multicast one fails naming this option.
     type: str
   disk_storage:
     description: Storage of the boot disk C(scsi0). Used with O(disk_size).

@@ -218,7 +218,7 @@ def test_the_cloud_init_drift_is_read_from_the_cloudinit_endpoint(items, drift):
 
 @pytest.mark.parametrize('overrides, field', [
     (dict(vmid=99), 'vmid'), (dict(name='cp_1'), 'name'), (dict(cores=0), 'cores'), (dict(memory=8), 'memory'),
-    (dict(tags=['a b']), 'tags'), (dict(macaddr='zz'), 'macaddr'), (dict(vlan_tag=5000), 'vlan_tag'),
+    (dict(tags=['a b']), 'tags'), (dict(macaddr='zz'), 'macaddr'), (dict(macaddr='01:24:11:00:00:01'), 'macaddr'), (dict(vlan_tag=5000), 'vlan_tag'),
     (dict(net_model='rtl9000'), 'net_model'), (dict(disk_size=None), 'disk_size'),
     (dict(ipconfig0='ip=10.0.0.1/24,gateway=10.0.0.254'), 'ipconfig0'),
 ])
