@@ -116,3 +116,20 @@ def test_an_ha_managed_vm_is_stopped_started_and_deleted_by_its_observed_power_s
     posts = [r['path'].rsplit('/', 1)[-1] for r in clean_lab.requests(since=since, source='pve')
              if r['method'] in ('POST', 'DELETE') and '/1023' in r['path']]
     assert posts == ['shutdown', 'start', 'stop', '1023'], posts
+
+
+# ------------------------------------------------------------------------------- nameservers (audit finding 6)
+
+def test_an_empty_nameserver_list_removes_the_nameserver_so_that_pve_uses_its_own(clean_lab):
+    # The old role sent no nameserver for an empty list, so one set earlier stayed on the VM for good; PVE takes an
+    # unset nameserver as "the PVE node's resolvers", which the role's documentation now says.
+    first = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', '--limit', 'lab-cp-1',
+                         extra_vars={'proxmox_vms_nameservers': ['9.9.9.9']})
+    assert first.rc == 0, first.describe()
+    qemu = clean_lab.proxmox().nodes('pve1').qemu(1011)
+    assert qemu.config.get()['nameserver'] == '9.9.9.9'
+    second = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', '--limit', 'lab-cp-1')
+    assert second.rc == 0, second.describe()
+    assert 'nameserver' not in qemu.config.get()
+    result = second.results('Create or update the VM')[0][2]['vms']['lab-cp-1']
+    assert result['actions'] == ['update nameserver'] and result['pending'] == ['nameserver']
