@@ -916,14 +916,23 @@ class LabPve(FakePve):
         out = []
         for iface in self.node_networks.get(values['node'], []):
             kind = iface['type']
-            if kind in ('bridge', 'OVSBridge') and user is not None and not (
-                    self.allowed(user, '/sdn/zones/localnetwork/' + iface['iface'], AnyOf('SDN.Audit|SDN.Use'))):
+            if kind in ('bridge', 'OVSBridge') and user is not None and not self._sdn_bridge_visible(user, iface['iface']):
                 # pve-manager PVE/API2/Network.pm:470-480: a bridge the caller may neither audit nor use is left out.
                 continue
             if wanted in (None, '') or wanted == kind or (
                     wanted in ('any_bridge', 'any_local_bridge') and kind in ('bridge', 'OVSBridge')):
                 out.append(dict(iface))
         return out
+
+    def _sdn_bridge_visible(self, user, bridge):
+        """pve-access-control 9.1.1 src/PVE/RPCEnvironment.pm:338-360 check_sdn_bridge: SDN.Audit or SDN.Use on
+        /sdn/zones/localnetwork/<bridge>, or on one of the VLANs below it that has an ACL entry."""
+        path = '/sdn/zones/localnetwork/' + bridge
+        privileges = AnyOf('SDN.Audit|SDN.Use')
+        if self.allowed(user, path, privileges):
+            return True
+        return any(self.allowed(user, acl, privileges) for acl in self.access.acl_paths()
+                   if acl.startswith(path + '/') and acl.count('/') == path.count('/') + 1)
 
     async def _lab_network_read(self, values, user):
         for iface in self.node_networks.get(values['node'], []):

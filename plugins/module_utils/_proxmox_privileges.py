@@ -126,9 +126,10 @@ NEEDS = (
     Need('cluster-status', 'read the quorum (the preflight)', ('GET /cluster/status',),
          '/', _same('Sys.Audit'), 'pve-manager PVE/API2/Cluster.pm:872 (status: Sys.Audit on /)', '/', 'root',
          propagate=False),
-    Need('bridge-use', 'attach a NIC to vm_bridge (and see the bridge in the node network list)',
+    Need('bridge-use', 'attach a NIC to vm_bridge (and see it in the node network list); zone localnetwork for a '
+         'plain bridge, the VNet\'s zone for an SDN VNet; with vm_vlan, SDN.Use on .../<vlan> is enough',
          ('POST /nodes/{node}/qemu (net0)', 'PUT .../config (net0)', 'GET /nodes/{node}/network?type=any_bridge'),
-         '/sdn/zones/localnetwork/{bridge}', _same('SDN.Use'),
+         '/sdn/zones/{zone}/{bridge}', _same('SDN.Use'),
          'qemu-server 9.2.6 src/PVE/QemuServer.pm:6417-6430 (check_bridge_access), pve-guest-common '
          'GuestHelpers.pm check_vnet_access (SDN.Use on the zone/bridge, and /<tag> with a VLAN tag); '
          'pve-manager PVE/API2/Network.pm:470-480 (the list shows a bridge with SDN.Audit or SDN.Use)',

@@ -40,7 +40,7 @@ options:
       - C(host) (required) - the inventory host name.
       - C(role) - V(controlplane) or V(worker) (from the host's groups).
       - C(vm_name) - the VM name; defaults to C(host).
-      - C(vm_id), C(vm_pve_node), C(vm_cores), C(vm_memory_mb), C(vm_disk_gb), C(vm_bridge), C(vm_storage),
+      - C(vm_id), C(vm_pve_node), C(vm_cores), C(vm_memory_mb), C(vm_disk_gb), C(vm_bridge), C(vm_vlan), C(vm_storage),
         C(vm_cloudinit_storage), C(node_ip), C(node_prefix), C(node_gateway).
     type: list
     elements: dict
@@ -141,7 +141,9 @@ DNS_LABEL = re.compile(r'^(?=.{1,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?$', re.I)
 GIB = 1024 ** 3
 DEFAULT_MINIMUMS = {'controlplane': {'cores': 2, 'memory_mb': 2048, 'disk_gb': 10},
                     'worker': {'cores': 1, 'memory_mb': 1024, 'disk_gb': 10}}
-BRIDGE_TYPES = ('bridge', 'OVSBridge')
+# GET /nodes/{node}/network?type=any_bridge lists Linux and OVS bridges and the SDN VNets the credentials may see
+# (pve-manager PVE/API2/Network.pm:425-452; pve-network src/PVE/Network/SDN.pm:311-352: type vnet, no zone).
+BRIDGE_TYPES = ('bridge', 'OVSBridge', 'vnet')
 
 
 def argument_spec():
@@ -396,7 +398,7 @@ def check_pve(client, params, vms, image, report):
         report.check('the Talos image is on PVE storage or PVE can download it',
                      not any(p['field'].startswith('talos_image') for p in report.problems))
 
-    _check_privileges(vms, permissions, params, report, learnt.get('version'), image)
+    _check_privileges(vms, permissions, params, report, learnt.get('version'), image, learnt.pop('bridges', None))
     report.check('storages have room for the disks of the VMs to create',
                  not any(p['reason'].startswith('no room') for p in report.problems))
     _check_taken_ids(existing, vms, report)
@@ -436,9 +438,10 @@ def _check_node(client, node, on_node, image, permissions, learnt, report, to_cr
     storages = _storages(client, node)
     _check_space(node, to_create, storages, minimums, report)
     _check_storages(on_node, node, storages, image, report)
-    bridges = set(i.get('iface') for i in client.get('nodes/%s/network' % node, 'list bridges', 'node %s' % node,
-                                                     type='any_bridge') or []
-                  if i.get('type') in BRIDGE_TYPES)
+    bridges = dict((i.get('iface'), i.get('type')) for i in client.get('nodes/%s/network' % node, 'list bridges',
+                                                                       'node %s' % node, type='any_bridge') or []
+                   if i.get('type') in BRIDGE_TYPES)
+    learnt.setdefault('bridges', {})[node] = bridges
     for vm in on_node:
         bridge = vm.get('vm_bridge')
         if not _blank(bridge) and bridge not in bridges:
@@ -523,7 +526,29 @@ def _need_text(need, major, path):
     return text
 
 
-def _need_paths(need, vms, image):
+def _bridge_path(need, vm, bridges, permissions):
+    """The SDN path PVE checks SDN.Use on for the VM's NIC: /sdn/zones/<zone>/<bridge>, and /<tag> below it with
+    a VLAN tag (pve-guest-common src/PVE/GuestHelpers.pm:397-421 check_vnet_access). A plain bridge is in the zone
+    localnetwork; a VNet is in its own zone, which the bridge list does not say: it is taken from the ACL paths of
+    the permissions (/sdn/zones/<zone>/<vnet>), else shown as <zone of VNET> (only a grant above the zones can
+    then satisfy it)."""
+    bridge = str(vm['vm_bridge'])
+    zone = 'localnetwork'
+    kinds = (bridges or {}).get(vm.get('vm_pve_node')) or {}
+    if kinds.get(bridge) == 'vnet':
+        zone = '<zone of %s>' % bridge
+        for path in sorted(permissions or {}):
+            parts = path.strip('/').split('/')
+            if len(parts) >= 4 and parts[:2] == ['sdn', 'zones'] and parts[3] == bridge:
+                zone = parts[2]
+                break
+    path = need.path.replace('{zone}', zone).replace('{bridge}', bridge)
+    if _int(vm.get('vm_vlan')) is not None:
+        path += '/%d' % _int(vm.get('vm_vlan'))
+    return path
+
+
+def _need_paths(need, vms, image, bridges=None, permissions=None):
     """(ACL path, hosts) pairs a Need is checked on, from the inventory."""
     out = {}
 
@@ -544,17 +569,17 @@ def _need_paths(need, vms, image):
                 add(need.path.replace('{storage}', str(image['storage'])), host)
         elif need.scope == 'bridge':
             if not _blank(vm.get('vm_bridge')):
-                add(need.path.replace('{bridge}', str(vm['vm_bridge'])), host)
+                add(_bridge_path(need, vm, bridges, permissions), host)
         elif need.scope == 'root':
             add(need.path, host)
     return out
 
 
-def _check_privileges(vms, permissions, params, report, major=None, image=None):
+def _check_privileges(vms, permissions, params, report, major=None, image=None, bridges=None):
     """The token against the privilege table (_proxmox_privileges): each missing one named with its path and use."""
     missing = []
     for need in _privileges.required():
-        for path, hosts in sorted(_need_paths(need, vms, image).items()):
+        for path, hosts in sorted(_need_paths(need, vms, image, bridges, permissions).items()):
             if not _holds(permissions, need, path, major):
                 missing.append((need, path, hosts))
     who = params.get('api_user') or ''

@@ -95,3 +95,13 @@ def test_the_labs_download_url_is_pves(clean_lab):
     with pytest.raises(ResourceException) as raised:
         storage('download-url').post(url='https://example.org/a.txt', filename='a.txt', content='iso')
     assert raised.value.status_code == 400 and 'wrong file extension' in str(raised.value)
+
+
+def test_a_bridge_is_listed_for_a_grant_on_one_of_its_vlans():
+    from lab.pve import LabPve
+    pve = LabPve.__new__(LabPve)      # only the permission side: no server, no world
+    pve.access = AccessControl(shapes.PRIVILEGES)
+    pve.access.add_role('Bridges', ['SDN.Use'])
+    pve.access.grant('/sdn/zones/localnetwork/vmbr0/20', 'ops@pve', 'Bridges')
+    assert pve._sdn_bridge_visible('ops@pve', 'vmbr0')          # pylint: disable=protected-access
+    assert not pve._sdn_bridge_visible('ops@pve', 'vmbr1')      # pylint: disable=protected-access

@@ -286,3 +286,54 @@ def test_no_read_access_to_the_image_storage_is_a_privilege_not_a_dead_node(pve,
     assert not any('does not answer' in p['reason'] for p in result['problems'])
     assert any('lacks the privilege Datastore.Audit (or Datastore.AllocateSpace) on /storage/local' in p['reason']
                for p in result['problems'])
+
+
+# ------------------------------------------------------------------- SDN VNets and VLAN-scoped grants (audit finding 5)
+
+class NodeReads(object):
+    """The two reads _check_node makes of a node: its storages and its bridges (any_bridge)."""
+
+    def __init__(self, bridges):
+        self.bridges = bridges
+
+    def get(self, path, what, subject=None, **params):
+        if path.endswith('/network'):
+            assert params == {'type': 'any_bridge'}
+            return self.bridges
+        assert path.endswith('/storage')
+        return [{'storage': 'local-lvm', 'content': 'images,rootdir', 'active': 1, 'enabled': 1, 'avail': 10 ** 12}]
+
+
+def role_permissions(**sdn):
+    perms = dict((path, dict.fromkeys(privs, 1)) for path, privs in GUIDE_ROLE_9.items() if path != '/sdn/zones/localnetwork')
+    perms['/'] = {'Sys.Audit': 0}
+    perms.update((path, {'SDN.Use': 1}) for path in sdn.values())
+    return perms
+
+
+def sdn_problems(bridges, permissions, **vm_values):
+    vms = [vm('cp-1', 101, **vm_values)]
+    report = proxmox_preflight.Report()
+    learnt = {'image': {}}
+    proxmox_preflight._check_node(NodeReads(bridges), 'pve1', vms, None, permissions, learnt, report)  # pylint: disable=protected-access
+    proxmox_preflight._check_privileges(vms, permissions, {'api_user': 'ops@pve', 'api_token_id': 'proxtalos'},  # pylint: disable=protected-access
+                                        report, '9.0.10', None, learnt['bridges'])
+    return [p['reason'] for p in report.problems]
+
+
+def test_an_sdn_vnet_is_a_bridge_and_its_use_is_checked_in_its_zone():
+    bridges = [{'iface': 'vmbr0', 'type': 'bridge'}, {'iface': 'vnet20', 'type': 'vnet'}]
+    assert sdn_problems(bridges, role_permissions(p='/sdn/zones/dc1/vnet20'), vm_bridge='vnet20') == []
+    reasons = sdn_problems(bridges, role_permissions(), vm_bridge='vnet20')
+    assert len(reasons) == 1 and 'SDN.Use on /sdn/zones/<zone of vnet20>/vnet20' in reasons[0]
+    # a plain bridge keeps the zone localnetwork
+    reasons = sdn_problems(bridges, role_permissions(p='/sdn/zones/dc1/vnet20'), vm_bridge='vmbr0')
+    assert len(reasons) == 1 and 'SDN.Use on /sdn/zones/localnetwork/vmbr0,' in reasons[0]
+
+
+def test_a_grant_on_the_vlan_alone_is_enough_for_a_tagged_nic():
+    bridges = [{'iface': 'vmbr0', 'type': 'bridge'}]
+    assert sdn_problems(bridges, role_permissions(p='/sdn/zones/localnetwork/vmbr0/20'), vm_vlan=20) == []
+    reasons = sdn_problems(bridges, role_permissions(p='/sdn/zones/localnetwork/vmbr0/30'), vm_vlan=20)
+    assert len(reasons) == 1 and 'SDN.Use on /sdn/zones/localnetwork/vmbr0/20' in reasons[0]
+    assert sdn_problems(bridges, role_permissions(p='/sdn/zones/localnetwork'), vm_vlan=20) == []
