@@ -469,6 +469,8 @@ def has_cloudinit_drive(config):
 
 def is_fast_plug(key):
     return key in FAST_PLUG_OPTIONS or key in CLOUDINIT_OPTIONS or bool(IPCONFIG_OPTION.match(key))
+
+
 # qemu-server 9.2.6 src/PVE/API2/Qemu.pm:789-862: the option groups of $check_vm_modify_config_perm.
 CLOUDINIT_PRIVILEGE = AnyOf('VM.Config.Cloudinit|VM.Config.Network')   # :1026-1029
 CONFIG_OPTION_PRIVILEGES = (

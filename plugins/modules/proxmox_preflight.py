@@ -588,12 +588,12 @@ def _check_privileges(vms, permissions, params, report, major=None, image=None, 
     field = 'pve_api_token_id' if params.get('api_token_id') else 'pve_api_user'
     for need, path, hosts in missing:
         hosts = sorted(set(hosts))
+        whom = ', '.join(hosts) if len(hosts) < len(vms) or len(vms) == 1 else 'every VM'
         report.problem('all', field, '%s lacks the privilege %s, needed to %s (%s) for %s; see the role in '
-                       'docs/guide-proxmox.md' % (who, _need_text(need, major, path), need.what, ', '.join(need.calls[:2]),
-                                                   ', '.join(hosts) if len(hosts) < len(vms) or len(vms) == 1
-                                                   else 'every VM'))
-    report.check('the credentials hold the privileges the vms stage needs (PVE %d)' % _privileges.major_of(major)[0],
-                  not missing)
+                       'docs/guide-proxmox.md' % (who, _need_text(need, major, path), need.what,
+                                                  ', '.join(need.calls[:2]), whom))
+    table_major = _privileges.major_of(major)[0]
+    report.check('the credentials hold the privileges the vms stage needs (PVE %d)' % table_major, not missing)
 
 
 def _check_taken_ids(existing, vms, report):
