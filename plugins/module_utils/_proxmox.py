@@ -179,6 +179,13 @@ def _exception_text(exc):
     return str(exc) or exc.__class__.__name__
 
 
+def is_hostname_mismatch(text):
+    """Whether a TLS error says the certificate does not name the host (OpenSSL and urllib3 wordings)."""
+    lowered = (text or '').lower()
+    return 'hostname mismatch' in lowered or "doesn't match" in lowered or 'does not match' in lowered \
+        or 'ip address mismatch' in lowered
+
+
 def is_transient_message(text):
     lowered = (text or '').lower()
     return any(word in lowered for word in TRANSIENT_MESSAGES)
@@ -212,8 +219,18 @@ def classify(exc, what, subject=None):
     if isinstance(exc, AuthenticationError):
         return _errors.ApiError('%s failed: %s login refused: %s' % (prefix, SERVICE, exc), service=SERVICE, status=401)
     if HAS_PROXMOXER and isinstance(exc, requests.exceptions.SSLError):
-        return _errors.ApiError('%s failed: TLS verification of the %s API failed (%s); set ca_path to the CA '
-                                'that signed the PVE certificate' % (prefix, SERVICE, exc), service=SERVICE)
+        if is_hostname_mismatch(str(exc)):
+            # A CA file cannot help: the certificate does not carry the name or address connected to. A node's
+            # default certificate names 127.0.0.1, ::1, localhost, the node's IP, its name and FQDN (pve-cluster
+            # src/PVE/Cluster/Setup.pm:497-504), not a VIP, a DNS alias or another node.
+            return _errors.ApiError('%s failed: TLS verification of the %s API failed: the certificate does not name '
+                                    'the host connected to (%s); set api_host to a name or address the certificate '
+                                    'carries (a node\'s default certificate: its IP, its name or FQDN), or give PVE a '
+                                    'certificate for that name' % (prefix, SERVICE, exc), service=SERVICE, tls='hostname')
+        return _errors.ApiError('%s failed: TLS verification of the %s API failed (%s); set ca_path to the CA that '
+                                'signed the PVE certificate (/etc/pve/pve-root-ca.pem for the default certificate; the '
+                                'issuer of an ACME or custom certificate, which the system trust may already hold)'
+                                % (prefix, SERVICE, exc), service=SERVICE, tls='ca')
     if HAS_PROXMOXER and isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
                                           requests.exceptions.ChunkedEncodingError)):
         return _errors.TransientApiError('%s failed: %s API not reachable: %s' % (prefix, SERVICE, exc),

@@ -333,6 +333,9 @@ def _api_problem(report, exc, params):
     if status == 401:
         field = 'pve_api_token_id' if params.get('api_token_id') else 'pve_api_password'
         report.problem('all', field, 'PVE at %s refused the credentials of %s: %s' % (where, params['api_user'], text))
+    elif isinstance(exc, _errors.ProxtalosError) and exc.details.get('tls') == 'hostname':
+        report.problem('all', 'pve_api_host', 'the certificate of PVE at %s does not name %s: %s'
+                       % (where, params.get('api_host'), text))
     elif 'TLS verification' in text:
         report.problem('all', 'pve_ca_path', 'the certificate of PVE at %s does not verify: %s' % (where, text))
     elif isinstance(exc, _errors.TransientApiError):
