@@ -382,11 +382,13 @@ def check_pve(client, params, vms, image, report):
     permissions = client.get('access/permissions', 'read own permissions') or {}
     existing = dict((str(r.get('vmid')), r) for r in client.get('cluster/resources', 'list VMs', type='vm') or [])
     learnt['image'] = {}
+    shared_space = {}
     for node in sorted(usable):
         on_node = [vm for vm in vms if vm.get('vm_pve_node') == node]
         to_create = [vm for vm in on_node if str(_int(vm.get('vm_id'))) not in existing]
         try:
-            _check_node(client, node, on_node, image, permissions, learnt, report, to_create, params.get('minimums'))
+            _check_node(client, node, on_node, image, permissions, learnt, report, to_create, params.get('minimums'),
+                        shared_space)
         except _errors.ApiError as exc:
             if exc.status == 403:
                 # Refused, not unreachable: the privilege check below names what is missing.
@@ -395,6 +397,7 @@ def check_pve(client, params, vms, image, report):
                 continue
             for vm in on_node:
                 report.problem(vm['host'], 'vm_pve_node', 'PVE node %s does not answer: %s' % (node, exc))
+    check_space_of_shared(shared_space, report)
     report.check('storages and bridges exist on the VMs\' nodes', not any(
         p['field'] in ('vm_storage', 'vm_bridge', 'vm_cloudinit_storage') for p in report.problems))
     if image:
@@ -413,8 +416,14 @@ def _storages(client, node):
     return dict((s.get('storage'), s) for s in listed)
 
 
-def _check_space(node, to_create, storages, minimums, report):
-    """Each storage has room for the disks of the VMs still to be created on it (a lower bound of what they need)."""
+def _check_space(node, to_create, storages, minimums, report, space=None):
+    """Each storage has room for the disks of the VMs still to be created on it (a lower bound of what they need).
+
+    A shared storage (PVE's `shared` flag: Ceph RBD, NFS, ...) has one pool for every node, and its `avail` is that
+    pool's: its disks are added up over the nodes in `space` and judged once by check_space_of_shared(). Thin pools
+    (LVM-thin, ZFS, RBD) are counted as if thick, on purpose: PVE creates their disks beyond `avail`, but writing them
+    fails once the pool is full.
+    """
     wanted = {}
     for vm in to_create:
         name = vm.get('vm_storage')
@@ -424,22 +433,37 @@ def _check_space(node, to_create, storages, minimums, report):
         size = _int(vm.get('vm_disk_gb'))
         if size is None:
             size = _int(((minimums or DEFAULT_MINIMUMS).get(vm.get('role')) or {}).get('disk_gb')) or 0
+        if space is not None and str(store.get('shared', 0)) in ('1', 'True', 'true'):
+            entry = space.setdefault(name, {'free': int(store['avail']), 'disks': [], 'nodes': []})
+            entry['disks'].append((vm['host'], size))
+            if node not in entry['nodes']:
+                entry['nodes'].append(node)
+            continue
         wanted.setdefault(name, []).append((vm['host'], size))
     for name, disks in sorted(wanted.items()):
-        free = int(storages[name]['avail'])
-        need = sum(size for _host, size in disks)
-        if need and free < need * GIB:
-            text = ('no room: storage %r on PVE node %s has %.1f GiB free; the disks of the %d VM(s) to create there need '
-                    'at least %d GiB (%s)' % (name, node, free / float(GIB), len(disks), need,
-                                              ', '.join('%s %d' % disk for disk in disks)))
-            for host, _size in disks:
-                report.problem(host, 'vm_storage', text)
+        _room(name, 'on PVE node %s' % node, int(storages[name]['avail']), disks, report)
 
 
-def _check_node(client, node, on_node, image, permissions, learnt, report, to_create=(), minimums=None):
+def check_space_of_shared(space, report):
+    """The shared storages' room, once for all the nodes that create VMs on them."""
+    for name, entry in sorted((space or {}).items()):
+        _room(name, '(shared by PVE nodes %s)' % ', '.join(sorted(entry['nodes'])), entry['free'], entry['disks'], report)
+
+
+def _room(name, where, free, disks, report):
+    need = sum(size for _host, size in disks)
+    if need and free < need * GIB:
+        text = ('no room: storage %r %s has %.1f GiB free; the disks of the %d VM(s) to create there need '
+                'at least %d GiB (%s)' % (name, where, free / float(GIB), len(disks), need,
+                                          ', '.join('%s %d' % disk for disk in disks)))
+        for host, _size in disks:
+            report.problem(host, 'vm_storage', text)
+
+
+def _check_node(client, node, on_node, image, permissions, learnt, report, to_create=(), minimums=None, space=None):
     """Storages (and their free space for the VMs to_create), bridges and the image on one PVE node."""
     storages = _storages(client, node)
-    _check_space(node, to_create, storages, minimums, report)
+    _check_space(node, to_create, storages, minimums, report, space)
     _check_storages(on_node, node, storages, image, report)
     bridges = dict((i.get('iface'), i.get('type')) for i in client.get('nodes/%s/network' % node, 'list bridges',
                                                                        'node %s' % node, type='any_bridge') or []

@@ -337,3 +337,18 @@ def test_a_grant_on_the_vlan_alone_is_enough_for_a_tagged_nic():
     reasons = sdn_problems(bridges, role_permissions(p='/sdn/zones/localnetwork/vmbr0/30'), vm_vlan=20)
     assert len(reasons) == 1 and 'SDN.Use on /sdn/zones/localnetwork/vmbr0/20' in reasons[0]
     assert sdn_problems(bridges, role_permissions(p='/sdn/zones/localnetwork'), vm_vlan=20) == []
+
+
+def test_a_shared_storage_is_counted_once_for_every_node(pve, fakepve_cafile, capsys):
+    # A shared storage's avail is its pool's, for every node: its disks are added up over the nodes (audit finding 8;
+    # the old check judged each node alone against the whole pool's free space and let 40 GiB into 25).
+    gib = 1024 ** 3
+    pve.nodes['pve2'] = {'online': True}
+    pve.storages['local-lvm'].update(avail=25 * gib, total=100 * gib, shared=1)
+    vms = [vm('cp-1', 101), vm('w-1', 111, role='worker'), vm('w-2', 112, role='worker', vm_pve_node='pve2'),
+           vm('w-3', 113, role='worker', vm_pve_node='pve2')]
+    code, result = run(args(pve, fakepve_cafile, vms, image=None), capsys)
+    room = [p for p in result['problems'] if p['reason'].startswith('no room')]
+    assert code == 1 and sorted(p['host'] for p in room) == ['cp-1', 'w-1', 'w-2', 'w-3']
+    assert room[0]['reason'].startswith("no room: storage 'local-lvm' (shared by PVE nodes pve1, pve2) has 25.0 GiB free; "
+                                        "the disks of the 4 VM(s) to create there need at least 40 GiB")
