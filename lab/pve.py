@@ -460,7 +460,7 @@ def has_cloudinit_drive(config):
     """Whether the config has a cloud-init drive: a CD-ROM drive that is not an ISO (fakepve names its volume
     like a disk; PVE calls it vm-<id>-cloudinit)."""
     for key, value in config.items():
-        volume = str(value).split(',')[0]
+        volume = str(value).split(',', maxsplit=1)[0]
         if DRIVE_OPTION.match(key) and 'media=cdrom' in str(value) and volume not in ('none', 'cdrom') \
                 and ':iso/' not in volume:
             return True
@@ -593,7 +593,7 @@ class LabPve(FakePve):
         src/PVE/QemuServer.pm:6417-6430 check_bridge_access, called at create (src/PVE/API2/Qemu.pm:1364) and for
         a changed NIC (:2381, :2499); pve-guest-common 4a8f6cb src/PVE/GuestHelpers.pm:397-421 check_vnet_access
         (zone localnetwork for a plain bridge). VLAN trunks are not modelled."""
-        if user is None or user.split('!')[0] == ROOT_USER:
+        if user is None or user.split('!', maxsplit=1)[0] == ROOT_USER:
             return
         for key, value in sorted(params.items()):
             if not re.match(r'^net\d+$', key):
@@ -718,7 +718,7 @@ class LabPve(FakePve):
     async def _permissions(self, v, user):
         # pve-access-control src/PVE/API2/AccessControl.pm:549-570: the caller's own (or its token's) permissions.
         who = v.get('userid') or user
-        if who != user and who.split('!')[0] != user:
+        if who != user and who.split('!', maxsplit=1)[0] != user:
             raise PveError(403, 'Permission check failed (/access, Sys.Audit)')
         return self.access.effective(who, v.get('path'))
 

@@ -88,13 +88,13 @@ class AccessControl(object):
 
     def permissions(self, who, path):
         """RPCEnvironment.pm permissions(): privilege -> propagate flag that `who` holds on `path`."""
-        if who.split('!')[0] == ROOT_USER:
+        if who.split('!', maxsplit=1)[0] == ROOT_USER:
             return dict.fromkeys(self.all_privileges, True)
         if '!' not in who:
             return self._privileges_of_roles(self._roles(who, path))
         if who not in self.tokens:
             return {}
-        user = who.split('!')[0]
+        user = who.split('!', maxsplit=1)[0]
         user_privs = self.permissions(user, path)
         if not self.tokens[who]:
             return user_privs

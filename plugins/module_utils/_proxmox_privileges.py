@@ -147,7 +147,7 @@ def _major(major):
     if major is None:
         return NEWEST
     try:
-        number = int(str(major).split('.')[0].split('-')[0])
+        number = int(str(major).split('.', maxsplit=1)[0].split('-', maxsplit=1)[0])
     except ValueError:
         return NEWEST
     return min(max(number, MAJORS[0]), MAJORS[-1])
@@ -156,7 +156,7 @@ def _major(major):
 def major_of(version):
     """The table's major for a GET /version answer's `version` ('9.1.1'), and whether the table knows it."""
     try:
-        number = int(str(version).split('.')[0])
+        number = int(str(version).split('.', maxsplit=1)[0])
     except (TypeError, ValueError):
         return NEWEST, False
     return _major(number), number in MAJORS
@@ -185,8 +185,8 @@ def for_call(method, path):
     found = []
     for need in NEEDS:
         for call in need.calls:
-            verb, _, template = call.partition(' ')
-            template = template.split(' ')[0].split('?')[0]
+            verb, _sep, template = call.partition(' ')
+            template = template.split(' ', maxsplit=1)[0].split('?', maxsplit=1)[0]
             if template.startswith('.../'):
                 template = '/nodes/{node}/qemu/{vmid}/' + template[4:]
             if verb != method.upper():

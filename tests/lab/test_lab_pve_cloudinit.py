@@ -68,7 +68,7 @@ def test_a_nic_change_on_a_running_vm_is_hot_plugged(clean_lab):
     node = api.nodes('pve1')
     ok(api, node.qemu.post(vmid=1021, name='w', net0='virtio,bridge=vmbr0', scsi0='local-lvm:4', start=1))
     qemu = node.qemu(1021)
-    mac = qemu.config.get()['net0'].split(',')[0]
+    mac = qemu.config.get()['net0'].split(',', maxsplit=1)[0]
     qemu.config.put(net0='%s,bridge=vmbr0,tag=20,firewall=1' % mac)
     assert qemu.config.get(current=1)['net0'] == '%s,bridge=vmbr0,tag=20,firewall=1' % mac
     assert pending(qemu) == {}

@@ -65,8 +65,8 @@ CALLS = sorted(set(call for need in privileges.NEEDS if not need.optional for ca
 def test_each_call_of_the_table_passes_pves_schema_check_with_the_pve9_role(call):
     # The schema is PVE's (apidoc.js); its `permissions` is the method's declared check. Calls whose check is
     # in the code (create, update config) declare `user: all` there and are covered by the table's sources.
-    verb, _, template = call.partition(' ')
-    template = template.split(' ')[0].split('?')[0]
+    verb, _sep, template = call.partition(' ')
+    template = template.split(' ', maxsplit=1)[0].split('?', maxsplit=1)[0]
     if template.startswith('.../'):
         template = '/nodes/{node}/qemu/{vmid}/' + template[4:]
     info = pve_schema.load().paths[template][verb]

@@ -189,7 +189,7 @@ def test_restart_on_change_shuts_down_before_a_cloud_init_change_and_starts_afte
     # update, and a run ending between the two left a running VM whose ipconfig0 change PVE lists nowhere).
     wanted = params(cloudinit_storage='local-lvm', ipconfig0='ip=10.0.0.21/24,gw=10.0.0.1', restart_on_change=True)
     assert kinds(_proxmox_vm.plan(wanted, pve_config(**CI_THERE), 'running')[1]) == ['shutdown', 'update', 'start']
-    changed = dict(CI_THERE, ipconfig0='ip=10.0.0.21/24,gw=10.0.0.1')
+    changed = dict(ide0=CI_THERE['ide0'], ipconfig0='ip=10.0.0.21/24,gw=10.0.0.1')
     assert kinds(_proxmox_vm.plan(dict(wanted, state='started'), pve_config(**changed), 'stopped')[1]) == ['start']
 
 
