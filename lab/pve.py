@@ -25,6 +25,7 @@ import os
 import re
 import time
 
+import fakepve.lxc
 import fakepve.model
 import fakepve.qemu
 import fakepve.server
@@ -456,6 +457,14 @@ FAST_PLUG_OPTIONS = ('description', 'hookscript', 'lock', 'migrate_downtime', 'm
                      'protection', 'shares', 'startup', 'tags', 'vmstatestorage')
 
 
+def _size_bytes(text):
+    """Bytes of a PVE size ('32G'), or None."""
+    found = re.fullmatch(r'(\d+(?:\.\d+)?)([KMGT])?', str(text or ''))
+    if found is None:
+        return None
+    return int(float(found.group(1)) * {None: 1, 'K': 1024, 'M': 1024 ** 2, 'G': GIB, 'T': 1024 ** 4}[found.group(2)])
+
+
 def has_cloudinit_drive(config):
     """Whether the config has a cloud-init drive: a CD-ROM drive that is not an ISO (fakepve names its volume
     like a disk; PVE calls it vm-<id>-cloudinit)."""
@@ -843,6 +852,50 @@ class LabPve(FakePve):
         if vm.status != 'running':
             raise PveError(500, 'VM {0} is not running'.format(vm.vmid))
         return await super()._agent_call(match, values)
+
+    # ---------------------------------------------------------------- resize
+
+    def _routes_lab_resize(self):
+        return [('PUT', '/nodes/{node}/qemu/{vmid}/resize', self._lab_resize)]
+
+    async def _lab_resize(self, values, user):
+        """PUT .../resize as qemu-server 9.2.6 src/PVE/API2/Qemu.pm:5940-6073 (resize_vm) does it, which fakepve 0.5
+        answers with a task that changes nothing. A `resize` task (:6067-6072) runs the checks and the change
+        (:6004-6065): a missing disk, a CD-ROM and shrinking end the task in an error (:6010,6021,6048); the size is
+        absolute, or added with `+` (:6032-6046); the same size changes nothing (:6050). The storage's free space
+        shrinks by the growth."""
+        vm = self.find(values['node'], values['vmid'])
+        disk = values['disk']
+        found = re.fullmatch(r'(\+)?(\d+(?:\.\d+)?)([KMGT])?', str(values['size']))
+        if found is None:
+            raise PveError(400, 'Parameter verification failed.', {'size': 'value does not match the regex pattern'})
+
+        async def body():
+            if not vm.config.get(disk):
+                raise TaskError("disk '{0}' does not exist".format(disk))
+            volume, props = fakepve.qemu.split_drive(vm.config[disk])
+            if props.get('media') == 'cdrom' or volume in ('none', 'cdrom'):
+                raise TaskError("you can't resize a cdrom")
+            sid, volname = fakepve.qemu.volume_ref(volume)
+            store = self.storages.get(sid) or {}
+            record = store.get('volumes', {}).get(volname) or {}
+            size = int(record.get('size') or _size_bytes(props.get('size')) or 0)
+            new = _size_bytes(found.group(2) + (found.group(3) or ''))
+            if found.group(1):
+                new += size
+            if new < size:
+                raise TaskError('shrinking disks is not supported')
+            if new == size:
+                return
+            if 'avail' in store:
+                if new - size > store['avail']:
+                    raise TaskError("unable to write to storage '{0}': No space left on device".format(sid))
+                store['avail'] -= new - size
+            if record:
+                record['size'] = new
+            props['size'] = fakepve.lxc.format_size(new)
+            vm.config[disk] = fakepve.qemu.join_drive(volume, props)
+        return await self.task(values['node'], 'resize', vm.vmid, user, body, vm=vm)
 
     # -------------------------------------------------------------------- HA
 

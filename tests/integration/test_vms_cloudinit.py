@@ -133,3 +133,15 @@ def test_an_empty_nameserver_list_removes_the_nameserver_so_that_pve_uses_its_ow
     assert 'nameserver' not in qemu.config.get()
     result = second.results('Create or update the VM')[0][2]['vms']['lab-cp-1']
     assert result['actions'] == ['update nameserver'] and result['pending'] == ['nameserver']
+
+
+def test_a_bigger_disk_is_grown_on_the_running_vm_and_a_rerun_is_unchanged(clean_lab):
+    # The lab used to answer resize with a task that changed nothing, so the grow path looped to its deadline there.
+    assert run_playbook(clean_lab.inventory_dir, '--tags', 'vms', '--limit', 'lab-w-2').rc == 0
+    grown = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', '--limit', 'lab-w-2', extra_vars={'vm_disk_gb': 14})
+    assert grown.rc == 0, grown.describe()
+    result = grown.results('Create or update the VM')[0][2]['vms']['lab-w-2']
+    assert result['actions'] == ['resize scsi0 to 14G'] and result['reboot_required'] is False
+    assert clean_lab.proxmox().nodes('pve1').qemu(1022).config.get()['scsi0'].endswith('size=14G')
+    again = run_playbook(clean_lab.inventory_dir, '--tags', 'vms', '--limit', 'lab-w-2', extra_vars={'vm_disk_gb': 14})
+    assert again.rc == 0 and again.results('Create or update the VM')[0][2]['vms']['lab-w-2']['changed'] is False

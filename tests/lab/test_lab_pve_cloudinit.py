@@ -72,3 +72,17 @@ def test_a_nic_change_on_a_running_vm_is_hot_plugged(clean_lab):
     qemu.config.put(net0='%s,bridge=vmbr0,tag=20,firewall=1' % mac)
     assert qemu.config.get(current=1)['net0'] == '%s,bridge=vmbr0,tag=20,firewall=1' % mac
     assert pending(qemu) == {}
+
+
+def test_a_disk_grows_by_resize_and_never_shrinks(clean_lab):
+    # fakepve 0.5 answered resize with a task that changed nothing (audit L3).
+    api = clean_lab.proxmox()
+    node = api.nodes('pve1')
+    ok(api, node.qemu.post(vmid=1022, name='w', net0='virtio,bridge=vmbr0', scsi0='local-lvm:10', start=1))
+    qemu = node.qemu(1022)
+    ok(api, qemu.resize.put(disk='scsi0', size='20G'))
+    assert qemu.config.get()['scsi0'].endswith('size=20G')
+    ok(api, qemu.resize.put(disk='scsi0', size='+2G'))
+    assert qemu.config.get()['scsi0'].endswith('size=22G')
+    status = Tasks.blocking_status(api, qemu.resize.put(disk='scsi0', size='5G'), timeout=30, polling_interval=0.01)
+    assert status['exitstatus'] == 'shrinking disks is not supported'
