@@ -19,6 +19,7 @@ lab adds:
 
 import asyncio
 import datetime
+import hashlib
 import ipaddress
 import logging
 import os
@@ -455,6 +456,12 @@ CLOUDINIT_OPTIONS = ('cicustom', 'cipassword', 'citype', 'ciuser', 'ciupgrade', 
 # src/PVE/QemuServer.pm:4594-4611: applied to a running VM's config at once.
 FAST_PLUG_OPTIONS = ('description', 'hookscript', 'lock', 'migrate_downtime', 'migrate_speed', 'name', 'onboot',
                      'protection', 'shares', 'startup', 'tags', 'vmstatestorage')
+
+
+def download_content(url):
+    """The bytes the lab's PVE "downloads" from a URL (nothing is fetched): their checksum is what a test passes
+    as the download's `checksum`."""
+    return ('proxtalos lab download of %s\n' % url).encode()
 
 
 def _size_bytes(text):
@@ -933,8 +940,9 @@ class LabPve(FakePve):
         does it, where fakepve 0.5 differs: the permission is Datastore.AllocateTemplate on the storage and either
         Sys.Audit + Sys.Modify on / or Sys.AccessNetwork on the node (:743-756); the file name is normalised
         (:831, src/PVE/Storage.pm:2483-2491: the directory part dropped, other characters than [a-zA-Z0-9_.-]
-        become _) and an ISO must end in .iso or .img (:836-840, Storage.pm:116). The lab downloads nothing, so
-        a `checksum` is not verified (PVE fails the task on a mismatch, :871-880)."""
+        become _) and an ISO must end in .iso or .img (:836-840, Storage.pm:116); a `checksum` is verified
+        (:871-880; the lab's download of a URL is download_content(url)) and a mismatch ends the task in PVE's
+        error."""
         name, store = self._file_storage(request, 'download')
         user = request[fakepve.server.USER]
         node = request.match_info['node']
@@ -953,9 +961,16 @@ class LabPve(FakePve):
         filename = re.sub(r'[^a-zA-Z0-9_.-]', '_', re.sub(r'^.*[/\\]', '', str(values['filename']).rstrip('\n')))
         if content == 'iso' and not re.search(r'[^/]+\.(?:iso|img)$', filename, re.I):
             raise PveError(400, 'Parameter verification failed.', {'filename': 'wrong file extension'})
+        checksum, algorithm = values.get('checksum'), values.get('checksum-algorithm')
 
         async def body():
             await self.pause(5)
+            if checksum:
+                # pve-common 9.2.1 src/PVE/Tools.pm:1553-1562: the download is hashed and compared. The lab's
+                # download of a URL is the bytes of download_content(url).
+                got = hashlib.new(algorithm or 'sha256', download_content(values.get('url'))).hexdigest()
+                if got.lower() != str(checksum).lower():
+                    raise TaskError("checksum mismatch: got '{0}' != expect '{1}'".format(got, checksum))
             self.store_file(name, filename, size, content)
         return fakepve.server.ok(await self.task(node, 'download', name, user, body,
                                                  log=['downloading {0} to {1}'.format(values.get('url'), filename)]))

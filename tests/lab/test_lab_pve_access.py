@@ -105,3 +105,24 @@ def test_a_bridge_is_listed_for_a_grant_on_one_of_its_vlans():
     pve.access.grant('/sdn/zones/localnetwork/vmbr0/20', 'ops@pve', 'Bridges')
     assert pve._sdn_bridge_visible('ops@pve', 'vmbr0')          # pylint: disable=protected-access
     assert not pve._sdn_bridge_visible('ops@pve', 'vmbr1')      # pylint: disable=protected-access
+
+
+@pytest.mark.lab
+def test_the_labs_download_verifies_a_checksum(clean_lab):
+    import hashlib
+    from lab.pve import download_content
+    api = clean_lab.proxmox()
+    storage = api.nodes('pve1').storage('local')
+    url = 'https://example.org/talos.iso'
+    right = hashlib.sha512(download_content(url)).hexdigest()
+
+    def ended(upid):
+        clean_lab.wait_until(lambda: (api.nodes('pve1').tasks(upid).status.get()['status'] == 'stopped', upid),
+                             what='the download task')
+        return api.nodes('pve1').tasks(upid).status.get()['exitstatus']
+    assert ended(storage('download-url').post(url=url, filename='good.iso', content='iso', checksum=right,
+                                              **{'checksum-algorithm': 'sha512'})) == 'OK'
+    failed = ended(storage('download-url').post(url=url, filename='bad.iso', content='iso', checksum='0' * 128,
+                                                 **{'checksum-algorithm': 'sha512'}))
+    assert failed.startswith("checksum mismatch: got '%s' != expect '" % right)
+    assert [i['volid'] for i in storage.content.get(content='iso')] == ['local:iso/good.iso']
