@@ -120,9 +120,8 @@ def test_the_labs_download_verifies_a_checksum(clean_lab):
         clean_lab.wait_until(lambda: (api.nodes('pve1').tasks(upid).status.get()['status'] == 'stopped', upid),
                              what='the download task')
         return api.nodes('pve1').tasks(upid).status.get()['exitstatus']
-    assert ended(storage('download-url').post(url=url, filename='good.iso', content='iso', checksum=right,
-                                              **{'checksum-algorithm': 'sha512'})) == 'OK'
-    failed = ended(storage('download-url').post(url=url, filename='bad.iso', content='iso', checksum='0' * 128,
-                                                 **{'checksum-algorithm': 'sha512'}))
+    sha512 = {'checksum-algorithm': 'sha512'}
+    assert ended(storage('download-url').post(url=url, filename='good.iso', content='iso', checksum=right, **sha512)) == 'OK'
+    failed = ended(storage('download-url').post(url=url, filename='bad.iso', content='iso', checksum='0' * 128, **sha512))
     assert failed.startswith("checksum mismatch: got '%s' != expect '" % right)
     assert [i['volid'] for i in storage.content.get(content='iso')] == ['local:iso/good.iso']
