@@ -19,14 +19,18 @@ lab adds:
 
 import asyncio
 import datetime
+import hashlib
 import ipaddress
 import logging
 import os
+import re
 import time
 
+import fakepve.lxc
 import fakepve.model
 import fakepve.qemu
 import fakepve.server
+import fakepve.shapes
 from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -36,13 +40,45 @@ from fakepve import FakePve, FakeVm, PveError, TaskError
 
 from lab.addresses import DhcpServer, agent_enabled, nic_mac, parse_ipconfig
 from lab.faults import FaultError, Param
+from lab.pve_access import AccessControl
 
 LOG = logging.getLogger('lab.pve')
 
 PVE_PORT = 8006
-PVE_USER = 'root@pam'
+# The lab's PVE has root@pam (password login, for tests that play the PVE admin) and the collection's user,
+# a non-root PVE user with a privilege-separated API token granted the documented least-privilege role.
+ROOT_USER = 'root@pam'
+PVE_USER = 'proxtalos@pve'
 TOKEN_NAME = 'proxtalos'
 TOKEN_ID = PVE_USER + '!' + TOKEN_NAME
+
+# The role, per ACL path: (role name, propagate, privileges), as an admin creates it with pveum. Written from
+# PVE's permission checks, not read from the collection (its table is compared to this one by
+# tests/lab/test_lab_pve_access.py). PVE 9 privileges (fakepve serves PVE 9's API schema).
+LAB_ROLES = {
+    # qemu-server 9.2.6 src/PVE/API2/Qemu.pm: create :1309 (VM.Allocate), $check_vm_modify_config_perm :995-1040
+    # (the VM.Config.* of each option; ipconfig/nameserver/searchdomain: VM.Config.Cloudinit), $check_drive_perms
+    # :2273-2287 (Disk, CDROM, the cloud-init drive), vm_start :3494 / vm_stop :3682 / vm_reset :3804 /
+    # vm_shutdown :3857 / vm_reboot :3973 (VM.PowerMgmt), vm_pending :1859 / cloudinit :1923 / status :3427
+    # (VM.Audit), destroy_vm :2776 (VM.Allocate); src/PVE/API2/Qemu/Agent.pm:65-67,184 (network-get-interfaces:
+    # VM.GuestAgent.Audit or VM.GuestAgent.Unrestricted).
+    '/vms': ('ProxtalosVMs', True, (
+        'VM.Allocate', 'VM.Audit', 'VM.PowerMgmt', 'VM.Config.Disk', 'VM.Config.CDROM', 'VM.Config.CPU',
+        'VM.Config.Memory', 'VM.Config.Network', 'VM.Config.Options', 'VM.Config.HWType', 'VM.Config.Cloudinit',
+        'VM.GuestAgent.Audit')),
+    # qemu-server Qemu.pm:186-190 (a new disk: Datastore.AllocateSpace); pve-storage 9.1.7
+    # src/PVE/API2/Storage/Content.pm:27-31 (content list: Datastore.Audit or AllocateSpace),
+    # src/PVE/API2/Storage/Status.pm:750 (download-url: Datastore.AllocateTemplate).
+    '/storage': ('ProxtalosStorage', True, ('Datastore.AllocateSpace', 'Datastore.Audit', 'Datastore.AllocateTemplate')),
+    # pve-storage Status.pm:747-754, pve-manager PVE/API2/Nodes.pm:1899-1905 (download-url, query-url-metadata:
+    # Sys.AccessNetwork on the node, or Sys.Audit + Sys.Modify on /).
+    '/nodes': ('ProxtalosNodes', True, ('Sys.AccessNetwork',)),
+    # pve-manager PVE/API2/Cluster.pm:872 (GET /cluster/status: Sys.Audit on /), on / alone.
+    '/': ('ProxtalosAudit', False, ('Sys.Audit',)),
+    # qemu-server src/PVE/QemuServer.pm:6417-6430 check_bridge_access (SDN.Use on the bridge of the local zone);
+    # pve-manager PVE/API2/Network.pm:470-480 (a bridge is listed with SDN.Audit or SDN.Use).
+    '/sdn/zones/localnetwork': ('ProxtalosBridges', True, ('SDN.Use',)),
+}
 
 GIB = 1024 ** 3
 STORAGE_CONTENT = {'local': 'backup,import,iso,snippets,vztmpl', 'local-lvm': 'images,rootdir'}
@@ -142,7 +178,18 @@ class LabVm(FakeVm):
         self.lab_observer = None
         self._lab_status = None
         self._lab_started_at = None
+        # PVE's [special:cloudinit] section: the values the cloud-init drive was generated from, of the options
+        # changed since (and 'added': options set since), see LabPve.record_cloudinit_change.
+        self.cloudinit_record = {}
         super().__init__(*args, **kwargs)
+
+    def apply_pending(self):
+        """A start: the pending changes are applied and the cloud-init drive is generated again, which empties
+        the record (qemu-server 9.2.6 src/PVE/QemuServer.pm:5598-5611 in vm_start_nolock;
+        src/PVE/QemuServer/Cloudinit.pm:727-738 apply_cloudinit_config: only with a cloud-init drive)."""
+        super().apply_pending()
+        if has_cloudinit_drive(self.config):
+            self.cloudinit_record = {}
 
     @property
     def status(self):
@@ -249,8 +296,9 @@ class PowerEvents(object):
 class GuestNetwork(object):
     """VM addresses and guest agents.
 
-    At power-on a VM gets its address: the static one of its cloud-init `ipconfig0`, else a DHCP
-    lease for the MAC of `net0`. If its config enables the agent, the agent starts after the
+    At power-on a VM gets its address: the static one of its cloud-init `ipconfig0` when a cloud-init drive
+    is attached (a running VM keeps it until its next power-on, whatever ipconfig0 says meanwhile), else a
+    DHCP lease for the MAC of `net0`. If its config enables the agent, the agent starts after the
     `vm_boot` delay and reports lo and eth0 with that address; it is gone while the VM is off
     and comes back after each boot.
     """
@@ -291,7 +339,9 @@ class GuestNetwork(object):
             return {'address': None, 'prefix': None, 'source': 'invalid ipconfig0: %s' % exc, 'mac': mac}
         if mac is None:
             return {'address': None, 'prefix': None, 'source': 'none', 'mac': None}
-        if ipconfig is not None and ipconfig.static:
+        if ipconfig is not None and ipconfig.static and has_cloudinit_drive(vm.config):
+            # The guest learns ipconfig0 only from the cloud-init drive (PVE writes it into the nocloud
+            # network-config of that drive: qemu-server src/PVE/QemuServer/Cloudinit.pm:610-634 generate_nocloud).
             return {'address': ipconfig.address, 'prefix': ipconfig.prefix, 'source': 'static', 'mac': mac}
         if lease:
             previous = self._leased.get(vm)
@@ -393,6 +443,78 @@ class GuestNetwork(object):
 
 # ------------------------------------------------------------------------------ fakepve
 
+class AnyOf(str):
+    """A privilege question answered by any one of 'A|B' (PVE's check_vm_perm with any => 1)."""
+
+
+DRIVE_OPTION = re.compile(r'^(ide|sata|scsi|virtio|efidisk|tpmstate)\d+$')
+NET_OPTION = re.compile(r'^net\d+$')
+IPCONFIG_OPTION = re.compile(r'^ipconfig\d+$')
+# qemu-server 9.2.6 src/PVE/API2/Qemu.pm:853-862 ($cloudinitoptions, what GET .../cloudinit lists); with
+# ipconfigN they are $confdesc_cloudinit (src/PVE/QemuServer.pm:781-880).
+CLOUDINIT_OPTIONS = ('cicustom', 'cipassword', 'citype', 'ciuser', 'ciupgrade', 'nameserver', 'searchdomain', 'sshkeys')
+# src/PVE/QemuServer.pm:4594-4611: applied to a running VM's config at once.
+FAST_PLUG_OPTIONS = ('description', 'hookscript', 'lock', 'migrate_downtime', 'migrate_speed', 'name', 'onboot',
+                     'protection', 'shares', 'startup', 'tags', 'vmstatestorage')
+
+
+def download_content(url):
+    """The bytes the lab's PVE "downloads" from a URL (nothing is fetched): their checksum is what a test passes
+    as the download's `checksum`."""
+    return ('proxtalos lab download of %s\n' % url).encode()
+
+
+def _size_bytes(text):
+    """Bytes of a PVE size ('32G'), or None."""
+    found = re.fullmatch(r'(\d+(?:\.\d+)?)([KMGT])?', str(text or ''))
+    if found is None:
+        return None
+    return int(float(found.group(1)) * {None: 1, 'K': 1024, 'M': 1024 ** 2, 'G': GIB, 'T': 1024 ** 4}[found.group(2)])
+
+
+def has_cloudinit_drive(config):
+    """Whether the config has a cloud-init drive: a CD-ROM drive that is not an ISO (fakepve names its volume
+    like a disk; PVE calls it vm-<id>-cloudinit)."""
+    for key, value in config.items():
+        volume = str(value).split(',', maxsplit=1)[0]
+        if DRIVE_OPTION.match(key) and 'media=cdrom' in str(value) and volume not in ('none', 'cdrom') \
+                and ':iso/' not in volume:
+            return True
+    return False
+
+
+def is_fast_plug(key):
+    return key in FAST_PLUG_OPTIONS or key in CLOUDINIT_OPTIONS or bool(IPCONFIG_OPTION.match(key))
+
+
+# qemu-server 9.2.6 src/PVE/API2/Qemu.pm:789-862: the option groups of $check_vm_modify_config_perm.
+CLOUDINIT_PRIVILEGE = AnyOf('VM.Config.Cloudinit|VM.Config.Network')   # :1026-1029
+CONFIG_OPTION_PRIVILEGES = (
+    ('VM.Config.CPU', ('cores', 'cpu', 'runningcpu', 'cpulimit', 'cpuunits', 'numa', 'smp', 'sockets', 'vcpus')),
+    ('VM.Config.Memory', ('memory', 'balloon', 'shares', 'allow-ksm')),
+    ('VM.Config.HWType', ('acpi', 'hotplug', 'kvm', 'machine', 'runningmachine', 'scsihw', 'smbios1', 'tablet', 'vga',
+                          'watchdog', 'audio0', 'rng0')),
+    ('VM.Config.Options', ('agent', 'autostart', 'bios', 'description', 'keyboard', 'localtime', 'migrate_downtime',
+                           'migrate_speed', 'name', 'onboot', 'ostype', 'protection', 'reboot', 'startdate', 'startup',
+                           'tdf', 'template')),
+    ('VM.PowerMgmt', ('freeze',)),
+    ('VM.Config.Disk', ('boot', 'bootdisk', 'vmstatestorage')),
+    (CLOUDINIT_PRIVILEGE, ('cicustom', 'cipassword', 'citype', 'ciuser', 'ciupgrade', 'nameserver', 'searchdomain',
+                           'sshkeys')),
+)
+
+
+def lab_access():
+    """The lab's users and ACLs: PVE_USER and its privilege-separated token, each granted LAB_ROLES."""
+    access = AccessControl(fakepve.shapes.PRIVILEGES)
+    access.add_token(TOKEN_ID, privsep=True)
+    for path, (name, propagate, privileges) in LAB_ROLES.items():
+        access.add_role(name, privileges)
+        for who in (PVE_USER, TOKEN_ID):
+            access.grant(path, who, name, propagate)
+    return access
+
+
 class TaskFault(object):
     """Tasks of one type (and optionally one VM) end in TASK ERROR: message; `times` tasks, or every one."""
 
@@ -429,7 +551,7 @@ class LabPve(FakePve):
     def __init__(self, host, nodes, net, timing, power_events, on_request=None, port=PVE_PORT,
                  password=None, token_secret=None):
         install_lab_vm()
-        super().__init__(user=PVE_USER, password=password, host=host, port=port)
+        super().__init__(user=ROOT_USER, password=password, host=host, port=port)
         self.time_scale = timing.pve_time_scale
         self.timing = timing
         self.on_request = on_request
@@ -438,12 +560,183 @@ class LabPve(FakePve):
         self.net = net
         if token_secret:
             self.apitokens[TOKEN_ID] = token_secret
+        self.access = lab_access()
+        # fakepve checks permissions only once its acl is not None; the lab's AccessControl answers them.
+        self.acl = {}
         self.reset_storages()
         self.node_networks = {}
         for index, node in enumerate(nodes):
             self.node_networks[node] = self._default_networks(min(2 + index, 9))
         self.task_faults = {}
         self.api_error = None
+        self.ha_crm_delay = {}   # vmid -> real seconds the HA stack takes to act on a request
+
+    # ------------------------------------------------------------ permissions
+
+    def allowed(self, user, path, priv):
+        """fakepve's permission question, answered as PVE does (lab.pve_access); AnyOf: one of several."""
+        if isinstance(priv, AnyOf):
+            return any(self.access.allowed(user, path, each) for each in priv.split('|'))
+        return self.access.allowed(user, path, priv)
+
+    def _config_priv(self, key):
+        """The privilege a config option needs, as qemu-server 9.2.6 src/PVE/API2/Qemu.pm:995-1040
+        ($check_vm_modify_config_perm) maps it; drives, serial ports and tags keep fakepve's mapping (their checks
+        depend on the value: :2273-2287, :864-879)."""
+        if DRIVE_OPTION.match(key) or re.match(r'^(unused|serial|usb)\d+$', key) or key == 'tags':
+            return super()._config_priv(key)
+        for privilege, options in CONFIG_OPTION_PRIVILEGES:
+            if key in options:
+                return privilege
+        if re.match(r'^numa\d+$', key):
+            return 'VM.Config.CPU'
+        if re.match(r'^net\d+$', key):
+            return 'VM.Config.Network'
+        if re.match(r'^ipconfig\d+$', key):
+            return CLOUDINIT_PRIVILEGE
+        return 'root'   # :1034-1037 "only root can set '$opt' config"
+
+    def grant(self, user, path, *privs):
+        """fakepve's grant(): a role of these privileges on path for user (or token), propagated."""
+        name = 'lab-%d' % len(self.access.roles)
+        self.access.add_role(name, privs)
+        if '!' in user and user not in self.access.tokens:
+            self.access.add_token(user, privsep=False)
+        self.access.grant(path, user, name)
+
+    def _check_bridge_access(self, user, params):
+        """SDN.Use on the bridge of each NIC (and on its VLAN with a tag): qemu-server 9.2.6
+        src/PVE/QemuServer.pm:6417-6430 check_bridge_access, called at create (src/PVE/API2/Qemu.pm:1364) and for
+        a changed NIC (:2381, :2499); pve-guest-common 4a8f6cb src/PVE/GuestHelpers.pm:397-421 check_vnet_access
+        (zone localnetwork for a plain bridge). VLAN trunks are not modelled."""
+        if user is None or user.split('!', maxsplit=1)[0] == ROOT_USER:
+            return
+        for key, value in sorted(params.items()):
+            if not re.match(r'^net\d+$', key):
+                continue
+            props = dict(part.split('=', 1) for part in str(value).split(',') if '=' in part)
+            if not props.get('bridge'):
+                continue
+            path = '/sdn/zones/localnetwork/' + props['bridge']
+            if props.get('tag'):
+                path += '/' + props['tag']
+            self.require(user, path, 'SDN.Use')
+
+    async def _qm_create(self, v, user):
+        self._check_bridge_access(user, v)
+        return await super()._qm_create(v, user)
+
+    async def _apply_config(self, vm, user, p):
+        self._check_bridge_access(user, p)
+        running = vm.status == 'running'
+        before = dict(vm.config)
+        result = await super()._apply_config(vm, user, p)
+        if running:
+            self._hotplug_as_pve(vm, before, p)
+        return result
+
+    def _hotplug_as_pve(self, vm, before, params):
+        """Correct fakepve's split of a running VM's config change into applied and pending, as PVE's
+        vmconfig_hotplug_pending does it (qemu-server 9.2.6 src/PVE/QemuServer.pm:4617-4945):
+        - fast-plug options (:4594-4611: name, description, onboot, protection, startup, tags, shares, ..., and
+          every cloud-init option: ipconfigN, nameserver, searchdomain, ciuser, ...) are written into the
+          config at once, set (:4699-4707) or deleted (:4764-4795), and recorded for cloud-init;
+        - netN is hot-plugged with the default hotplug set network,disk,usb (:253-262, vmconfig_update_net
+          :5108-5185), and recorded (:4893-4897);
+        - an agent change stays pending (vmconfig_update_agent :5207-5228 skips unless only
+          fstrim_cloned_disks changes).
+        The cloud-init drive is not generated again (hotplug has no `cloudinit` by default, :4941)."""
+        updates = dict((k, v) for k, v in params.items() if k not in ('delete', 'digest', 'skiplock', 'revert'))
+        deletes = [k for k in str(params.get('delete', '') or '').split(',') if k]
+        hotplug = str(vm.config.get('hotplug', 'network,disk,usb'))
+        network_hotplug = hotplug == '1' or 'network' in hotplug.split(',')
+        for key, value in sorted(updates.items()):
+            if is_fast_plug(key) or (NET_OPTION.match(key) and network_hotplug):
+                if key in vm.pending:
+                    vm.config[key] = vm.pending.pop(key)
+                self.record_cloudinit_change(vm, key, before.get(key), value)
+            elif key == 'agent' and str(value) != str(before.get('agent')):
+                vm.pending[key] = value
+                if 'agent' in before:
+                    vm.config['agent'] = before['agent']
+                else:
+                    vm.config.pop('agent', None)
+        for key in deletes:
+            if is_fast_plug(key):
+                vm.pending.pop(key, None)
+                vm.config.pop(key, None)
+                self.record_cloudinit_change(vm, key, before.get(key), None)
+
+    @staticmethod
+    def record_cloudinit_change(vm, key, old, new):
+        """The [special:cloudinit] bookkeeping of qemu-server 9.2.6 src/PVE/QemuServer.pm:4635-4696
+        ($cloudinit_record_changed), for the options of cloudinit_pending_properties (:1792-1798: the
+        cloud-init options, name and netN): the first change of a value records its old value, a change back
+        to it drops the record, a value set where there was none is listed in 'added'."""
+        if not (key in CLOUDINIT_OPTIONS or key == 'name' or IPCONFIG_OPTION.match(key) or NET_OPTION.match(key)):
+            return
+        record = vm.cloudinit_record
+        recorded = record.get(key)
+        added = set(item for item in str(record.pop('added', '') or '').split(',') if item)
+        if new is not None:
+            if recorded is not None:
+                if str(new) == str(recorded):
+                    record.pop(key, None)
+                    added.discard(key)
+            elif key in added:
+                pass
+            elif old is not None:
+                record[key] = old
+            else:
+                added.add(key)
+        elif old is not None:
+            if recorded is None:
+                if key in added:
+                    added.discard(key)
+                else:
+                    record[key] = old
+        if added:
+            record['added'] = ','.join(sorted(added))
+
+    def _routes_lab_cloudinit(self):
+        return [('GET', '/nodes/{node}/qemu/{vmid}/cloudinit', self._lab_cloudinit_pending)]
+
+    async def _lab_cloudinit_pending(self, values, user):
+        """GET .../cloudinit as qemu-server 9.2.6 src/PVE/API2/Qemu.pm:1969-2010 (cloudinit_pending) answers:
+        the options set since the drive was generated (pending), the options of $cloudinitoptions (:853-862:
+        not ipconfigN, not name, not netN) with the value the drive has and, when changed, the pending one,
+        and the recorded options no longer set (delete). A changed ipconfig0 is recorded but not listed."""
+        vm = self.find(values['node'], values['vmid'])
+        conf = dict(vm.config)
+        record = dict(vm.cloudinit_record)
+        if 'cipassword' in conf:
+            conf['cipassword'] = '**********'
+        if 'cipassword' in record:
+            record['cipassword'] = '**********'
+        out = []
+        added = str(record.pop('added', '') or '')
+        for key in [item for item in added.split(',') if item]:
+            out.append({'key': key, 'pending': conf.get(key)})
+        for key in sorted(CLOUDINIT_OPTIONS):
+            if not conf.get(key) or key in added:   # PVE: next if $added =~ m/$opt/
+                continue
+            item = {'key': key}
+            if record.get(key):
+                item.update(value=record[key], pending=conf[key])
+            else:
+                item['value'] = conf[key]
+            out.append(item)
+        for key in sorted(record):
+            if not conf.get(key):
+                out.append({'key': key, 'delete': 1})
+        return out
+
+    async def _permissions(self, v, user):
+        # pve-access-control src/PVE/API2/AccessControl.pm:549-570: the caller's own (or its token's) permissions.
+        who = v.get('userid') or user
+        if who != user and who.split('!', maxsplit=1)[0] != user:
+            raise PveError(403, 'Permission check failed (/access, Sys.Audit)')
+        return self.access.effective(who, v.get('path'))
 
     # ------------------------------------------------------------------ setup
 
@@ -567,6 +860,121 @@ class LabPve(FakePve):
             raise PveError(500, 'VM {0} is not running'.format(vm.vmid))
         return await super()._agent_call(match, values)
 
+    # ---------------------------------------------------------------- resize
+
+    def _routes_lab_resize(self):
+        return [('PUT', '/nodes/{node}/qemu/{vmid}/resize', self._lab_resize)]
+
+    async def _lab_resize(self, values, user):
+        """PUT .../resize as qemu-server 9.2.6 src/PVE/API2/Qemu.pm:5940-6073 (resize_vm) does it, which fakepve 0.5
+        answers with a task that changes nothing. A `resize` task (:6067-6072) runs the checks and the change
+        (:6004-6065): a missing disk, a CD-ROM and shrinking end the task in an error (:6010,6021,6048); the size is
+        absolute, or added with `+` (:6032-6046); the same size changes nothing (:6050). The storage's free space
+        shrinks by the growth."""
+        vm = self.find(values['node'], values['vmid'])
+        disk = values['disk']
+        found = re.fullmatch(r'(\+)?(\d+(?:\.\d+)?)([KMGT])?', str(values['size']))
+        if found is None:
+            raise PveError(400, 'Parameter verification failed.', {'size': 'value does not match the regex pattern'})
+
+        async def body():
+            if not vm.config.get(disk):
+                raise TaskError("disk '{0}' does not exist".format(disk))
+            volume, props = fakepve.qemu.split_drive(vm.config[disk])
+            if props.get('media') == 'cdrom' or volume in ('none', 'cdrom'):
+                raise TaskError("you can't resize a cdrom")
+            sid, volname = fakepve.qemu.volume_ref(volume)
+            store = self.storages.get(sid) or {}
+            record = store.get('volumes', {}).get(volname) or {}
+            size = int(record.get('size') or _size_bytes(props.get('size')) or 0)
+            new = _size_bytes(found.group(2) + (found.group(3) or ''))
+            if found.group(1):
+                new += size
+            if new < size:
+                raise TaskError('shrinking disks is not supported')
+            if new == size:
+                return
+            if 'avail' in store:
+                if new - size > store['avail']:
+                    raise TaskError("unable to write to storage '{0}': No space left on device".format(sid))
+                store['avail'] -= new - size
+            if record:
+                record['size'] = new
+            props['size'] = fakepve.lxc.format_size(new)
+            vm.config[disk] = fakepve.qemu.join_drive(volume, props)
+        return await self.task(values['node'], 'resize', vm.vmid, user, body, vm=vm)
+
+    # -------------------------------------------------------------------- HA
+
+    async def _ha_request(self, vm, user, state):
+        """An HA-managed VM's start, stop or shutdown as qemu-server 9.2.6 src/PVE/API2/Qemu.pm does it: a
+        `hastart` (:3631-3642) or `hastop` (:3757-3768 stop, :3934-3945 shutdown) task that only asks the HA
+        stack (`ha-manager set --state started`, `ha-manager crm-command stop`) and ends at once; the CRM/LRM
+        then change the VM's power state later, here ha_crm_delay real seconds after the task (default 1 s,
+        whatever the time scale, so that a client that takes the end of the task for the state change meets
+        the race it meets on PVE)."""
+        delay = self.ha_crm_delay.get(vm.vmid, 1.0)
+        loop = asyncio.get_running_loop()
+
+        def crm():
+            if vm not in self.vms:
+                return
+            if state == 'started' and vm.status != 'running':
+                vm.apply_pending()
+                vm.status = vm.qmpstatus = 'running'
+                vm.started_at = time.time()
+            elif state == 'stopped' and vm.status == 'running':
+                vm.status = vm.qmpstatus = 'stopped'
+            vm.ha_state = state
+
+        async def body():
+            loop.call_later(delay, crm)
+        verb = 'start' if state == 'started' else 'stop'
+        return await self.task(vm.node, 'ha' + verb, vm.vmid, user, body, lock=False,
+                               log=['Requesting HA {0} for VM {1}'.format(verb, vm.vmid)])
+
+    # -------------------------------------------------------------- download
+
+    async def _download_url(self, request):
+        """POST /nodes/{node}/storage/{storage}/download-url as pve-storage 9.1.7 src/PVE/API2/Storage/Status.pm
+        does it, where fakepve 0.5 differs: the permission is Datastore.AllocateTemplate on the storage and either
+        Sys.Audit + Sys.Modify on / or Sys.AccessNetwork on the node (:743-756); the file name is normalised
+        (:831, src/PVE/Storage.pm:2483-2491: the directory part dropped, other characters than [a-zA-Z0-9_.-]
+        become _) and an ISO must end in .iso or .img (:836-840, Storage.pm:116); a `checksum` is verified
+        (:871-880; the lab's download of a URL is download_content(url)) and a mismatch ends the task in PVE's
+        error."""
+        name, store = self._file_storage(request, 'download')
+        user = request[fakepve.server.USER]
+        node = request.match_info['node']
+        self.require(user, '/storage/' + name, 'Datastore.AllocateTemplate')
+        if not (self.allowed(user, '/nodes/' + node, 'Sys.AccessNetwork')
+                or (self.allowed(user, '/', 'Sys.Audit') and self.allowed(user, '/', 'Sys.Modify'))):
+            raise PveError(403, 'Permission check failed')   # PVE names no reason when no alternative holds
+        values = await fakepve.server.params(request)
+        # size is fakepve's own parameter: how large the download pretends to be.
+        size = fakepve.server.int_param(values, 'size', 1024 ** 2, minimum=0)
+        values = self._verify(request, values, drop=('size',))
+        self._need_file_storage(store, "can't upload to storage type '{0}', not a file based storage!")
+        content = values['content']
+        if content not in str(store.get('content', '')).split(','):
+            raise PveError(500, "storage '{0}' is not configured for content-type '{1}'".format(name, content))
+        filename = re.sub(r'[^a-zA-Z0-9_.-]', '_', re.sub(r'^.*[/\\]', '', str(values['filename']).rstrip('\n')))
+        if content == 'iso' and not re.search(r'[^/]+\.(?:iso|img)$', filename, re.I):
+            raise PveError(400, 'Parameter verification failed.', {'filename': 'wrong file extension'})
+        checksum, algorithm = values.get('checksum'), values.get('checksum-algorithm')
+
+        async def body():
+            await self.pause(5)
+            if checksum:
+                # pve-common 9.2.1 src/PVE/Tools.pm:1553-1562: the download is hashed and compared. The lab's
+                # download of a URL is the bytes of download_content(url).
+                got = hashlib.new(algorithm or 'sha256', download_content(values.get('url'))).hexdigest()
+                if got.lower() != str(checksum).lower():
+                    raise TaskError("checksum mismatch: got '{0}' != expect '{1}'".format(got, checksum))
+            self.store_file(name, filename, size, content)
+        return fakepve.server.ok(await self.task(node, 'download', name, user, body,
+                                                 log=['downloading {0} to {1}'.format(values.get('url'), filename)]))
+
     # --------------------------------------------------------------- network
 
     def _routes_lab_network(self):
@@ -578,10 +986,23 @@ class LabPve(FakePve):
         out = []
         for iface in self.node_networks.get(values['node'], []):
             kind = iface['type']
+            if kind in ('bridge', 'OVSBridge') and user is not None and not self._sdn_bridge_visible(user, iface['iface']):
+                # pve-manager PVE/API2/Network.pm:470-480: a bridge the caller may neither audit nor use is left out.
+                continue
             if wanted in (None, '') or wanted == kind or (
                     wanted in ('any_bridge', 'any_local_bridge') and kind in ('bridge', 'OVSBridge')):
                 out.append(dict(iface))
         return out
+
+    def _sdn_bridge_visible(self, user, bridge):
+        """pve-access-control 9.1.1 src/PVE/RPCEnvironment.pm:338-360 check_sdn_bridge: SDN.Audit or SDN.Use on
+        /sdn/zones/localnetwork/<bridge>, or on one of the VLANs below it that has an ACL entry."""
+        path = '/sdn/zones/localnetwork/' + bridge
+        privileges = AnyOf('SDN.Audit|SDN.Use')
+        if self.allowed(user, path, privileges):
+            return True
+        return any(self.allowed(user, acl, privileges) for acl in self.access.acl_paths()
+                   if acl.startswith(path + '/') and acl.count('/') == path.count('/') + 1)
 
     async def _lab_network_read(self, values, user):
         for iface in self.node_networks.get(values['node'], []):
@@ -602,6 +1023,7 @@ class PveFaults(object):
         self.network = network
         self._lock_timers = {}
         self._storage_before = {}   # storage id -> (avail, total, used) before pve-storage-full
+        self._revoked = {}          # privilege -> the roles pve-privilege-revoked took it from
 
     def register(self):
         reg = self.registry.register
@@ -646,6 +1068,15 @@ class PveFaults(object):
                                   'agent calls answer 500 "QEMU guest agent is not running", so PVE reports no address; '
                                   'it stays down across reboots until cleared', 'vmid',
                 self.apply_agent_down, self.clear_agent_down)
+        reg('pve-privilege-revoked', 'the collection\'s token loses PRIVILEGE (e.g. VM.GuestAgent.Audit, Sys.AccessNetwork) '
+                                     'from every role of the lab: PVE answers 403 "Permission check failed" where it is '
+                                     'needed, and GET /access/permissions no longer lists it', 'privilege',
+            self.apply_privilege_revoked, self.clear_privilege_revoked)
+        reg('pve-ha-managed', 'VMID becomes an HA resource (ha-manager add vm:VMID): its start, stop and shutdown '
+                              'answer hastart/hastop tasks that end before the HA stack changes the power state, '
+                              'DELAY real seconds later; DELETE while it still runs fails "VM VMID is running - '
+                              'destroy failed"', 'vmid', self.apply_ha_managed, self.clear_ha_managed,
+            params=[Param('delay', float, 1.0, 'real seconds between the ha task and the power state change')])
         reg('pve-storage-full', 'STORAGE has no free space left (or FREE GiB): disk allocations on it fail with '
                                 '"unable to write to storage ...: No space left on device", and its status reports the '
                                 'space', 'storage', self.apply_storage_full, self.clear_storage_full,
@@ -775,6 +1206,41 @@ class PveFaults(object):
             self.network.start_agent(vm)
         else:
             self.network.agent_down.discard(int(target))
+
+    # ------------------------------------------------------------------- HA
+
+    def apply_ha_managed(self, target, delay=1.0):
+        vm = self._vm(target)
+        if delay < 0:
+            raise FaultError('fault pve-ha-managed: delay must be 0 or more seconds, got %r' % delay)
+        vm.ha_state = 'started' if vm.status == 'running' else 'stopped'
+        self.pve.ha_crm_delay[vm.vmid] = delay
+        return {'vmid': vm.vmid, 'ha_state': vm.ha_state}
+
+    def clear_ha_managed(self, target):
+        vm = self.pve.vm(int(target))
+        if vm is not None:
+            vm.ha_state = None
+        self.pve.ha_crm_delay.pop(int(target), None)
+
+    # ------------------------------------------------------------ privileges
+
+    def apply_privilege_revoked(self, target):
+        access = self.pve.access
+        if target not in access.all_privileges:
+            raise FaultError('PVE has no privilege %r' % target)
+        held = [name for name, privileges in access.roles.items() if target in privileges]
+        if not held:
+            raise FaultError('no role of the lab grants %s (roles: %s)' % (target, ', '.join(sorted(access.roles))))
+        self._revoked[target] = held
+        for name in held:
+            access.roles[name] = access.roles[name] - {target}
+        return {'privilege': target, 'roles': held}
+
+    def clear_privilege_revoked(self, target):
+        for name in self._revoked.pop(target, []):
+            if name in self.pve.access.roles:
+                self.pve.access.roles[name] = self.pve.access.roles[name] | {target}
 
     # ------------------------------------------------------------ storage full
 

@@ -32,7 +32,7 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 
 from lab import ROOT
 from lab.control import call
-from lab.pve import PVE_PORT, PVE_USER, TOKEN_ID, TOKEN_NAME
+from lab.pve import PVE_PORT, PVE_USER, ROOT_USER, TOKEN_ID, TOKEN_NAME
 from lab.world import LabOptions, RunPaths, World
 
 START_ATTEMPTS = 5
@@ -153,11 +153,15 @@ class Lab(object):
 
     # ----------------------------------------------------------------- clients
 
-    def proxmox(self, **kwargs):
-        """A proxmoxer client: API token, TLS verified with the lab's CA."""
+    def proxmox(self, root=False, **kwargs):
+        """A proxmoxer client, TLS verified with the lab's CA: the collection's API token (the documented
+        least-privilege role), or with root=True root@pam by password (a test playing the PVE admin)."""
         from proxmoxer import ProxmoxAPI  # pylint: disable=import-outside-toplevel
-        options = dict(user=self.user, token_name=self.token_name, token_value=self.token_secret,
-                       verify_ssl=self.ca_path, port=self.pve_port, timeout=30)
+        if root:
+            options = dict(user=ROOT_USER, password=self.password)
+        else:
+            options = dict(user=self.user, token_name=self.token_name, token_value=self.token_secret)
+        options.update(verify_ssl=self.ca_path, port=self.pve_port, timeout=30)
         options.update(kwargs)
         return ProxmoxAPI(self.pve_host, **options)
 

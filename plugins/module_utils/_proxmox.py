@@ -23,6 +23,7 @@ import time
 import traceback
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _proxmox_privileges as _privileges
 
 PROXMOXER_IMPORT_ERROR = None
 try:
@@ -77,6 +78,22 @@ FIRST_RETRY = 0.5
 
 class TransientTaskFailed(_errors.TaskFailed, _errors.TransientApiError):
     """A task that ended in an error worth retrying (a lock timeout, a locked VM)."""
+
+
+class PermissionDenied(_errors.ApiError):
+    """PVE answered 403: the credentials lack a privilege. Never retried, never taken as "not ready yet"."""
+
+
+def permission_denied(error, method, path):
+    """The 403 error with the API call and the privilege the table (_proxmox_privileges) says it needs."""
+    call = '%s /%s' % (method.upper(), path.strip('/'))
+    if call in error.message:
+        return error
+    needs = _privileges.explain_403(method, path)
+    message = '%s [%s]%s' % (error.message, call, '; ' + needs if needs else '')
+    details = dict(error.details)
+    details.update(call=call)
+    return PermissionDenied(message, **details)
 
 
 # --------------------------------------------------------------------------------------- client
@@ -162,6 +179,13 @@ def _exception_text(exc):
     return str(exc) or exc.__class__.__name__
 
 
+def is_hostname_mismatch(text):
+    """Whether a TLS error says the certificate does not name the host (OpenSSL and urllib3 wordings)."""
+    lowered = (text or '').lower()
+    return 'hostname mismatch' in lowered or "doesn't match" in lowered or 'does not match' in lowered \
+        or 'ip address mismatch' in lowered
+
+
 def is_transient_message(text):
     lowered = (text or '').lower()
     return any(word in lowered for word in TRANSIENT_MESSAGES)
@@ -190,13 +214,23 @@ def classify(exc, what, subject=None):
             return _errors.ApiError('%s failed: %s API refused the credentials (401 %s)' % (prefix, SERVICE, text),
                                     **details)
         if status == 403:
-            return _errors.ApiError('%s failed: permission denied (403 %s)' % (prefix, text), **details)
+            return PermissionDenied('%s failed: permission denied (403 %s)' % (prefix, text), **details)
         return _errors.ApiError(message, **details)
     if isinstance(exc, AuthenticationError):
         return _errors.ApiError('%s failed: %s login refused: %s' % (prefix, SERVICE, exc), service=SERVICE, status=401)
     if HAS_PROXMOXER and isinstance(exc, requests.exceptions.SSLError):
-        return _errors.ApiError('%s failed: TLS verification of the %s API failed (%s); set ca_path to the CA '
-                                'that signed the PVE certificate' % (prefix, SERVICE, exc), service=SERVICE)
+        if is_hostname_mismatch(str(exc)):
+            # A CA file cannot help: the certificate does not carry the name or address connected to. A node's
+            # default certificate names 127.0.0.1, ::1, localhost, the node's IP, its name and FQDN (pve-cluster
+            # src/PVE/Cluster/Setup.pm:497-504), not a VIP, a DNS alias or another node.
+            return _errors.ApiError('%s failed: TLS verification of the %s API failed: the certificate does not name '
+                                    'the host connected to (%s); set api_host to a name or address the certificate '
+                                    'carries (a node\'s default certificate: its IP, its name or FQDN), or give PVE a '
+                                    'certificate for that name' % (prefix, SERVICE, exc), service=SERVICE, tls='hostname')
+        return _errors.ApiError('%s failed: TLS verification of the %s API failed (%s); set ca_path to the CA that '
+                                'signed the PVE certificate (/etc/pve/pve-root-ca.pem for the default certificate; the '
+                                'issuer of an ACME or custom certificate, which the system trust may already hold)'
+                                % (prefix, SERVICE, exc), service=SERVICE, tls='ca')
     if HAS_PROXMOXER and isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
                                           requests.exceptions.ChunkedEncodingError)):
         return _errors.TransientApiError('%s failed: %s API not reachable: %s' % (prefix, SERVICE, exc),
@@ -259,6 +293,8 @@ class PveClient(object):
                 error = classify(exc, what, subject)
                 if error is None:
                     raise
+                if isinstance(error, PermissionDenied):
+                    error = permission_denied(error, method, path)
                 raise error from exc
         if not retry:
             return once()
@@ -373,7 +409,8 @@ def read_config_and_pending(client, node, vmid, subject=None, retry=True):
 def agent_ipv4_addresses(client, node, vmid, subject=None):
     """IPv4 addresses the guest agent reports; the loopback interface and link-local addresses are left out.
 
-    Raises ApiError (PVE answers 500 'QEMU guest agent is not running' until the agent runs).
+    Raises ApiError (PVE answers 500 'QEMU guest agent is not running' until the agent runs), PermissionDenied
+    when the credentials lack the agent privilege (VM.GuestAgent.Audit on PVE 9, VM.Monitor on PVE 8).
     """
     data = client.request('get', 'nodes/%s/qemu/%s/agent/network-get-interfaces' % (node, vmid),
                           'read guest agent addresses', subject, retry=False) or {}

@@ -29,6 +29,11 @@ NET_KEY = 'net0'
 # Keys PVE applies to a running VM at once (its default hotplug set is network, disk, usb); the others
 # go to the pending config until the next start. Only used to predict reboot_required in check mode.
 LIVE_KEYS = ('name', 'description', 'onboot', 'tags', 'protection', 'startup', NET_KEY, DISK_KEY, CDROM_KEY)
+# Cloud-init options: on a running VM PVE writes them into the config at once (fast-plug, qemu-server 9.2.6
+# src/PVE/QemuServer.pm:4594-4611,4699-4707), not into [PENDING]; the guest sees them only when the cloud-init
+# drive is generated again, at the next start (:5598-5611; hotplug has no `cloudinit` by default, :4941). So a
+# change of them on a running VM is owed a restart, and GET /pending never shows it.
+CLOUDINIT_KEYS = ('ipconfig0', 'nameserver', 'searchdomain')
 NAME_RE = r'^(?=.{1,63}$)[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*$'
 TAG_RE = r'^[a-zA-Z0-9_][a-zA-Z0-9_+.-]*$'
 # run_many: at most this many VMs are worked on at the same time (threads, and HTTPS connections to PVE).
@@ -52,8 +57,11 @@ def validate(params):
     if params.get('net_model') not in _proxmox.NET_MODELS:
         raise _errors.ValidationError('net_model', '%r is not a PVE NIC model (one of %s)'
                                       % (params.get('net_model'), ', '.join(_proxmox.NET_MODELS)))
-    if params.get('macaddr') is not None and not re.match(r'^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$', params['macaddr']):
-        raise _errors.ValidationError('macaddr', '%r is not a MAC address like BC:24:11:00:00:01' % params['macaddr'])
+    # PVE takes only unicast MACs: the I/G bit (lowest bit of the first octet) clear (pve-common 9.2.1
+    # src/PVE/JSONSchema.pm:456-466 pve_verify_mac_addr).
+    if params.get('macaddr') is not None and not re.match(r'^[0-9A-Fa-f][02468aceACE](:[0-9A-Fa-f]{2}){5}$', params['macaddr']):
+        raise _errors.ValidationError('macaddr', '%r is not a unicast MAC address like BC:24:11:00:00:01 (the second '
+                                                 'hex digit must be even)' % params['macaddr'])
     for tag in params.get('tags') or []:
         if not re.match(TAG_RE, tag):
             raise _errors.ValidationError('tags', '%r is not a valid PVE tag (letters, digits, _ + . -)' % tag)
@@ -324,12 +332,17 @@ def create_params(params):
     return want
 
 
-def plan(params, observed_config, observed_status, observed_pending=None):
+def plan(params, observed_config, observed_status, observed_pending=None, observed_drift=()):
     """What to do: (changed, [Action], diff) from the options and what was observed. Pure; no I/O.
 
     observed_config: the VM's current config, or None when there is no VM.
     observed_status: 'running', 'stopped' (or another PVE status), or None when there is no VM.
     observed_pending: key -> pending value (None: pending delete), from GET .../pending.
+    observed_drift: cloud-init options the running VM's cloud-init drive does not have yet (GET .../cloudinit).
+    With restart_on_change, a running VM whose cloud-init options change is shut down before the change and
+    started after it: a run that ends between the two leaves a stopped VM, which the next run starts (and a
+    start generates the cloud-init drive), so the restart is never lost - PVE does not list every such change
+    afterwards (a changed ipconfig0 is not in GET .../cloudinit, qemu-server src/PVE/API2/Qemu.pm:1988).
     The comparison is made against the config the VM will have at its next start (config + pending).
     """
     state = params['state']
@@ -367,17 +380,23 @@ def plan(params, observed_config, observed_status, observed_pending=None):
         return True, actions, _diff.make_diff({}, after)
 
     values, delete, resize = _config_changes(params, current)
+    cloudinit_changes = [k for k in list(values) + delete if k in CLOUDINIT_KEYS]
+    restart_around = running and state != 'stopped' and params.get('restart_on_change') and cloudinit_changes
+    if restart_around:
+        actions.append(Action('shutdown'))
     if values or delete:
         actions.append(Action('update', values=values, delete=delete))
     if resize is not None:
         actions.append(resize)
-    if state == 'started' and not running:
+    if restart_around:
+        actions.append(Action('start'))
+    elif state == 'started' and not running:
         actions.append(Action('start'))
     elif state == 'stopped' and running:
         actions.append(Action('shutdown'))
     elif running and params.get('restart_on_change'):
         cold = [k for k in list(values) + delete if k not in LIVE_KEYS]
-        if cold or pending_keys(observed_config, observed_pending):
+        if cold or pending_keys(observed_config, observed_pending) or observed_drift:
             actions.append(Action('reboot'))
     if state in ('started', 'stopped'):
         after['status'] = 'running' if state == 'started' else 'stopped'
@@ -386,11 +405,12 @@ def plan(params, observed_config, observed_status, observed_pending=None):
     return bool(actions), actions, _diff.make_diff(before_view, after)
 
 
-def predict_reboot_required(params, actions, observed_config, observed_pending, observed_status):
-    """Check mode's guess: changes to keys PVE cannot apply live, on a VM that stays running."""
+def predict_reboot_required(params, actions, observed_config, observed_pending, observed_status, observed_drift=()):
+    """Check mode's guess: changes to keys PVE cannot apply live (cloud-init options included: the guest sees
+    them at the next start), on a VM that stays running; or pending changes or cloud-init drift already there."""
     if observed_status != 'running' or any(a.kind in ('shutdown', 'stop', 'delete', 'reboot') for a in actions):
         return False
-    if pending_keys(observed_config, observed_pending):
+    if pending_keys(observed_config, observed_pending) or observed_drift:
         return True
     for action in actions:
         if action.kind == 'update':
@@ -404,14 +424,37 @@ def predict_reboot_required(params, actions, observed_config, observed_pending, 
 
 
 class Observed(object):
-    __slots__ = ('config', 'pending', 'status', 'lock', 'name')
+    __slots__ = ('config', 'pending', 'status', 'lock', 'name', 'drift')
 
-    def __init__(self, config=None, pending=None, status=None, lock=None, name=None):
+    def __init__(self, config=None, pending=None, status=None, lock=None, name=None, drift=()):
         self.config = config
         self.pending = pending or {}
         self.status = status
         self.lock = lock
         self.name = name
+        self.drift = list(drift)
+
+
+def has_cloudinit_drive(config):
+    """Whether the VM config has a cloud-init drive (what canon() calls cloudinit on any IDE/SATA/SCSI slot)."""
+    for key, value in (config or {}).items():
+        if re.match(r'^(ide|sata|scsi)\d+$', key) and key != DISK_KEY and (canon(CLOUDINIT_KEY, value) or {}).get('cloudinit'):
+            return True
+    return False
+
+
+def read_cloudinit_drift(client, node, vmid, subject=None):
+    """The cloud-init options whose value differs from the one the VM's cloud-init drive was made from:
+    GET .../cloudinit (qemu-server 9.2.6 src/PVE/API2/Qemu.pm:1921-2010) lists them with `pending` (changed or
+    added since) or `delete`. PVE does not list a changed ipconfigN there (:1988 loops over $cloudinitoptions)."""
+    items = client.get('nodes/%s/qemu/%s/cloudinit' % (node, vmid), 'read cloud-init drift', subject) or []
+    drift = []
+    for item in items:
+        if not isinstance(item, dict) or not item.get('key'):
+            continue
+        if 'pending' in item or str(item.get('delete') or '0') not in ('0', ''):
+            drift.append(str(item['key']))
+    return sorted(set(drift))
 
 
 class VmRunner(object):
@@ -424,6 +467,8 @@ class VmRunner(object):
         self.node = params['node']
         self.upids = []
         self.done = []
+        # Cloud-init options this run changed on the running VM, not yet seen by it (no start since).
+        self.unapplied_cloudinit = set()
         timeout, interval = _argspec.wait_params(params)
         self.interval = interval
         self.task_timeout = timeout
@@ -446,8 +491,11 @@ class VmRunner(object):
         config, pending = _proxmox.read_config_and_pending(self.client, self.node, self.vmid, self.subject)
         status = self.client.get('nodes/%s/qemu/%s/status/current' % (self.node, self.vmid), 'read status',
                                  self.subject) or {}
+        drift = []
+        if status.get('status') == 'running' and has_cloudinit_drive(config):
+            drift = read_cloudinit_drift(self.client, self.node, self.vmid, self.subject)
         return Observed(config, pending, status.get('status'), status.get('lock') or entry.get('lock'),
-                        entry.get('name'))
+                        entry.get('name'), drift)
 
     def _task(self, method, path, operation, wait=True, **params):
         upid = self.client.run_task(method, path, self.node, operation, self.subject, self.task_timeout,
@@ -456,9 +504,14 @@ class VmRunner(object):
             self.upids.append(upid)
         return upid
 
-    def act(self, action, wait=True):
+    def act(self, action, wait=True, running=False):
+        """Do one action. running: whether the VM ran when the plan was made (cloud-init bookkeeping)."""
         base = 'nodes/%s/qemu/%s' % (self.node, self.vmid)
         data = action.data
+        if action.kind == 'update' and running:
+            self.unapplied_cloudinit.update(k for k in list(data['values']) + list(data['delete']) if k in CLOUDINIT_KEYS)
+        elif action.kind in ('shutdown', 'stop', 'start', 'reboot', 'delete'):
+            self.unapplied_cloudinit.clear()
         if action.kind == 'create':
             self._task('post', 'nodes/%s/qemu' % self.node, 'create', wait=wait, **data['values'])
         elif action.kind == 'update':
@@ -472,11 +525,17 @@ class VmRunner(object):
             self._task('put', base + '/resize', 'resize disk', wait=wait, disk=data['disk'], size=data['size'])
         elif action.kind == 'start':
             self._task('post', base + '/status/start', 'start', wait=wait)
+            if wait:
+                self.await_power('running', 'start')
         elif action.kind == 'shutdown':
             self._task('post', base + '/status/shutdown', 'shutdown', wait=wait,
                        timeout=self.params['shutdown_timeout'], forceStop=1)
+            if wait:
+                self.await_power('stopped', 'shutdown')
         elif action.kind == 'stop':
             self._task('post', base + '/status/stop', 'stop', wait=wait)
+            if wait:
+                self.await_power('stopped', 'stop')
         elif action.kind == 'reboot':
             self._task('post', base + '/status/reboot', 'reboot', wait=wait, timeout=self.params['shutdown_timeout'])
         elif action.kind == 'reset':
@@ -486,6 +545,38 @@ class VmRunner(object):
         else:  # pragma: no cover - plan() makes only the kinds above
             raise _errors.ProxtalosError('unknown action %r' % action.kind)
         self.done.append(action.describe())
+
+    def await_power(self, want, operation, clock=time.monotonic, sleep=time.sleep):
+        """Wait until the VM's observed power state is `want` after its start/stop/shutdown task ended.
+
+        For an HA-managed VM, PVE answers those with a `hastart`/`hastop` task that only asks the HA stack and
+        ends before the VM's state changes (qemu-server 9.2.6 src/PVE/API2/Qemu.pm:3631-3642,3757-3768,
+        3934-3945); a DELETE sent then fails "VM <id> is running - destroy failed" (:2842). For other VMs the
+        state is there when the task ends, and this is one read.
+        """
+        path = 'nodes/%s/qemu/%s/status/current' % (self.node, self.vmid)
+
+        started = clock()
+        attempts = {'n': 0}
+
+        def probe():
+            attempts['n'] += 1
+            try:
+                status = self.client.request('get', path, 'read status', self.subject, retry=False) or {}
+            except _errors.TransientApiError as exc:
+                self.client.retried.append({'what': 'read status', 'error': str(exc),
+                                            'elapsed': round(clock() - started, 3), 'attempt': attempts['n']})
+                return False, str(exc)
+            ha = status.get('ha') or {}
+            note = ' (HA-managed, HA state %s)' % ha.get('state') if str(ha.get('managed') or 0) == '1' else ''
+            return status.get('status') == want, 'VM is %s%s' % (status.get('status'), note)
+
+        result = _wait.wait_for(probe, timeout=min(self.task_timeout, self.client.deadline.remaining()),
+                                interval=min(0.2, self.interval), backoff=1.6, max_interval=self.interval,
+                                clock=clock, sleep=sleep)
+        if not result.ok:
+            raise _errors.WaitTimeout('%s: the %s task ended, but the VM is not %s after %.0f s (last seen: %s)'
+                                      % (self.subject, operation, want, result.elapsed, result.observation), result)
 
     def converge(self, deadline, clock=time.monotonic, sleep=time.sleep):
         """Apply the plan, observe again, and repeat until nothing is left to do or the deadline passes.
@@ -497,19 +588,24 @@ class VmRunner(object):
 
         def step():
             observed = self.observe()
-            _changed, actions, _diff_unused = plan(self.params, observed.config, observed.status, observed.pending)
+            _changed, actions, _diff_unused = plan(self.params, observed.config, observed.status, observed.pending,
+                                                   observed.drift)
             if not actions:
                 return True, observed
+            running = observed.status == 'running'
             try:
                 for action in actions:
-                    self.act(action)
+                    self.act(action, running=running)
+                    if action.kind in ('shutdown', 'stop'):
+                        running = False
                     if action.kind == 'reset':
                         return True, None
             except _errors.TransientApiError as exc:
                 last_error['error'] = exc
                 raise
             observed = self.observe()
-            _changed, actions, _diff_unused = plan(self.params, observed.config, observed.status, observed.pending)
+            _changed, actions, _diff_unused = plan(self.params, observed.config, observed.status, observed.pending,
+                                                   observed.drift)
             if not actions:
                 return True, observed
             return False, 'still to do after applying: %s' % ', '.join(a.describe() for a in actions)
@@ -543,7 +639,7 @@ def run(module_params, client, deadline, check_mode, warn, runner=None):
     """
     runner = runner or VmRunner(client, module_params)
     observed = runner.observe()
-    changed, actions, diff = plan(module_params, observed.config, observed.status, observed.pending)
+    changed, actions, diff = plan(module_params, observed.config, observed.status, observed.pending, observed.drift)
     result = dict(changed=changed, vmid=module_params['vmid'], node=module_params['node'],
                   actions=[a.describe() for a in actions], upids=runner.upids, diff=diff)
     if check_mode or not actions:
@@ -551,13 +647,14 @@ def run(module_params, client, deadline, check_mode, warn, runner=None):
         current = effective(observed.config, observed.pending) if exists else None
         result.update(status=observed.status or 'absent',
                       config=managed_view(module_params, current) if exists else {},
-                      pending=pending_keys(observed.config, observed.pending) if exists else [],
+                      pending=sorted(set(pending_keys(observed.config, observed.pending)) | set(observed.drift))
+                      if exists else [],
                       reboot_required=predict_reboot_required(module_params, actions, observed.config,
-                                                              observed.pending, observed.status))
+                                                              observed.pending, observed.status, observed.drift))
         return result
     if not module_params['wait']:
         for action in actions:
-            runner.act(action, wait=False)
+            runner.act(action, wait=False, running=observed.status == 'running')
         result.update(status=observed.status or 'absent', config={}, pending=[], reboot_required=False)
         return result
     final = runner.converge(deadline)
@@ -565,7 +662,10 @@ def run(module_params, client, deadline, check_mode, warn, runner=None):
     if final is None:
         final = runner.observe()
     exists = final.config is not None
-    pending = pending_keys(final.config, final.pending) if exists else []
+    pending = []
+    if exists:
+        unapplied = runner.unapplied_cloudinit if final.status == 'running' else set()
+        pending = sorted(set(pending_keys(final.config, final.pending)) | set(final.drift) | unapplied)
     result.update(status=final.status or 'absent', pending=pending, reboot_required=bool(pending),
                   config=managed_view(module_params, effective(final.config, final.pending)) if exists else {})
     if pending:

@@ -90,6 +90,9 @@ class VmProbe(object):
             try:
                 info['agent_addresses'] = _proxmox.agent_ipv4_addresses(self.client, self.node, self.vmid,
                                                                         self.subject)
+            except _proxmox.PermissionDenied:
+                # A refused privilege never passes by waiting: fail now, naming the call and the privilege.
+                raise
             except _errors.ApiError as exc:
                 # 500 'QEMU guest agent is not running' until the guest's agent starts.
                 info['agent_error'] = exc.details.get('pve_message') or str(exc)

@@ -29,7 +29,10 @@ options:
     type: str
     required: true
   filename:
-    description: File name on the storage, without folder.
+    description:
+      - File name on the storage, without folder, as PVE will keep it - letters, digits, C(_), C(.) and C(-) only
+        (PVE replaces any other character with C(_)), ending in C(.iso)/C(.img) for V(iso) and
+        C(.ova)/C(.qcow2)/C(.raw)/C(.vmdk) for V(import). Another name fails naming this option.
     type: str
     required: true
   url:
@@ -131,6 +134,7 @@ needed_by:
   elements: str
 """
 
+import re
 import time
 import traceback
 
@@ -160,6 +164,16 @@ def validate(params):
     name = params['filename']
     if '/' in name or name in ('.', '..') or not name.strip():
         raise _errors.ValidationError('filename', '%r must be a plain file name, without folders' % name)
+    # PVE stores a download under a normalised name: every character but a-z, A-Z, 0-9, _, . and - becomes _
+    # (pve-storage 9.1.7 src/PVE/Storage.pm:2483-2491, used by download-url at src/PVE/API2/Storage/Status.pm:831);
+    # the module would then never find the file under the name given.
+    normalised = re.sub(r'[^a-zA-Z0-9_.-]', '_', name)
+    if normalised != name:
+        raise _errors.ValidationError('filename', '%r has characters PVE replaces (it would store the file as %r); '
+                                                  'use %r' % (name, normalised, normalised))
+    if params['content'] == 'import' and not re.search(r'\.(ova|qcow2|raw|vmdk)$', name):
+        raise _errors.ValidationError('filename', '%r must end in .ova, .qcow2, .raw or .vmdk for content import '
+                                                  '(PVE refuses other names)' % name)
     if params['content'] == 'iso' and not name.lower().endswith(('.iso', '.img')):
         raise _errors.ValidationError('filename', '%r must end in .iso or .img for content iso (PVE refuses other '
                                                   'names)' % name)

@@ -23,8 +23,11 @@ description:
     to be created (vm_disk_gb, or the role's minimum O(minimums) C(disk_gb) when unset, as a lower bound; so a full
     storage is caught before some VMs are created and others fail), vm_bridge exists as a bridge, and the
     image storage holds O(image) content; the Talos image is on the storage of every node, or PVE can fetch its URL
-    (C(query-url-metadata)) and the credentials may download it; the credentials hold the privileges the vms stage
-    needs; no vm_id is already taken by a different VM (another name, or another node).
+    (C(query-url-metadata)) and the credentials may download it (C(Datastore.AllocateTemplate) on the storage and
+    C(Sys.AccessNetwork) on the node, or C(Sys.Audit) and C(Sys.Modify) on C(/)); the credentials hold every privilege
+    of the collection's privilege table for the PVE major version found (8 or 9; the guide's role), each missing one
+    named with its ACL path and what needs it; no vm_id is already taken by a different VM (another name, or
+    another node).
   - Written as one read-only module, rather than with M(community.proxmox.proxmox_node_info) and friends, so that
     all problems come back in one list with the inventory's names, and so that the same connection options
     (including O(ca_path)) and error mapping as the other modules are used.
@@ -37,7 +40,7 @@ options:
       - C(host) (required) - the inventory host name.
       - C(role) - V(controlplane) or V(worker) (from the host's groups).
       - C(vm_name) - the VM name; defaults to C(host).
-      - C(vm_id), C(vm_pve_node), C(vm_cores), C(vm_memory_mb), C(vm_disk_gb), C(vm_bridge), C(vm_storage),
+      - C(vm_id), C(vm_pve_node), C(vm_cores), C(vm_memory_mb), C(vm_disk_gb), C(vm_bridge), C(vm_vlan), C(vm_storage),
         C(vm_cloudinit_storage), C(node_ip), C(node_prefix), C(node_gateway).
     type: list
     elements: dict
@@ -131,17 +134,16 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _errors, _proxmox, _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _proxmox_privileges as _privileges
 
 ROLES = ('controlplane', 'worker')
 DNS_LABEL = re.compile(r'^(?=.{1,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?$', re.I)
 GIB = 1024 ** 3
 DEFAULT_MINIMUMS = {'controlplane': {'cores': 2, 'memory_mb': 2048, 'disk_gb': 10},
                     'worker': {'cores': 1, 'memory_mb': 1024, 'disk_gb': 10}}
-# What the vms stage does, and the privileges PVE asks for it (qemu-server and pve-storage API permissions).
-VM_PRIVILEGES = ('VM.Allocate', 'VM.Audit', 'VM.PowerMgmt', 'VM.Config.Disk', 'VM.Config.CDROM', 'VM.Config.CPU',
-                 'VM.Config.Memory', 'VM.Config.Network', 'VM.Config.Options', 'VM.Config.HWType',
-                 'VM.Config.Cloudinit')
-BRIDGE_TYPES = ('bridge', 'OVSBridge')
+# GET /nodes/{node}/network?type=any_bridge lists Linux and OVS bridges and the SDN VNets the credentials may see
+# (pve-manager PVE/API2/Network.pm:425-452; pve-network src/PVE/Network/SDN.pm:311-352: type vnet, no zone).
+BRIDGE_TYPES = ('bridge', 'OVSBridge', 'vnet')
 
 
 def argument_spec():
@@ -331,6 +333,9 @@ def _api_problem(report, exc, params):
     if status == 401:
         field = 'pve_api_token_id' if params.get('api_token_id') else 'pve_api_password'
         report.problem('all', field, 'PVE at %s refused the credentials of %s: %s' % (where, params['api_user'], text))
+    elif isinstance(exc, _errors.ProxtalosError) and exc.details.get('tls') == 'hostname':
+        report.problem('all', 'pve_api_host', 'the certificate of PVE at %s does not name %s: %s'
+                       % (where, params.get('api_host'), text))
     elif 'TLS verification' in text:
         report.problem('all', 'pve_ca_path', 'the certificate of PVE at %s does not verify: %s' % (where, text))
     elif isinstance(exc, _errors.TransientApiError):
@@ -377,21 +382,29 @@ def check_pve(client, params, vms, image, report):
     permissions = client.get('access/permissions', 'read own permissions') or {}
     existing = dict((str(r.get('vmid')), r) for r in client.get('cluster/resources', 'list VMs', type='vm') or [])
     learnt['image'] = {}
+    shared_space = {}
     for node in sorted(usable):
         on_node = [vm for vm in vms if vm.get('vm_pve_node') == node]
         to_create = [vm for vm in on_node if str(_int(vm.get('vm_id'))) not in existing]
         try:
-            _check_node(client, node, on_node, image, permissions, learnt, report, to_create, params.get('minimums'))
+            _check_node(client, node, on_node, image, permissions, learnt, report, to_create, params.get('minimums'),
+                        shared_space)
         except _errors.ApiError as exc:
+            if exc.status == 403:
+                # Refused, not unreachable: the privilege check below names what is missing.
+                report.problem('all', 'pve_api_token_id' if params.get('api_token_id') else 'pve_api_user',
+                               'PVE node %s refused a read: %s' % (node, exc))
+                continue
             for vm in on_node:
                 report.problem(vm['host'], 'vm_pve_node', 'PVE node %s does not answer: %s' % (node, exc))
+    check_space_of_shared(shared_space, report)
     report.check('storages and bridges exist on the VMs\' nodes', not any(
         p['field'] in ('vm_storage', 'vm_bridge', 'vm_cloudinit_storage') for p in report.problems))
     if image:
         report.check('the Talos image is on PVE storage or PVE can download it',
                      not any(p['field'].startswith('talos_image') for p in report.problems))
 
-    _check_privileges(vms, permissions, params, report)
+    _check_privileges(vms, permissions, params, report, learnt.get('version'), image, learnt.pop('bridges', None))
     report.check('storages have room for the disks of the VMs to create',
                  not any(p['reason'].startswith('no room') for p in report.problems))
     _check_taken_ids(existing, vms, report)
@@ -403,8 +416,14 @@ def _storages(client, node):
     return dict((s.get('storage'), s) for s in listed)
 
 
-def _check_space(node, to_create, storages, minimums, report):
-    """Each storage has room for the disks of the VMs still to be created on it (a lower bound of what they need)."""
+def _check_space(node, to_create, storages, minimums, report, space=None):
+    """Each storage has room for the disks of the VMs still to be created on it (a lower bound of what they need).
+
+    A shared storage (PVE's `shared` flag: Ceph RBD, NFS, ...) has one pool for every node, and its `avail` is that
+    pool's: its disks are added up over the nodes in `space` and judged once by check_space_of_shared(). Thin pools
+    (LVM-thin, ZFS, RBD) are counted as if thick, on purpose: PVE creates their disks beyond `avail`, but writing them
+    fails once the pool is full.
+    """
     wanted = {}
     for vm in to_create:
         name = vm.get('vm_storage')
@@ -414,33 +433,49 @@ def _check_space(node, to_create, storages, minimums, report):
         size = _int(vm.get('vm_disk_gb'))
         if size is None:
             size = _int(((minimums or DEFAULT_MINIMUMS).get(vm.get('role')) or {}).get('disk_gb')) or 0
+        if space is not None and str(store.get('shared', 0)) in ('1', 'True', 'true'):
+            entry = space.setdefault(name, {'free': int(store['avail']), 'disks': [], 'nodes': []})
+            entry['disks'].append((vm['host'], size))
+            if node not in entry['nodes']:
+                entry['nodes'].append(node)
+            continue
         wanted.setdefault(name, []).append((vm['host'], size))
     for name, disks in sorted(wanted.items()):
-        free = int(storages[name]['avail'])
-        need = sum(size for _host, size in disks)
-        if need and free < need * GIB:
-            text = ('no room: storage %r on PVE node %s has %.1f GiB free; the disks of the %d VM(s) to create there need '
-                    'at least %d GiB (%s)' % (name, node, free / float(GIB), len(disks), need,
-                                              ', '.join('%s %d' % disk for disk in disks)))
-            for host, _size in disks:
-                report.problem(host, 'vm_storage', text)
+        _room(name, 'on PVE node %s' % node, int(storages[name]['avail']), disks, report)
 
 
-def _check_node(client, node, on_node, image, permissions, learnt, report, to_create=(), minimums=None):
+def check_space_of_shared(space, report):
+    """The shared storages' room, once for all the nodes that create VMs on them."""
+    for name, entry in sorted((space or {}).items()):
+        _room(name, '(shared by PVE nodes %s)' % ', '.join(sorted(entry['nodes'])), entry['free'], entry['disks'], report)
+
+
+def _room(name, where, free, disks, report):
+    need = sum(size for _host, size in disks)
+    if need and free < need * GIB:
+        text = ('no room: storage %r %s has %.1f GiB free; the disks of the %d VM(s) to create there need '
+                'at least %d GiB (%s)' % (name, where, free / float(GIB), len(disks), need,
+                                          ', '.join('%s %d' % disk for disk in disks)))
+        for host, _size in disks:
+            report.problem(host, 'vm_storage', text)
+
+
+def _check_node(client, node, on_node, image, permissions, learnt, report, to_create=(), minimums=None, space=None):
     """Storages (and their free space for the VMs to_create), bridges and the image on one PVE node."""
     storages = _storages(client, node)
-    _check_space(node, to_create, storages, minimums, report)
+    _check_space(node, to_create, storages, minimums, report, space)
     _check_storages(on_node, node, storages, image, report)
-    bridges = set(i.get('iface') for i in client.get('nodes/%s/network' % node, 'list bridges', 'node %s' % node,
-                                                     type='any_bridge') or []
-                  if i.get('type') in BRIDGE_TYPES)
+    bridges = dict((i.get('iface'), i.get('type')) for i in client.get('nodes/%s/network' % node, 'list bridges',
+                                                                       'node %s' % node, type='any_bridge') or []
+                   if i.get('type') in BRIDGE_TYPES)
+    learnt.setdefault('bridges', {})[node] = bridges
     for vm in on_node:
         bridge = vm.get('vm_bridge')
         if not _blank(bridge) and bridge not in bridges:
             report.problem(vm['host'], 'vm_bridge', 'PVE node %s has no bridge %r (bridges: %s)'
                            % (node, bridge, ', '.join(sorted(bridges)) or 'none'))
     if image:
-        learnt['image'][node] = _check_image(client, node, storages, image, permissions, report)
+        learnt['image'][node] = _check_image(client, node, storages, image, permissions, report, learnt.get('version'))
 
 
 def _check_storages(on_node, node, storages, image, report):
@@ -469,7 +504,7 @@ def _check_storages(on_node, node, storages, image, report):
                            '%s); enable "%s"' % (name, node, content, store.get('content'), content))
 
 
-def _check_image(client, node, storages, image, permissions, report):
+def _check_image(client, node, storages, image, permissions, report, major=None):
     """'present', 'downloadable' or 'missing' for one node."""
     name, content = image.get('storage'), image.get('content') or 'iso'
     if name not in storages or content not in str(storages[name].get('content', '')).split(','):
@@ -479,12 +514,14 @@ def _check_image(client, node, storages, image, permissions, report):
                        'node %s' % node, content=content) or []
     if any(item.get('volid') == volid for item in items):
         return 'present'
-    missing = [priv for path, priv in (('/storage/%s' % name, 'Datastore.AllocateTemplate'), ('/', 'Sys.Audit'),
-                                       ('/', 'Sys.Modify'))
-               if not has_privilege(permissions, path, priv)]
+    missing = []
+    for need in _privileges.required('download_storage') + _privileges.required('download_node'):
+        path = need.path.replace('{storage}', name).replace('{node}', node)
+        if not _holds(permissions, need, path, major):
+            missing.append(_need_text(need, major, path))
     if missing:
         report.problem('all', 'talos_image_url', '%s is not on PVE node %s and the credentials may not download it '
-                       '(missing: %s)' % (volid, node, ', '.join(missing)))
+                       '(missing: %s)' % (volid, node, '; '.join(missing)))
         return 'missing'
     if not image.get('url'):
         report.problem('all', 'talos_image_url', '%s is not on PVE node %s and no URL is given' % (volid, node))
@@ -498,30 +535,92 @@ def _check_image(client, node, storages, image, permissions, report):
     return 'downloadable'
 
 
-def _check_privileges(vms, permissions, params, report):
-    lacking = {}
+def _holds(permissions, need, path, major):
+    """Whether the permissions satisfy one Need on path: any of its privileges, or its alternative."""
+    if any(has_privilege(permissions, path, priv) for priv in need.privileges_for(major)):
+        return True
+    if need.alternative:
+        return all(has_privilege(permissions, need.alternative[0], priv) for priv in need.alternative[1])
+    return False
+
+
+def _need_text(need, major, path):
+    """'VM.GuestAgent.Audit (or VM.GuestAgent.Unrestricted) on /vms/101'."""
+    privileges = need.privileges_for(major)
+    text = privileges[0] + (' (or %s)' % ', '.join(privileges[1:]) if privileges[1:] else '') + ' on ' + path
+    if need.alternative:
+        text += ' (or %s on %s)' % (' and '.join(need.alternative[1]), need.alternative[0])
+    return text
+
+
+def _bridge_path(need, vm, bridges, permissions):
+    """The SDN path PVE checks SDN.Use on for the VM's NIC: /sdn/zones/<zone>/<bridge>, and /<tag> below it with
+    a VLAN tag (pve-guest-common src/PVE/GuestHelpers.pm:397-421 check_vnet_access). A plain bridge is in the zone
+    localnetwork; a VNet is in its own zone, which the bridge list does not say: it is taken from the ACL paths of
+    the permissions (/sdn/zones/<zone>/<vnet>), else shown as <zone of VNET> (only a grant above the zones can
+    then satisfy it)."""
+    bridge = str(vm['vm_bridge'])
+    zone = 'localnetwork'
+    kinds = (bridges or {}).get(vm.get('vm_pve_node')) or {}
+    if kinds.get(bridge) == 'vnet':
+        zone = '<zone of %s>' % bridge
+        for path in sorted(permissions or {}):
+            parts = path.strip('/').split('/')
+            if len(parts) >= 4 and parts[:2] == ['sdn', 'zones'] and parts[3] == bridge:
+                zone = parts[2]
+                break
+    path = need.path.replace('{zone}', zone).replace('{bridge}', bridge)
+    if _int(vm.get('vm_vlan')) is not None:
+        path += '/%d' % _int(vm.get('vm_vlan'))
+    return path
+
+
+def _need_paths(need, vms, image, bridges=None, permissions=None):
+    """(ACL path, hosts) pairs a Need is checked on, from the inventory."""
+    out = {}
+
+    def add(path, host):
+        out.setdefault(path, []).append(host)
     for vm in vms:
-        vmid = _int(vm.get('vm_id'))
-        if vmid is None:
-            continue
-        for priv in VM_PRIVILEGES:
-            if not has_privilege(permissions, '/vms/%d' % vmid, priv):
-                lacking.setdefault(priv, []).append(vm['host'])
-        for field in ('vm_storage', 'vm_cloudinit_storage'):
-            if not _blank(vm.get(field)) and not has_privilege(permissions, '/storage/%s' % vm[field],
-                                                               'Datastore.AllocateSpace'):
-                lacking.setdefault('Datastore.AllocateSpace on /storage/%s' % vm[field], []).append(vm['host'])
-        # PVE 8 and later check SDN.Use on the bridge's zone before a NIC is attached to it.
-        bridge_path = '/sdn/zones/localnetwork/%s' % vm.get('vm_bridge')
-        if not _blank(vm.get('vm_bridge')) and not has_privilege(permissions, bridge_path, 'SDN.Use'):
-            lacking.setdefault('SDN.Use on %s' % bridge_path, []).append(vm['host'])
+        host = vm['host']
+        if need.scope == 'vm':
+            vmid = _int(vm.get('vm_id'))
+            if vmid is not None:
+                add(need.path.replace('{vmid}', str(vmid)), host)
+        elif need.scope == 'vm_storage':
+            for field in ('vm_storage', 'vm_cloudinit_storage'):
+                if not _blank(vm.get(field)):
+                    add(need.path.replace('{storage}', str(vm[field])), host)
+        elif need.scope == 'image_storage':
+            if image and not _blank(image.get('storage')):
+                add(need.path.replace('{storage}', str(image['storage'])), host)
+        elif need.scope == 'bridge':
+            if not _blank(vm.get('vm_bridge')):
+                add(_bridge_path(need, vm, bridges, permissions), host)
+        elif need.scope == 'root':
+            add(need.path, host)
+    return out
+
+
+def _check_privileges(vms, permissions, params, report, major=None, image=None, bridges=None):
+    """The token against the privilege table (_proxmox_privileges): each missing one named with its path and use."""
+    missing = []
+    for need in _privileges.required():
+        for path, hosts in sorted(_need_paths(need, vms, image, bridges, permissions).items()):
+            if not _holds(permissions, need, path, major):
+                missing.append((need, path, hosts))
     who = params.get('api_user') or ''
     if params.get('api_token_id'):
         who = '%s!%s' % (who, params['api_token_id']) if '!' not in params['api_token_id'] else params['api_token_id']
-    for priv, hosts in sorted(lacking.items()):
-        report.problem('all', 'pve_api_token_id' if params.get('api_token_id') else 'pve_api_user',
-                       '%s lacks the privilege %s needed for %s' % (who, priv, ', '.join(sorted(set(hosts)))))
-    report.check('the credentials hold the privileges the vms stage needs', not lacking)
+    field = 'pve_api_token_id' if params.get('api_token_id') else 'pve_api_user'
+    for need, path, hosts in missing:
+        hosts = sorted(set(hosts))
+        whom = ', '.join(hosts) if len(hosts) < len(vms) or len(vms) == 1 else 'every VM'
+        report.problem('all', field, '%s lacks the privilege %s, needed to %s (%s) for %s; see the role in '
+                       'docs/guide-proxmox.md' % (who, _need_text(need, major, path), need.what,
+                                                  ', '.join(need.calls[:2]), whom))
+    table_major = _privileges.major_of(major)[0]
+    report.check('the credentials hold the privileges the vms stage needs (PVE %d)' % table_major, not missing)
 
 
 def _check_taken_ids(existing, vms, report):

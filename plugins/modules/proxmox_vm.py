@@ -26,6 +26,13 @@ description:
   - Changes PVE cannot apply to a running VM (cores, memory, CPU type and most hardware) are written to the VM's
     pending config and take effect at its next start. The module reports them in RV(reboot_required) and
     RV(pending) with a warning; with O(restart_on_change=true) it reboots the VM through PVE to apply them.
+  - Cloud-init values (O(ipconfig0), O(nameserver), O(searchdomain)) of a running VM are written into its
+    config at once by PVE, but the guest reads them from the cloud-init drive, which PVE generates again only
+    at the next start. The module reports such a change in RV(pending) with RV(reboot_required=true), and a
+    drift left by an earlier run, as PVE lists it in C(GET .../cloudinit) (PVE lists a changed C(ipconfig0)
+    there only in the run that made the change). With O(restart_on_change=true) it shuts the VM down before
+    such a change and starts it after, so that a run ending in between leaves a stopped VM that the next run
+    starts.
   - The VM's disk is only ever grown (PVE C(resize)); a smaller O(disk_size) fails, and so does a different
     O(disk_storage), since moving a disk is out of scope.
   - With O(vms) it works on several VMs in one module run (for a C(run_once) task over every node) - each VM is
@@ -94,6 +101,7 @@ options:
   macaddr:
     description:
       - MAC address of C(net0). When not set, PVE generates one at creation and it is kept on every update.
+      - PVE takes only a unicast address (the second hex digit even); a multicast one fails naming this option.
     type: str
   disk_storage:
     description: Storage of the boot disk C(scsi0). Used with O(disk_size).
@@ -154,7 +162,8 @@ options:
   restart_on_change:
     description:
       - When a change is left pending on a running VM, reboot the VM through PVE (C(status/reboot)) so it takes
-        effect. When V(false), the change waits for the next start and RV(reboot_required) is V(true).
+        effect; a cloud-init change is made between a shutdown and a start instead. When V(false), the change
+        waits for the next start and RV(reboot_required) is V(true).
     type: bool
     default: false
   shutdown_timeout:
@@ -407,12 +416,15 @@ config:
   sample: {"cores": 4, "memory": 8192, "net0": {"bridge": "vmbr0", "model": "virtio"}}
 reboot_required:
   description:
-    - True when changes wait in the VM's pending config for the next start (see O(restart_on_change)).
+    - True when changes wait for the VM's next start - in its pending config, or cloud-init values its cloud-init
+      drive does not have yet (see O(restart_on_change)).
   returned: always, in the one-VM form (with O(vmid))
   type: bool
   sample: false
 pending:
-  description: Config keys whose pending value differs from the running one.
+  description:
+    - Config keys whose pending value differs from the running one, and cloud-init keys the running VM's cloud-init
+      drive does not have yet (changed by this run, or listed by PVE's C(GET .../cloudinit)).
   returned: always, in the one-VM form (with O(vmid))
   type: list
   elements: str

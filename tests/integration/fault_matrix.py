@@ -110,6 +110,18 @@ ROWS = [
         ['VM 1021 (lab-w-1)', 'guest agent: QEMU guest agent is not running', 'siderolabs/qemu-guest-agent'],
         'the address gate names the VM and what its '
         'guest agent answered, with a hint to check the image\'s qemu-guest-agent extension', target='1021', extra_vars=VMS_SHORT),
+    row('pve-privilege-agent', 'PVE', 'pve-privilege-revoked', 'vms', 'vms', 'vms', 'failed',
+        ['VM 1011', 'permission denied', 'GET /nodes/pve1/qemu/1011/agent/network-get-interfaces',
+         'VM.GuestAgent.Audit (or VM.GuestAgent.Unrestricted) on /vms/1011'],
+        'a 403 fails the address gate at once, naming the call and the privilege (not "agent not up yet")',
+        target='VM.GuestAgent.Audit', extra_vars=dict(VMS_SHORT, proxmox_vms_address_timeout=120)),
+    row('pve-privilege-download', 'PVE', 'pve-privilege-revoked', 'preflight', 'empty', 'preflight,vms', 'failed',
+        ['talos_image_url', 'may not download it', 'Sys.AccessNetwork on /nodes/pve1 (or Sys.Audit and Sys.Modify on /)'],
+        'preflight names the missing download privilege and its alternative before anything is created',
+        target='Sys.AccessNetwork', extra_vars=VMS_SHORT),
+    row('pve-ha-managed', 'PVE', 'pve-ha-managed', 'vms', 'vms', 'vms', 'recovered',
+        ['fault active'], 'the hastart task ends before the HA stack starts the VM: the stage waits on the observed power '
+        'state, then on the address', target='1021', params={'delay': 2.0}, before=[('stop_vm', 'lab-w-1')]),
     # ---------------------------------------------------------------- Talos
     row('talos-unreachable-vms', 'Talos', 'talos-unreachable', 'vms', 'vms', 'vms', 'failed',
         ['{addr:lab-w-1}:50000', 'gave up', 'the Talos API answering on port 50000', 'got no answer'],

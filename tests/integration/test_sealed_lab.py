@@ -72,7 +72,7 @@ def test_the_flux_stage_seals_the_csi_config_and_the_git_credentials_into_the_re
         assert token not in text and pve_token not in text and base64.b64encode(token.encode()).decode() not in text
     config = yaml.safe_load(unseal_file(gitops_cluster, os.path.join(repo, CSI_FILE))['config.yaml'])
     assert config == {'clusters': [{'url': 'https://%s:%d/api2/json' % (gitops_cluster.lab.pve_host, gitops_cluster.lab.pve_port),
-                                    'insecure': False, 'token_id': 'root@pam!proxtalos', 'token_secret': pve_token, 'region': 'lab'}]}
+                                    'insecure': False, 'token_id': 'proxtalos@pve!proxtalos', 'token_secret': pve_token, 'region': 'lab'}]}
     assert unseal_file(gitops_cluster, os.path.join(repo, GIT_FILE)) == {'username': b'flux', 'password': token.encode()}
     # the lab's controller unsealed both into Secrets it owns; the CSI controller runs on its config
     core = client.CoreV1Api(gitops_cluster.api())

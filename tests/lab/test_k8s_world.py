@@ -40,7 +40,7 @@ def _vm(running, api, vmid, index):
     net = running.world.net
     address = net.static_host(index)
     _ok(api, api.nodes('pve1').qemu.post(vmid=vmid, name='talos-%d' % vmid, net0='virtio,bridge=vmbr0', agent=1, scsi0='local-lvm:32',
-                                         ipconfig0='ip=%s/24,gw=%s' % (address, net.gateway)))
+                                         ide0='local-lvm:cloudinit', ipconfig0='ip=%s/24,gw=%s' % (address, net.gateway)))
     qemu = api.nodes('pve1').qemu(vmid)
     _ok(api, qemu.status.start.post())
     return qemu, address
@@ -117,7 +117,7 @@ def _nodes_are(core, names):
 
 def test_api_comes_up_with_etcd_and_nodes_register(running, tmp_path):
     world = running.world
-    api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
+    api = ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
     endpoint_host = world.net.endpoint_host
     core, cp_vm, cp_address, worker_address = _cluster_up(running, api, tmp_path)
     nodes = _nodes_are(core, {'cp-1', 'worker-1'})
@@ -173,7 +173,7 @@ def test_a_cluster_rebuilt_after_a_lab_reset_gets_a_working_api(running, tmp_pat
     """A lab reset deletes the VMs (their hooks remove API hosts) while it closes the clusters: the old API
     server must not come back on 6443, so the cluster built next serves with its own CA."""
     world = running.world
-    api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
+    api = ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
     _cluster_up(running, api, tmp_path, 401, 402)
     running.call(world.control({'op': 'reset'}))
     wait_until(lambda: (not _port_open(world.net.endpoint_host, 6443), 'open'), 'no API after the reset')

@@ -68,7 +68,7 @@ def test_token_and_password_logins(clean_lab):
 
 
 def test_storages_and_bridge_the_preflight_checks(clean_lab):
-    node = clean_lab.proxmox().nodes('pve1')
+    node = clean_lab.proxmox(root=True).nodes('pve1')
     storages = dict((s['storage'], set(s['content'].split(','))) for s in node.storage.get())
     assert {'iso', 'vztmpl', 'import', 'snippets'} <= storages['local']
     assert 'images' in storages['local-lvm']

@@ -194,7 +194,7 @@ def test_inventory_has_the_contract_shape():
     assert workers['lab-w-3'] == {'vm_id': 1023, 'vm_pve_node': 'pve1'}
     assert data['cluster']['vars'] == {
         'lab_net': '127.0.10', 'lab_run_dir': '/r/lab/run', 'pve_api_host': '127.0.10.2', 'pve_api_port': 8006,
-        'pve_api_user': 'root@pam', 'pve_api_token_id': 'proxtalos',
+        'pve_api_user': 'proxtalos@pve', 'pve_api_token_id': 'proxtalos',
         'pve_api_token_secret': "{{ lookup('ansible.builtin.file', '/r/lab/run/pve-token') }}",
         'pve_ca_path': '/r/lab/run/pve-ca.pem', 'cluster_endpoint_host': '127.0.10.10'}
 

@@ -35,7 +35,7 @@ class RecordingListener(object):
 def proxmox_of(running):
     from proxmoxer import ProxmoxAPI
     world = running.world
-    return ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret,
+    return ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret,
                       verify_ssl=world.ca_path)
 
 
@@ -57,7 +57,7 @@ def test_listener_sees_start_stop_reset_reboot_delete_in_order(running):
     api = proxmox_of(running)
     node = api.nodes('pve1')
     net = running.world.net
-    ok(api, node.qemu.post(vmid=1011, name='cp', net0='virtio,bridge=vmbr0', agent=1,
+    ok(api, node.qemu.post(vmid=1011, name='cp', net0='virtio,bridge=vmbr0', agent=1, ide0='local-lvm:cloudinit',
                            ipconfig0='ip=%s/24,gw=%s' % (net.static_host(1), net.gateway)))
     qemu = node.qemu(1011)
     for action in ('start', 'reset', 'reboot', 'stop'):
@@ -172,7 +172,7 @@ def test_several_pve_nodes_each_with_a_bridge(tmp_path):
         api = proxmox_of(running)
         net = running.world.net
         assert [n['node'] for n in api.nodes.get()] == ['pve1', 'pve2']
-        assert api.nodes('pve2').network('vmbr0').get()['cidr'] == net.host(3) + '/24'
+        assert [b['cidr'] for b in api.nodes('pve2').network.get(type='any_bridge')] == [net.host(3) + '/24']
         ok(api, api.nodes('pve2').qemu.post(vmid=1021, name='w', net0='virtio,bridge=vmbr0', agent=1, start=1))
         rows = running.call(running.world.vm_rows)
         assert [(r['vmid'], r['node'], r['address']) for r in rows] == [(1021, 'pve2', net.host(100))]

@@ -18,7 +18,7 @@ def running(tmp_path):
 def pve(running):
     from proxmoxer import ProxmoxAPI
     world = running.world
-    return ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret,
+    return ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret,
                       verify_ssl=world.ca_path)
 
 
@@ -33,7 +33,7 @@ def create_vm(running, vmid, index):
     net = running.world.net
     address = net.static_host(index)
     ok(api, api.nodes('pve1').qemu.post(vmid=vmid, name='talos-%d' % vmid, net0='virtio,bridge=vmbr0', agent=1,
-                                        scsi0='local-lvm:32', ipconfig0='ip=%s/24,gw=%s' % (address, net.gateway)))
+                                        scsi0='local-lvm:32', ide0='local-lvm:cloudinit', ipconfig0='ip=%s/24,gw=%s' % (address, net.gateway)))
     return api.nodes('pve1').qemu(vmid), address
 
 

@@ -140,7 +140,8 @@ def test_a_hosts_own_values_win_over_the_role_and_the_longest_deadline_is_taken(
     assert (w1['cores'], w1['tags']) == (4, ['edge', 'lab', 'worker'])
     assert 'vlan_tag' not in w1 and 'macaddr' not in w1
     assert (w1['cloudinit_storage'], w1['ipconfig0']) == ('local-lvm', 'ip=10.0.0.21/24,gw=10.0.0.1')
-    assert 'nameserver' not in w1
+    # an empty list is an empty nameserver: a value set earlier is removed (PVE then uses the node's resolvers)
+    assert w1['nameserver'] == ''
     assert (w2['memory'], w2['cloudinit_storage'], w2['ipconfig0'], w2['nameserver']) == (
         2048, 'ci', 'ip=10.0.0.22/24', '1.1.1.1 9.9.9.9')
     assert options['wait_timeout'] == 900

@@ -157,6 +157,18 @@ def test_connection_errors_are_transient_and_tls_errors_name_ca_path():
     assert not isinstance(tls, _errors.TransientApiError) and 'ca_path' in tls.message
 
 
+@pytest.mark.parametrize('text', [
+    "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: Hostname mismatch, certificate is not valid for "
+    "'pve.example.internal'. (_ssl.c:1010)",
+    "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: IP address mismatch, certificate is not valid for "
+    "'10.0.0.5'. (_ssl.c:1010)"])
+def test_a_certificate_for_another_name_names_api_host_not_ca_path(text):
+    # A CA file does not help when the certificate does not carry the name connected to (audit finding 7).
+    tls = _proxmox.classify(requests.exceptions.SSLError(text), 'read')
+    assert tls.details['tls'] == 'hostname' and 'set api_host to a name or address the certificate carries' in tls.message
+    assert 'ca_path' not in tls.message
+
+
 def test_unknown_exceptions_are_not_classified():
     assert _proxmox.classify(KeyError('x'), 'read') is None
 

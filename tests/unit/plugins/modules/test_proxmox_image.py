@@ -87,6 +87,8 @@ def test_absent_deletes_the_file(pve, fakepve_cafile, capsys):
 
 @pytest.mark.parametrize('overrides, field', [(dict(filename='iso/talos.iso'), 'filename'),
                                               (dict(filename='talos.qcow2'), 'filename'),
+                                              (dict(filename='talos v1.13+x.iso'), 'filename'),
+                                              (dict(filename='talos.iso', content='import'), 'filename'),
                                               (dict(url='ftp://x/talos.iso'), 'url')])
 def test_bad_options_name_the_field(overrides, field):
     values = dict(filename='talos.iso', content='iso', state='present', url=URL)
@@ -94,6 +96,13 @@ def test_bad_options_name_the_field(overrides, field):
     with pytest.raises(_errors.ValidationError) as caught:
         proxmox_image.validate(values)
     assert caught.value.field == field
+
+
+def test_a_name_pve_would_change_names_what_pve_would_store():
+    # PVE would store 'talos v1.iso' as 'talos_v1.iso' and the module would never find it (audit finding 9).
+    with pytest.raises(_errors.ValidationError) as caught:
+        proxmox_image.validate(dict(filename='talos v1.iso', content='iso', state='present', url=URL))
+    assert "it would store the file as 'talos_v1.iso'" in str(caught.value)
 
 
 def test_a_failure_names_who_needs_the_file_there(pve, fakepve_cafile, capsys):

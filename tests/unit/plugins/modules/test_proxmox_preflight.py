@@ -212,3 +212,143 @@ def test_an_image_pve_cannot_fetch_is_named_with_the_url_and_pve_message(pve, fa
     assert IMAGE['url'] in result['msg']
     queried = [r for r in pve.requests if r[0] == 'GET' and r[1].endswith('/query-url-metadata')]
     assert len(queried) == 1 and [r for r in pve.requests if r[0] != 'GET'] == []
+
+
+# ------------------------------------------------------------------- the privilege table (audit findings 1, 4, 11)
+
+GUIDE_ROLE_9 = {
+    '/vms': ('VM.Allocate', 'VM.Audit', 'VM.PowerMgmt', 'VM.Config.Disk', 'VM.Config.CDROM', 'VM.Config.CPU',
+             'VM.Config.Memory', 'VM.Config.Network', 'VM.Config.Options', 'VM.Config.HWType', 'VM.Config.Cloudinit',
+             'VM.GuestAgent.Audit'),
+    '/storage': ('Datastore.AllocateSpace', 'Datastore.Audit', 'Datastore.AllocateTemplate'),
+    '/nodes': ('Sys.AccessNetwork',),
+    '/': ('Sys.Audit',),
+    '/sdn/zones/localnetwork': ('SDN.Use',),
+}
+
+
+def grant_role(pve, user, role, leave_out=()):
+    """The role written out here (not read from the collection's table), less the privileges leave_out."""
+    pve.apitokens[user + '!proxtalos'] = SECRET
+    for path, privs in role.items():
+        kept = [p for p in privs if p not in leave_out]
+        if kept:
+            pve.grant(user, path, *kept)
+    return args
+
+
+def test_the_guide_role_passes_without_sys_modify(pve, fakepve_cafile, capsys):
+    # Sys.AccessNetwork on the node is what download-url and query-url-metadata accept besides Sys.Audit+Sys.Modify
+    # on / (pve-storage Status.pm:747-754): the old check asked for Sys.Modify on / and refused this role.
+    grant_role(pve, 'ops@pve', GUIDE_ROLE_9)
+    code, result = run(args(pve, fakepve_cafile, good_cluster(), api_user='ops@pve'), capsys)
+    assert code == 0, result['problems']
+    assert result['pve']['image'] == {'pve1': 'downloadable'}
+
+
+def test_a_role_without_the_agent_privilege_is_named_before_anything_is_created(pve, fakepve_cafile, capsys):
+    grant_role(pve, 'ops@pve', GUIDE_ROLE_9, leave_out=('VM.GuestAgent.Audit',))
+    code, result = run(args(pve, fakepve_cafile, good_cluster(), api_user='ops@pve'), capsys)
+    assert code == 1
+    reasons = [p['reason'] for p in result['problems']]
+    assert len(reasons) == 4 and all(p['field'] == 'pve_api_token_id' for p in result['problems'])
+    assert reasons[0].startswith('ops@pve!proxtalos lacks the privilege VM.GuestAgent.Audit (or '
+                                 'VM.GuestAgent.Unrestricted) on /vms/101, needed to read the guest agent\'s addresses')
+    assert reasons[0].endswith('for cp-1; see the role in docs/guide-proxmox.md')
+
+
+def test_pve8_asks_for_vm_monitor_for_the_agent(pve, fakepve_cafile, capsys):
+    pve.version = '8.4.1'
+    grant_role(pve, 'ops@pve', GUIDE_ROLE_9)
+    code, result = run(args(pve, fakepve_cafile, good_cluster(), api_user='ops@pve'), capsys)
+    assert code == 1
+    assert any('lacks the privilege VM.Monitor on /vms/101' in p['reason'] for p in result['problems'])
+    assert 'PVE 8' in [c for c in result['checks'] if c['check'].startswith('the credentials')][0]['check']
+
+
+def test_a_role_without_download_privileges_names_them_only_when_the_image_is_missing(pve, fakepve_cafile, capsys):
+    grant_role(pve, 'ops@pve', GUIDE_ROLE_9, leave_out=('Sys.AccessNetwork',))
+    code, result = run(args(pve, fakepve_cafile, good_cluster(), api_user='ops@pve'), capsys)
+    assert code == 1 and [p['field'] for p in result['problems']] == ['talos_image_url']
+    assert 'Sys.AccessNetwork on /nodes/pve1 (or Sys.Audit and Sys.Modify on /)' in result['problems'][0]['reason']
+    pve.store_file('local', 'talos.iso', 1024)
+    code, result = run(args(pve, fakepve_cafile, good_cluster(), api_user='ops@pve'), capsys)
+    assert code == 0, result['problems']
+
+
+def test_no_read_access_to_the_image_storage_is_a_privilege_not_a_dead_node(pve, fakepve_cafile, capsys):
+    role = dict(GUIDE_ROLE_9, **{'/storage/local-lvm': ('Datastore.AllocateSpace',),
+                                 '/storage/local': ('Datastore.AllocateTemplate',)})
+    del role['/storage']
+    grant_role(pve, 'ops@pve', role)
+    code, result = run(args(pve, fakepve_cafile, good_cluster(), api_user='ops@pve'), capsys)
+    assert code == 1
+    assert not any('does not answer' in p['reason'] for p in result['problems'])
+    assert any('lacks the privilege Datastore.Audit (or Datastore.AllocateSpace) on /storage/local' in p['reason']
+               for p in result['problems'])
+
+
+# ------------------------------------------------------------------- SDN VNets and VLAN-scoped grants (audit finding 5)
+
+class NodeReads(object):
+    """The two reads _check_node makes of a node: its storages and its bridges (any_bridge)."""
+
+    def __init__(self, bridges):
+        self.bridges = bridges
+
+    def get(self, path, what, subject=None, **params):
+        if path.endswith('/network'):
+            assert params == {'type': 'any_bridge'}
+            return self.bridges
+        assert path.endswith('/storage')
+        return [{'storage': 'local-lvm', 'content': 'images,rootdir', 'active': 1, 'enabled': 1, 'avail': 10 ** 12}]
+
+
+def role_permissions(**sdn):
+    perms = dict((path, dict.fromkeys(privs, 1)) for path, privs in GUIDE_ROLE_9.items() if path != '/sdn/zones/localnetwork')
+    perms['/'] = {'Sys.Audit': 0}
+    perms.update((path, {'SDN.Use': 1}) for path in sdn.values())
+    return perms
+
+
+def sdn_problems(bridges, permissions, **vm_values):
+    vms = [vm('cp-1', 101, **vm_values)]
+    report = proxmox_preflight.Report()
+    learnt = {'image': {}}
+    proxmox_preflight._check_node(NodeReads(bridges), 'pve1', vms, None, permissions, learnt, report)  # pylint: disable=protected-access
+    proxmox_preflight._check_privileges(vms, permissions, {'api_user': 'ops@pve', 'api_token_id': 'proxtalos'},  # pylint: disable=protected-access
+                                        report, '9.0.10', None, learnt['bridges'])
+    return [p['reason'] for p in report.problems]
+
+
+def test_an_sdn_vnet_is_a_bridge_and_its_use_is_checked_in_its_zone():
+    bridges = [{'iface': 'vmbr0', 'type': 'bridge'}, {'iface': 'vnet20', 'type': 'vnet'}]
+    assert sdn_problems(bridges, role_permissions(p='/sdn/zones/dc1/vnet20'), vm_bridge='vnet20') == []
+    reasons = sdn_problems(bridges, role_permissions(), vm_bridge='vnet20')
+    assert len(reasons) == 1 and 'SDN.Use on /sdn/zones/<zone of vnet20>/vnet20' in reasons[0]
+    # a plain bridge keeps the zone localnetwork
+    reasons = sdn_problems(bridges, role_permissions(p='/sdn/zones/dc1/vnet20'), vm_bridge='vmbr0')
+    assert len(reasons) == 1 and 'SDN.Use on /sdn/zones/localnetwork/vmbr0,' in reasons[0]
+
+
+def test_a_grant_on_the_vlan_alone_is_enough_for_a_tagged_nic():
+    bridges = [{'iface': 'vmbr0', 'type': 'bridge'}]
+    assert sdn_problems(bridges, role_permissions(p='/sdn/zones/localnetwork/vmbr0/20'), vm_vlan=20) == []
+    reasons = sdn_problems(bridges, role_permissions(p='/sdn/zones/localnetwork/vmbr0/30'), vm_vlan=20)
+    assert len(reasons) == 1 and 'SDN.Use on /sdn/zones/localnetwork/vmbr0/20' in reasons[0]
+    assert sdn_problems(bridges, role_permissions(p='/sdn/zones/localnetwork'), vm_vlan=20) == []
+
+
+def test_a_shared_storage_is_counted_once_for_every_node(pve, fakepve_cafile, capsys):
+    # A shared storage's avail is its pool's, for every node: its disks are added up over the nodes (audit finding 8;
+    # the old check judged each node alone against the whole pool's free space and let 40 GiB into 25).
+    gib = 1024 ** 3
+    pve.nodes['pve2'] = {'online': True}
+    pve.storages['local-lvm'].update(avail=25 * gib, total=100 * gib, shared=1)
+    vms = [vm('cp-1', 101), vm('w-1', 111, role='worker'), vm('w-2', 112, role='worker', vm_pve_node='pve2'),
+           vm('w-3', 113, role='worker', vm_pve_node='pve2')]
+    code, result = run(args(pve, fakepve_cafile, vms, image=None), capsys)
+    room = [p for p in result['problems'] if p['reason'].startswith('no room')]
+    assert code == 1 and sorted(p['host'] for p in room) == ['cp-1', 'w-1', 'w-2', 'w-3']
+    assert room[0]['reason'].startswith("no room: storage 'local-lvm' (shared by PVE nodes pve1, pve2) has 25.0 GiB free; "
+                                        "the disks of the 4 VM(s) to create there need at least 40 GiB")

@@ -173,9 +173,52 @@ def test_reboot_required_is_predicted_for_cold_changes_on_a_running_vm():
     assert not _proxmox_vm.predict_reboot_required(params(cores=4), actions, pve_config(), {}, 'stopped')
 
 
+CI_THERE = dict(ide0='local-lvm:vm-101-cloudinit,media=cdrom', ipconfig0='ip=10.0.0.11/24,gw=10.0.0.1')
+
+
+def test_a_cloud_init_change_on_a_running_vm_is_owed_a_restart():
+    # PVE writes ipconfig0 into a running VM's config at once (fast-plug); the guest sees it at the next start.
+    wanted = params(cloudinit_storage='local-lvm', ipconfig0='ip=10.0.0.21/24,gw=10.0.0.1')
+    actions = _proxmox_vm.plan(wanted, pve_config(**CI_THERE), 'running')[1]
+    assert kinds(actions) == ['update']
+    assert _proxmox_vm.predict_reboot_required(wanted, actions, pve_config(**CI_THERE), {}, 'running')
+
+
+def test_restart_on_change_shuts_down_before_a_cloud_init_change_and_starts_after():
+    # A run that ends after the change leaves a stopped VM: the next run starts it (the old code rebooted after the
+    # update, and a run ending between the two left a running VM whose ipconfig0 change PVE lists nowhere).
+    wanted = params(cloudinit_storage='local-lvm', ipconfig0='ip=10.0.0.21/24,gw=10.0.0.1', restart_on_change=True)
+    assert kinds(_proxmox_vm.plan(wanted, pve_config(**CI_THERE), 'running')[1]) == ['shutdown', 'update', 'start']
+    changed = dict(ide0=CI_THERE['ide0'], ipconfig0='ip=10.0.0.21/24,gw=10.0.0.1')
+    assert kinds(_proxmox_vm.plan(dict(wanted, state='started'), pve_config(**changed), 'stopped')[1]) == ['start']
+
+
+def test_cloud_init_drift_left_by_an_earlier_run_is_reported_and_restarted():
+    wanted = params(cloudinit_storage='local-lvm', ipconfig0='ip=10.0.0.11/24,gw=10.0.0.1', nameserver='9.9.9.9')
+    there = pve_config(nameserver='9.9.9.9', **CI_THERE)
+    changed, actions, _diff = _proxmox_vm.plan(wanted, there, 'running', {}, ['nameserver'])
+    assert not changed and actions == []
+    assert _proxmox_vm.predict_reboot_required(wanted, actions, there, {}, 'running', ['nameserver'])
+    assert kinds(_proxmox_vm.plan(dict(wanted, restart_on_change=True), there, 'running', {}, ['nameserver'])[1]) == [
+        'reboot']
+
+
+@pytest.mark.parametrize('items, drift', [
+    ([{'key': 'nameserver', 'value': '1.1.1.1'}], []),
+    ([{'key': 'nameserver', 'value': '1.1.1.1', 'pending': '9.9.9.9'}, {'key': 'searchdomain', 'pending': 'x'},
+      {'key': 'sshkeys', 'delete': 1}], ['nameserver', 'searchdomain', 'sshkeys']),
+])
+def test_the_cloud_init_drift_is_read_from_the_cloudinit_endpoint(items, drift):
+    class Client(object):
+        def get(self, path, what, subject=None):
+            assert path == 'nodes/pve1/qemu/101/cloudinit'
+            return items
+    assert _proxmox_vm.read_cloudinit_drift(Client(), 'pve1', 101) == drift
+
+
 @pytest.mark.parametrize('overrides, field', [
     (dict(vmid=99), 'vmid'), (dict(name='cp_1'), 'name'), (dict(cores=0), 'cores'), (dict(memory=8), 'memory'),
-    (dict(tags=['a b']), 'tags'), (dict(macaddr='zz'), 'macaddr'), (dict(vlan_tag=5000), 'vlan_tag'),
+    (dict(tags=['a b']), 'tags'), (dict(macaddr='zz'), 'macaddr'), (dict(macaddr='01:24:11:00:00:01'), 'macaddr'), (dict(vlan_tag=5000), 'vlan_tag'),
     (dict(net_model='rtl9000'), 'net_model'), (dict(disk_size=None), 'disk_size'),
     (dict(ipconfig0='ip=10.0.0.1/24,gateway=10.0.0.254'), 'ipconfig0'),
 ])

@@ -177,3 +177,39 @@ def test_neither_vmid_nor_vms_is_refused(pve, fakepve_cafile, capsys):
     del values['vmid']
     code, result = run(values, capsys)
     assert code == 1 and 'one of the following is required: vmid, vms' in result['msg']
+
+
+# ------------------------------------------------------------------------------- the agent privilege (audit finding 1)
+
+def grant_role_without(pve, user, missing):
+    """The guide's PVE 9 /vms role for user, less the privilege `missing`."""
+    privileges = ['VM.Audit', 'VM.PowerMgmt', 'VM.GuestAgent.Audit']
+    pve.grant(user, '/vms', *[p for p in privileges if p != missing])
+
+
+def test_a_refused_agent_read_fails_at_once_naming_the_call_and_the_privilege(pve, fakepve_cafile, capsys):
+    # PVE 9 answers 403 without VM.GuestAgent.Audit; it used to be an "agent not up yet" for the whole wait.
+    pve.vm(101).agent = {'interfaces': ETH0}
+    pve.apitokens['ops@pve!proxtalos'] = SECRET
+    grant_role_without(pve, 'ops@pve', 'VM.GuestAgent.Audit')
+    code, result = run(args(pve, fakepve_cafile, api_user='ops@pve', wait_for='address', wait_timeout=30), capsys)
+    assert code == 1 and result['status'] == 403 and result['elapsed'] < 10
+    assert 'GET /nodes/pve1/qemu/101/agent/network-get-interfaces' in result['msg']
+    assert 'VM.GuestAgent.Audit (or VM.GuestAgent.Unrestricted) on /vms/101 (PVE 9; VM.Monitor on PVE 8)' in result['msg']
+    assert 'extension' not in result['msg']
+
+
+def test_several_vms_a_refused_agent_read_fails_each_at_once(three, fakepve_cafile, capsys):
+    three.apitokens['ops@pve!proxtalos'] = SECRET
+    grant_role_without(three, 'ops@pve', 'VM.GuestAgent.Audit')
+    code, result = run(many(three, fakepve_cafile, VMS, api_user='ops@pve', wait_for='address', wait_timeout=30), capsys)
+    assert code == 1 and result['elapsed'] < 10
+    assert 'VM.GuestAgent.Audit' in result['msg'] and 'permission denied' in result['msg']
+
+
+def test_the_role_with_the_agent_privilege_passes_the_gate(pve, fakepve_cafile, capsys):
+    pve.vm(101).agent = {'interfaces': ETH0}
+    pve.apitokens['ops@pve!proxtalos'] = SECRET
+    grant_role_without(pve, 'ops@pve', None)
+    code, result = run(args(pve, fakepve_cafile, api_user='ops@pve', wait_for='address'), capsys)
+    assert code == 0 and result['address'] == '10.20.0.11'
