@@ -143,7 +143,8 @@ def parse(data, installed):
     if answer.get('error'):
         raise ConfigError(answer['error'])
     if not answer['v1alpha1']:
-        # v1alpha1_server.go:213-217 (outside maintenance); the lab's nodes need the document to know what they are
+        # v1alpha1_server.go:213-217 refuses this outside maintenance mode only; the lab refuses it in maintenance mode
+        # too (a known difference: its nodes need the document to know what they are)
         raise ConfigError("the applied machine configuration doesn't contain v1alpha1 config, "
                           "did you mean to patch the machine config instead?")
     documents = [doc for doc in yaml.safe_load_all(data.decode('utf-8')) if isinstance(doc, dict)]

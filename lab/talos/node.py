@@ -525,7 +525,9 @@ class TalosNode(object):
             raise RpcError('INVALID_ARGUMENT', rejection)
         maintenance = self.phase == 'maintenance'
         try:
-            new, warnings = machineconfig.parse(data, installed=self.disk.installed and not maintenance)
+            # Talos validates with modeWrapper{installed: Machine().Installed()} (v1alpha1_server.go:219-222), which is
+            # whether the META partition exists (runtime/v1alpha1/v1alpha1_state.go:226-262), in maintenance mode too
+            new, warnings = machineconfig.parse(data, installed=self.disk.installed)
         except machineconfig.ConfigError as exc:
             raise RpcError('INVALID_ARGUMENT', str(exc))
         old = None if maintenance else self.disk.config

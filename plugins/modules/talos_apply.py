@@ -414,15 +414,19 @@ class Applier(object):
             try:
                 reply = self.session.call('apply_configuration', self.data, mode=verify_mode, dry_run=True)
             except talos_errors.TalosApiError as exc:
+                masked_error(exc)
                 if exc.failed_precondition:
                     return False, 'answers over mTLS but is busy: %s' % (exc.talos_message or exc)
                 raise
-            unchanged, summary, dummy = health.dry_run_outcome(reply['mode_details'])
+            unchanged, summary, dummy = health.dry_run_outcome(redact.node_text(reply['mode_details']))
             if unchanged:
                 return True, 'answers over mTLS and runs the applied config'
             return False, 'answers over mTLS but does not run the applied config yet (dry run: %s)' % summary
-        return self.session.wait_until(probe, self.deadline, self.interval, 'the node back over mTLS with the applied config',
-                                       sink=self.sink)
+        try:
+            return self.session.wait_until(probe, self.deadline, self.interval, 'the node back over mTLS with the applied config',
+                                           sink=self.sink)
+        except ProxtalosError as exc:
+            raise masked_error(exc)
 
 
 def empty_result():

@@ -595,6 +595,8 @@ def main():
         else:
             spec = single_node_spec(params)
             specs = [spec] if spec else []
+        # before anything is rendered: an error of any node must not leave a patch's secret in the output
+        _secrets.register(module, *redact.patch_secret_values([spec['patches'] for spec in specs]))
         password = files.vault_password(params, module.run_command)
         _secrets.register(module, password)
         if module.check_mode and not os.path.exists(params['secrets_path']):

@@ -21,7 +21,7 @@ from kubernetes import client as kube_client  # noqa: E402  pylint: disable=wron
 def test_cluster_bootstrap_starts_the_upstream_control_plane_and_kubelets_register_kwok_nodes(tmp_path):
     with world_in_thread(tmp_path / 'run', free_net(), extensions=('lab.talos', 'lab.k8s_upstream'), profile='instant') as running:
         world = running.world
-        api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret,
+        api = ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret,
                          verify_ssl=world.ca_path)
         core, _cp_vm, _cp_address, worker_address = _cluster_up(running, api, tmp_path)
         version = kube_client.VersionApi(core.api_client).get_code()

@@ -159,7 +159,7 @@ def test_the_endpoint_answers_only_where_a_control_plane_holds_it_as_its_vip(run
     """A control plane whose config has no VIP serves the API on its own address only: the endpoint address (which no
     node has) stays silent, as on real hardware, where nothing would answer ARP for it."""
     world = running.world
-    api = ProxmoxAPI(world.net.pve_host, user='root@pam', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
+    api = ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
     core, dummy, cp_address, dummy = _cluster_up(running, api, tmp_path, vip=False)
     # both Nodes registered: the control plane's kubelet runs, so it would have won the VIP's election by now
     assert {n.metadata.name for n in core.list_node().items} == {'cp-1', 'worker-1'}

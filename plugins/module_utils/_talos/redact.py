@@ -50,11 +50,62 @@ def config_documents_text(documents):
                                for document in documents])
 
 
+def _path_matches(pattern, parts):
+    return len(pattern) == len(parts) and all(want in ('*', got) for want, got in zip(pattern, parts))
+
+
+def _secret_leaves(node, prefix, patterns, found):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _secret_leaves(value, prefix + [str(key)], patterns, found)
+    elif isinstance(node, list):
+        for item in node:
+            _secret_leaves(item, prefix + ['*'], patterns, found)
+    elif isinstance(node, str) and node and any(_path_matches(pattern, prefix) for pattern in patterns):
+        found.append(node)
+
+
+def _patch_secret_values(patch_item, found):
+    if isinstance(patch_item, str):
+        try:
+            documents = talosyaml.load_all(patch_item, 'patch')
+        except (ValidationError, ValueError, TypeError):
+            return  # the render reports the patch; its text is not shown
+        for document in documents:
+            _patch_secret_values(document, found)
+    elif isinstance(patch_item, dict):
+        # a typed document by its kind; a mapping without kind patches the v1alpha1 document
+        kind = patch_item.get('kind') or 'v1alpha1'
+        patterns = [path.split('.') for path in talos_config.SECRET_PATHS.get(kind, ())]
+        _secret_leaves(patch_item, [], patterns, found)
+    elif isinstance(patch_item, list):  # RFC 6902 operations on the v1alpha1 document
+        patterns = [path.split('.') for path in talos_config.SECRET_PATHS['v1alpha1']]
+        for operation in patch_item:
+            if isinstance(operation, dict) and isinstance(operation.get('path'), str):
+                prefix = ['*' if part.isdigit() or part == '-' else part.replace('~1', '/').replace('~0', '~')
+                          for part in operation['path'].strip('/').split('/')]
+                _secret_leaves(operation.get('value'), prefix, patterns, found)
+
+
+def patch_secret_values(patch_groups):
+    """The secret values that config patches set (patch_groups: a list of the patches options' dicts, level ->
+    list of patches), to register before rendering, so that an error of any node leaves none in the output."""
+    found = []
+    for group in patch_groups:
+        for patches in (group or {}).values():
+            for patch_item in patches if isinstance(patches, list) else [patches]:
+                _patch_secret_values(patch_item, found)
+    return found
+
+
 # A YAML line of a config as Talos prints it, behind a diff's one-character mark when it has one:
 # (mark, indentation, list dash, key, value).
 _LINE_RE = re.compile(r'^(?P<mark>[-+ ]?)(?P<indent>\s*)(?P<dash>-\s+)?(?P<key>[A-Za-z0-9_.-]+):(?:\s+(?P<value>.*))?$')
-# A value that looks like key material: 32 characters and more of base64 (hex included), and nothing else.
-_BLOB_RE = re.compile(r'^(?P<lead>\s*(?:-\s+)?(?:[A-Za-z0-9_.-]+:\s+)?)(?P<blob>[A-Za-z0-9+/]{32,}={0,2})\s*$')
+# A value that looks like key material: 32 characters and more of base64 (with a digit, not a path), and nothing else.
+_BLOB_RE = re.compile(r'^(?P<lead>\s*(?:-\s+)?(?:[A-Za-z0-9_.-]+:\s+)?)(?P<blob>(?=[^/])(?=[^ ]*[0-9])[A-Za-z0-9+/]{32,}={0,2})\s*$')
+# The armour lines of a PEM private key, and a line of base64 (the body of such a key, however short).
+_PEM_KEY_MARK_RE = re.compile(r'-----(?P<edge>BEGIN|END) [A-Z0-9 ]*PRIVATE KEY-----')
+_BASE64_LINE_RE = re.compile(r'^\s*[A-Za-z0-9+/]+={0,2}\s*$')
 
 
 def _width(line):
@@ -68,10 +119,11 @@ def node_text(text):
     document kind (config.SECRET_KEYS: token, key, password, passphrase, privateKey ...; `tls.key` counts
     as `key`) is replaced by its fingerprint, and so is every line of a block scalar under such a key (an inline manifest's
     contents) while its indentation lasts, and any value that is nothing but 32 or more base64 characters
-    (key material, and certificates too), wherever it stands: a hunk of a diff does not show where in the
+    with a digit (key material, and certificates too; not a path), wherever it stands: a hunk of a diff does not show where in the
     config its lines are. Hides more than Talos's own paths (a `key` that is not secret, say), never less.
-    Its limit: inside an inline manifest, a hunk that does not show the `contents:` line shows a short value
-    under a key that names no secret.
+    The lines of a PEM private key's body next to its BEGIN or END line are masked wherever they stand. Its
+    limit: inside an inline manifest, a hunk that does not show the `contents:` line shows a short value under
+    a key that names no secret.
     """
     if not text:
         return text
@@ -98,7 +150,26 @@ def node_text(text):
             continue
         blob = _BLOB_RE.match(body)
         masked.append(mark + blob.group('lead') + '%s %s' % (HIDDEN, fingerprint(blob.group('blob'))) if blob else line)
-    return '\n'.join(masked)
+    return '\n'.join(_mask_pem_key_bodies(masked))
+
+
+def _mask_pem_key_bodies(lines):
+    """Every base64 line next to a PEM private key's BEGIN or END line (outward from it), masked: a hunk can
+    start inside a key whose `key: |` line it does not show, and the key's last line is short."""
+    def body(line):
+        return line[1:] if line[:1] in '+- ' else line
+    lines = list(lines)
+    for index, line in enumerate(lines):
+        mark = _PEM_KEY_MARK_RE.search(line)
+        if not mark:
+            continue
+        step = 1 if mark.group('edge') == 'BEGIN' else -1
+        other = index + step
+        while 0 <= other < len(lines) and _BASE64_LINE_RE.match(body(lines[other])):
+            text = body(lines[other])
+            lines[other] = lines[other][:len(lines[other]) - len(text)] + ' ' * _width(text) + HIDDEN
+            other += step
+    return lines
 
 
 def config_text(text):

@@ -375,3 +375,22 @@ def test_the_service_account_keys_numbers_are_checked_unless_the_keeper_checked_
     assert not os.path.exists(str(tmp_path / 'artifacts' / 'talosconfig'))
     result, _out = run_module(talos_config, capsys, **multi_args(str(path), tmp_path, check_key_consistency=False))
     assert result.get('failed') is not True and result['changed'] is True, result
+
+
+def test_a_patchs_secret_is_masked_when_another_node_fails_to_render(capsys, tmp_path):
+    """The values a patch sets are registered before any node is rendered: a failure of another node (the result's
+    invocation shows the module's arguments, patches included) does not print them."""
+    from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import secrets as talos_secrets  # pylint: disable=import-outside-toplevel
+    bundle_path = tmp_path / 'secrets.yaml'
+    bundle_path.write_text(talos_secrets.generate_bundle().to_yaml())
+    os.chmod(str(bundle_path), 0o600)
+    auth = {'apiVersion': 'v1alpha1', 'kind': 'RegistryAuthConfig', 'name': 'registry.example.internal',
+            'username': 'puller', 'password': 'patched-password-42'}
+    items = [dict(name='cp-1', machine_type='controlplane', dest=str(tmp_path / 'cp-1.yaml'),
+                  node={'hostname': 'cp-1', 'ip': '10.5.0.11', 'prefix': 24, 'gateway': '10.5.0.1'}, patches={'host': [auth]}),
+             dict(name='w-1', machine_type='worker', dest=str(tmp_path / 'w-1.yaml'), node={'hostname': 'w-1'},
+                  patches={'host': [[{'op': 'replace', 'path': '/machine/nope', 'value': 1}]]})]
+    result, out = run_module(talos_config, capsys, secrets_path=str(bundle_path), nodes=items, _ansible_inject_invocation=True,
+                             cluster={'name': 'demo', 'endpoint': 'https://10.5.0.10:6443'})
+    assert result['failed'] and 'w-1' in result['msg'] and 'invocation' in result
+    assert 'patched-password-42' not in out

@@ -159,5 +159,44 @@ def test_key_material_in_an_inline_manifest_is_masked_where_the_hunk_hides_the_c
 def test_what_is_not_secret_stays_readable():
     text = ('--- a\n+++ b\n@@ -1,4 +1,4 @@\n machine:\n-    type: worker\n+    type: controlplane\n'
             '     install:\n-        image: factory.talos.dev/installer/' + 'a' * 64 + ':v1.13.8\n'
-            '+        image: factory.talos.dev/installer/' + 'a' * 64 + ':v1.13.9\n')
+            '+        image: factory.talos.dev/installer/' + 'a' * 64 + ':v1.13.9\n'
+            '     kubelet:\n         extraMounts:\n-            - /var/lib/kubelet/seccomp/profiles\n'
+            '+            - /var/lib/kubelet/seccomp/profiles-extended\n')
     assert redact.node_text(text) == text
+
+
+def _rsa_key_pem():
+    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
+    from cryptography.hazmat.primitives.asymmetric import rsa  # pylint: disable=import-outside-toplevel
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode('ascii')
+
+
+def test_a_pem_key_whose_key_line_the_hunk_hides_is_masked_to_its_last_line():
+    """RegistryTLSConfig.clientIdentity.key is PEM text (a `key: |` block): a change next to the key's end shows its
+    last lines without the `key:` line."""
+    key = _rsa_key_pem()
+    before = {'apiVersion': 'v1alpha1', 'kind': 'RegistryTLSConfig', 'name': 'registry.example.internal',
+              'clientIdentity': {'key': key}, 'insecureSkipVerify': False}
+    after = dict(before, insecureSkipVerify=True)
+    talos_diff = machinery('diff', stdin=json.dumps({'old': _yaml(before), 'new': _yaml(after)}).encode('utf-8'))['diff']
+    body = [line for line in key.splitlines() if not line.startswith('-----')]
+    shown_by_talos = [line for line in body if line in talos_diff]
+    assert shown_by_talos and 'key: |' not in talos_diff, 'the hunk shows part of the key but not its key line'
+    shown = redact.node_text(talos_diff)
+    assert not [line for line in body if line in shown]
+    assert 'insecureSkipVerify: true' in shown
+
+
+def test_a_patchs_secret_values_are_found_in_every_form_a_patch_takes():
+    patches = {'host': [
+        {'machine': {'registries': {'config': {'r.example': {'auth': {'password': 'pw-one', 'username': 'u'}}}}}},
+        {'apiVersion': 'v1alpha1', 'kind': 'RegistryAuthConfig', 'name': 'r.example', 'password': 'pw-two'},
+        'apiVersion: v1alpha1\nkind: WireguardConfig\nname: wg0\nprivateKey: pk-three\n',
+        [{'op': 'add', 'path': '/machine/registries/config/r.example/auth', 'value': {'identityToken': 'tok-four'}},
+         {'op': 'replace', 'path': '/machine/token', 'value': 'tok-five'},
+         {'op': 'replace', 'path': '/machine/nodeLabels', 'value': {'key': 'not-secret'}}],
+    ]}
+    found = redact.patch_secret_values([patches, None])
+    assert sorted(found) == ['pk-three', 'pw-one', 'pw-two', 'tok-five', 'tok-four']
