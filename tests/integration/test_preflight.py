@@ -114,7 +114,8 @@ def test_missing_credentials_are_named_with_where_they_are_documented(tags):
     message = ' '.join(str(m) for m in run.failures().values()) + run.stderr
     assert 'required together' not in message
     if tags == 'preflight':
-        assert 'pve_api_token_secret (its value refers to vault_pve_api_token_secret, which is not defined' in message
+        # the inputs check (before the PVE checks) names it, where the templates read it from, and the guide
+        assert 'pve_api_token_secret: undefined or empty' in message and 'vault_pve_api_token_secret' in message
         assert 'docs/guide-proxmox.md' in message
     else:   # the stage's argument check meets it first, and names it
         assert "'vault_pve_api_token_secret' is undefined" in message
