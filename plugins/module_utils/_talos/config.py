@@ -107,10 +107,11 @@ SECRET_KEYS = frozenset(path.rsplit('.', 1)[-1] for paths in SECRET_PATHS.values
 
 
 def secret_paths_of(document):
-    """The secret paths of one parsed document: by its kind, the legacy document as 'v1alpha1'."""
+    """The secret paths of one parsed document (or strategic-merge patch): by its kind, a mapping without kind
+    (the legacy document, a patch of it) as 'v1alpha1'."""
     if not isinstance(document, dict):
         return ()
-    if document.get('version') == 'v1alpha1' and 'kind' not in document:
+    if talos_patch.is_v1alpha1(document):
         return SECRET_PATHS['v1alpha1']
     return SECRET_PATHS.get(document.get('kind'), ())
 

@@ -50,21 +50,6 @@ def config_documents_text(documents):
                                for document in documents])
 
 
-def _path_matches(pattern, parts):
-    return len(pattern) == len(parts) and all(want in ('*', got) for want, got in zip(pattern, parts))
-
-
-def _secret_leaves(node, prefix, patterns, found):
-    if isinstance(node, dict):
-        for key, value in node.items():
-            _secret_leaves(value, prefix + [str(key)], patterns, found)
-    elif isinstance(node, list):
-        for item in node:
-            _secret_leaves(item, prefix + ['*'], patterns, found)
-    elif isinstance(node, str) and node and any(_path_matches(pattern, prefix) for pattern in patterns):
-        found.append(node)
-
-
 def _patch_secret_values(patch_item, found):
     if isinstance(patch_item, str):
         try:
@@ -73,18 +58,18 @@ def _patch_secret_values(patch_item, found):
             return  # the render reports the patch; its text is not shown
         for document in documents:
             _patch_secret_values(document, found)
-    elif isinstance(patch_item, dict):
-        # a typed document by its kind; a mapping without kind patches the v1alpha1 document
-        kind = patch_item.get('kind') or 'v1alpha1'
-        patterns = [path.split('.') for path in talos_config.SECRET_PATHS.get(kind, ())]
-        _secret_leaves(patch_item, [], patterns, found)
-    elif isinstance(patch_item, list):  # RFC 6902 operations on the v1alpha1 document
-        patterns = [path.split('.') for path in talos_config.SECRET_PATHS['v1alpha1']]
+    elif isinstance(patch_item, dict):  # a typed document, or a strategic-merge patch of the v1alpha1 document
+        found.extend(config_secret_values([patch_item]))
+    elif isinstance(patch_item, list):  # RFC 6902 operations on the v1alpha1 document: the secret paths under each
         for operation in patch_item:
-            if isinstance(operation, dict) and isinstance(operation.get('path'), str):
-                prefix = ['*' if part.isdigit() or part == '-' else part.replace('~1', '/').replace('~0', '~')
-                          for part in operation['path'].strip('/').split('/')]
-                _secret_leaves(operation.get('value'), prefix, patterns, found)
+            if not (isinstance(operation, dict) and isinstance(operation.get('path'), str)):
+                continue
+            prefix = ['*' if part.isdigit() or part == '-' else part.replace('~1', '/').replace('~0', '~')
+                      for part in operation['path'].strip('/').split('/')]
+            for path in talos_config.SECRET_PATHS['v1alpha1']:
+                parts = path.split('.')
+                if len(parts) >= len(prefix) and all(want in ('*', got) for want, got in zip(parts, prefix)):
+                    found.extend(_values_at(operation.get('value'), parts[len(prefix):]))
 
 
 def patch_secret_values(patch_groups):
