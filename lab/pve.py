@@ -5,7 +5,8 @@ lab adds:
 
 - TLS with a CA of its own (pve-ca.pem) so clients verify the server, and an API token;
 - storages `local` (iso, vztmpl, import, snippets, backup) and `local-lvm` (images, rootdir), and a
-  `vmbr0` bridge per node served by GET /nodes/{node}/network[/{iface}];
+  `vmbr0` bridge per node served by GET /nodes/{node}/network[/{iface}], and the SDN VNet `labvnet` (zone
+  `labzone`) in that list for credentials that may see it; PUT /access/acl for the lab's admin;
 - VM power events: `LabVm` replaces fakepve's FakeVm; its `status` and `started_at` are observed,
   and `PowerEvents` turns their changes (and additions to / removals from `pve.vms`) into
   started, stopped, reset and deleted events;
@@ -79,6 +80,12 @@ LAB_ROLES = {
     # pve-manager PVE/API2/Network.pm:470-480 (a bridge is listed with SDN.Audit or SDN.Use).
     '/sdn/zones/localnetwork': ('ProxtalosBridges', True, ('SDN.Use',)),
 }
+
+# The lab's SDN: one simple zone with one VNet on every node, beside the Linux bridge vmbr0 (pve-network
+# ecf98c5 src/PVE/Network/SDN.pm:311-352 get_local_vnets: a VNet is listed with type `vnet`, and only to
+# credentials with SDN.Audit or SDN.Use on /sdn/zones/<its zone>/<vnet> or one of its VLANs). The lab's token is
+# granted only the local zone (LAB_ROLES), so it sees and may use `labvnet` only once granted it.
+SDN_VNETS = {'labvnet': {'zone': 'labzone', 'vlanaware': False}}
 
 GIB = 1024 ** 3
 STORAGE_CONTENT = {'local': 'backup,import,iso,snippets,vztmpl', 'local-lvm': 'images,rootdir'}
@@ -617,7 +624,10 @@ class LabPve(FakePve):
             props = dict(part.split('=', 1) for part in str(value).split(',') if '=' in part)
             if not props.get('bridge'):
                 continue
-            path = '/sdn/zones/localnetwork/' + props['bridge']
+            # check_vnet_access: the zone of a VNet is the one its config names, a plain bridge is in localnetwork
+            # (pve-guest-common 4a8f6cb src/PVE/GuestHelpers.pm:400-407).
+            zone = SDN_VNETS.get(props['bridge'], {}).get('zone', 'localnetwork')
+            path = '/sdn/zones/%s/%s' % (zone, props['bridge'])
             if props.get('tag'):
                 path += '/' + props['tag']
             self.require(user, path, 'SDN.Use')
@@ -731,6 +741,42 @@ class LabPve(FakePve):
                 out.append({'key': key, 'delete': 1})
         return out
 
+    def _routes_lab_acl(self):
+        return [('PUT', '/access/acl', self._update_acl)]
+
+    async def _update_acl(self, v, user):
+        """PUT /access/acl (`pveum acl modify|delete`), pve-access-control 9.1.1 src/PVE/API2/ACL.pm:107-268 for
+        users and tokens: the caller needs Permissions.Modify on the path (:112-114 perm-modify; the alternative of
+        handing out a subset of one's own privileges, :189-222, is not modelled), the path is normalised (:161-167),
+        roles, users and tokens must exist (:186, :240, :251), each (user or token, role) gets the propagate flag
+        (default 1, :177-182) or is removed with `delete`. Groups are not modelled (the lab has none)."""
+        if not (v.get('users') or v.get('tokens') or v.get('groups')):
+            raise PveError(400, 'Parameter verification failed.',
+                           dict.fromkeys(('users', 'groups', 'tokens'), "either 'users', 'groups' or 'tokens' is required."))
+        path = str(v.get('path') or '')
+        if not re.match(r'^[A-Za-z0-9._/-]+$', path):
+            raise PveError(400, 'Parameter verification failed.', {'path': "invalid ACL path '%s'" % path})
+        path = '/' + '/'.join(part for part in path.split('/') if part)
+        if user is not None and not self.allowed(user, path, 'Permissions.Modify'):
+            raise PveError(403, 'Permission check failed (%s, Permissions.Modify)' % path)
+        if v.get('groups'):
+            raise PveError(500, "group '%s' does not exist" % str(v['groups']).split(',')[0])
+        delete = str(v.get('delete', '0')) in ('1', 'true')
+        propagate = str(v.get('propagate', '1')) not in ('0', 'false')
+        split = lambda text: [item for item in re.split(r'[,;\s]+', str(text or '')) if item]
+        for role in split(v.get('roles')):
+            if role not in self.access.roles:
+                raise PveError(500, "role '%s' does not exist" % role)
+            for who in split(v.get('users')) + split(v.get('tokens')):
+                known = who in self.access.tokens if '!' in who else who in (PVE_USER, ROOT_USER)
+                if not known:
+                    raise PveError(500, "%s '%s' does not exist" % ('token' if '!' in who else 'user', who))
+                if delete:
+                    self.access.revoke(path, who, role)
+                else:
+                    self.access.grant(path, who, role, propagate)
+        return None
+
     async def _permissions(self, v, user):
         # pve-access-control src/PVE/API2/AccessControl.pm:549-570: the caller's own (or its token's) permissions.
         who = v.get('userid') or user
@@ -743,6 +789,10 @@ class LabPve(FakePve):
     def reseed(self, seed):
         """Seed the generator behind the network faults (fakepve seeds it only when it starts)."""
         self._random.seed(seed)
+
+    def reset_access(self):
+        """The lab's users, token and ACL entries as at start (lab_access), the token's secret kept."""
+        self.access = lab_access()
 
     def reset_storages(self):
         """Storages as on a fresh node: empty, with the content types the collection needs."""
@@ -992,12 +1042,19 @@ class LabPve(FakePve):
             if wanted in (None, '') or wanted == kind or (
                     wanted in ('any_bridge', 'any_local_bridge') and kind in ('bridge', 'OVSBridge')):
                 out.append(dict(iface))
+        # pve-manager 14a22df3 PVE/API2/Network.pm:430-453: with type any_bridge, include_sdn or vnet, the VNets
+        # the caller may see are added (get_local_vnets, access-filtered; any_local_bridge leaves them out).
+        if wanted in ('any_bridge', 'include_sdn', 'vnet'):
+            for vnet, config in sorted(SDN_VNETS.items()):
+                if user is None or self._sdn_bridge_visible(user, vnet, config['zone']):
+                    out.append({'iface': vnet, 'type': 'vnet', 'active': 1, 'ipam': 0,
+                                'vlanaware': int(config['vlanaware'])})
         return out
 
-    def _sdn_bridge_visible(self, user, bridge):
+    def _sdn_bridge_visible(self, user, bridge, zone='localnetwork'):
         """pve-access-control 9.1.1 src/PVE/RPCEnvironment.pm:338-360 check_sdn_bridge: SDN.Audit or SDN.Use on
-        /sdn/zones/localnetwork/<bridge>, or on one of the VLANs below it that has an ACL entry."""
-        path = '/sdn/zones/localnetwork/' + bridge
+        /sdn/zones/<zone>/<bridge>, or on one of the VLANs below it that has an ACL entry."""
+        path = '/sdn/zones/%s/%s' % (zone, bridge)
         privileges = AnyOf('SDN.Audit|SDN.Use')
         if self.allowed(user, path, privileges):
             return True

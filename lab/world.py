@@ -473,7 +473,7 @@ class World(object):
 
     async def reset(self, storage=True):
         """A clean world: every fault cleared, every VM powered off and deleted, leases forgotten,
-        storages emptied (unless storage=False), PVE's task list emptied. Listeners see the events."""
+        storages emptied (unless storage=False), PVE's task list emptied, PVE's users and ACLs as at start. Listeners see the events."""
         cleared = await self.faults.clear()
         removed = []
         for vm in list(self.pve.vms):
@@ -486,6 +486,7 @@ class World(object):
             self.pve.reset_storages()
         self.pve.tasks = {}
         self.pve.tasklog = []
+        self.pve.reset_access()     # ACL entries an admin added through PUT /access/acl go
         self.network.clear()
         await self.drain_events()
         for listener in list(self._listeners):
