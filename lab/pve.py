@@ -118,12 +118,26 @@ TASK_MESSAGES = {
 
 # ----------------------------------------------------------------------------------- TLS
 
+def pve_node_names(host, nodename='pve1', search_domain='lab.internal'):
+    """The names a PVE node's default certificate (pve-ssl.pem) carries: pve-cluster 9.1.6 (7091d92)
+    src/PVE/Cluster/Setup.pm:487-529 gen_pve_ssl_cert: IP 127.0.0.1 and ::1, DNS localhost, the node's IP, its name,
+    and name.<search domain of /etc/resolv.conf> when there is one, which is also the CN. -> (cn, [x509 names])."""
+    fqdn = '%s.%s' % (nodename, search_domain) if search_domain else nodename
+    names = [x509.IPAddress(ipaddress.ip_address('127.0.0.1')), x509.IPAddress(ipaddress.ip_address('::1')),
+             x509.DNSName('localhost'), x509.IPAddress(ipaddress.ip_address(host)), x509.DNSName(nodename)]
+    if search_domain:
+        names.append(x509.DNSName(fqdn))
+    return fqdn, names
+
+
 def write_tls(directory, host, days=365):
-    """Make a CA and a server certificate for host (its IP as SAN); write them into directory.
+    """Make a CA and a server certificate for host, with the names of a PVE node's default certificate
+    (pve_node_names: the lab's API is node pve1's); write them into directory.
 
     Returns (ca_path, cert_path, key_path): pve-ca.pem (give it to clients), pve.crt, pve.key (0600).
     """
     now = datetime.datetime.now(datetime.timezone.utc)
+    cn, names = pve_node_names(host)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, 'proxtalos lab'),
                          x509.NameAttribute(NameOID.COMMON_NAME, 'proxtalos lab PVE CA')])
@@ -139,11 +153,13 @@ def write_tls(directory, host, days=365):
                .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, 'PVE Cluster Node'),
+                                     x509.NameAttribute(NameOID.ORGANIZATION_NAME, 'Proxmox Virtual Environment'),
+                                     x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
             .issuer_name(ca_name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
                                          data_encipherment=False, key_agreement=False, key_cert_sign=False,

@@ -8,6 +8,8 @@ import requests
 from proxmoxer import ResourceException
 from proxmoxer.tools import Tasks
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _proxmox
+
 pytestmark = pytest.mark.lab
 
 
@@ -52,9 +54,17 @@ def test_tls_is_verified_against_the_lab_ca_for_the_pve_address(clean_lab):
     with socket.create_connection((clean_lab.pve_host, clean_lab.pve_port), timeout=10) as raw:
         with context.wrap_socket(raw, server_hostname=clean_lab.pve_host) as tls:
             assert tls.version()
+    # The names of a PVE node's default certificate (pve-cluster Setup.pm:497-505): loopback, localhost, the node's
+    # IP, name and FQDN; an alias such as a cluster VIP's name is not among them.
+    for name in ('localhost', '127.0.0.1', 'pve1', 'pve1.lab.internal'):
+        with socket.create_connection((clean_lab.pve_host, clean_lab.pve_port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname=name) as tls:
+                assert tls.version()
     with socket.create_connection((clean_lab.pve_host, clean_lab.pve_port), timeout=10) as raw:
-        with pytest.raises(ssl.SSLCertVerificationError, match='mismatch'):
-            context.wrap_socket(raw, server_hostname='localhost')
+        with pytest.raises(ssl.SSLCertVerificationError, match='mismatch') as raised:
+            context.wrap_socket(raw, server_hostname='pve.lab.internal')
+    # ... and the collection tells that error from an unknown CA (it says to use a name the certificate carries)
+    assert _proxmox.is_hostname_mismatch(str(raised.value))
 
 
 def test_token_and_password_logins(clean_lab):
