@@ -117,7 +117,8 @@ def options_from(args):
     options = LabOptions(net=args.net, run_dir=os.path.abspath(args.run_dir), control_planes=args.control_planes,
                          workers=args.workers, profile=args.profile, time_scale=args.time_scale,
                          pve_nodes=tuple(n.strip() for n in args.pve_nodes.split(',') if n.strip()),
-                         seed=args.seed, extensions=extensions, owner_pid=args.owner_pid)
+                         pve_major=args.pve_major, seed=args.seed, extensions=extensions,
+                         owner_pid=args.owner_pid)
     options.validate()
     return options
 
@@ -204,7 +205,7 @@ def detach(args, options, paths):
     command = [sys.executable, '-m', 'lab', 'up', '--net', options.net, '--run-dir', paths.run_dir,
                '--control-planes', str(options.control_planes), '--workers', str(options.workers),
                '--profile', options.profile, '--time-scale', repr(options.time_scale),
-               '--pve-nodes', ','.join(options.pve_nodes),
+               '--pve-nodes', ','.join(options.pve_nodes), '--pve-major', str(options.pve_major),
                '--extensions', ','.join(options.extensions) or 'none']
     if options.seed is not None:
         command += ['--seed', str(options.seed)]
@@ -453,6 +454,8 @@ def build_parser():
     up.add_argument('--profile', choices=PROFILES, default='realistic', help='delay profile (default realistic)')
     up.add_argument('--net', default='127.0.10', help='first three octets of the lab\'s loopback /24 (default 127.0.10)')
     up.add_argument('--pve-nodes', default='pve1', help='comma-separated PVE node names (default pve1)')
+    up.add_argument('--pve-major', type=int, default=9, choices=(8, 9),
+                    help='the PVE release the lab answers as: 9 (default) or 8 (privileges, guest agent, version)')
     up.add_argument('--seed', type=int, default=None, help='seed for the random delays and faults')
     up.add_argument('--extensions', default=None,
                     help='simulations to load: comma-separated (talos, k8s) or "none" (default: all there are)')

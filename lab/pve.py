@@ -87,6 +87,40 @@ LAB_ROLES = {
 # granted only the local zone (LAB_ROLES), so it sees and may use `labvnet` only once granted it.
 SDN_VNETS = {'labvnet': {'zone': 'labzone', 'vlanaware': False}}
 
+# The PVE releases the lab's PVE answers as (`python -m lab up --pve-major 8|9`): GET /version, the privileges PVE
+# knows, and what the guest agent's API asks for. fakepve answers PVE 9's schema; for PVE 8 the lab changes only
+# what the collection's table of privileges (plugins/module_utils/_proxmox_privileges.py) says differs:
+# - pve-access-control 8.2.2 (25dd375) src/PVE/AccessControl.pm:1040-1080 knows VM.Monitor and no VM.GuestAgent.*
+#   privilege (added by 922f710 "add VM.GuestAgent privileges"; VM.Monitor dropped by 0706945, both in 9.x);
+# - qemu-server 8.3.13 (c2287c17) PVE/API2/Qemu/Agent.pm:133-146: every agent command needs VM.Monitor on
+#   /vms/{vmid} (PVE 9: VM.GuestAgent.Audit or .Unrestricted, qemu-server b92a40ce);
+# - the version is pve-manager's (8.4.1: 2a5fa54a; 9: fakepve's own answer).
+PVE_RELEASES = {
+    9: {'version': None, 'release': None},
+    8: {'version': '8.4.1', 'release': '8.4'},
+}
+PVE8_AGENT_PRIVILEGE = 'VM.Monitor'
+
+
+def pve_privileges(major):
+    """The privileges PVE of this major release knows."""
+    if major == 8:
+        return frozenset([p for p in fakepve.shapes.PRIVILEGES if not p.startswith('VM.GuestAgent.')]
+                         + [PVE8_AGENT_PRIVILEGE])
+    return frozenset(fakepve.shapes.PRIVILEGES)
+
+
+def lab_roles(major):
+    """LAB_ROLES as the documented role is for this PVE major: on PVE 8, VM.Monitor for the guest agent."""
+    if major == 9:
+        return LAB_ROLES
+    roles = dict(LAB_ROLES)
+    name, propagate, privileges = roles['/vms']
+    roles['/vms'] = (name, propagate, tuple(PVE8_AGENT_PRIVILEGE if p == 'VM.GuestAgent.Audit' else p
+                                            for p in privileges))
+    return roles
+
+
 GIB = 1024 ** 3
 STORAGE_CONTENT = {'local': 'backup,import,iso,snippets,vztmpl', 'local-lvm': 'images,rootdir'}
 
@@ -527,11 +561,12 @@ CONFIG_OPTION_PRIVILEGES = (
 )
 
 
-def lab_access():
-    """The lab's users and ACLs: PVE_USER and its privilege-separated token, each granted LAB_ROLES."""
-    access = AccessControl(fakepve.shapes.PRIVILEGES)
+def lab_access(major=9):
+    """The lab's users and ACLs: PVE_USER and its privilege-separated token, each granted the lab's role for this
+    PVE major (lab_roles)."""
+    access = AccessControl(pve_privileges(major))
     access.add_token(TOKEN_ID, privsep=True)
-    for path, (name, propagate, privileges) in LAB_ROLES.items():
+    for path, (name, propagate, privileges) in lab_roles(major).items():
         access.add_role(name, privileges)
         for who in (PVE_USER, TOKEN_ID):
             access.grant(path, who, name, propagate)
@@ -572,9 +607,13 @@ class LabPve(FakePve):
     """fakepve with the lab's TLS, token, storages, bridges, observed VMs, request log and faults."""
 
     def __init__(self, host, nodes, net, timing, power_events, on_request=None, port=PVE_PORT,
-                 password=None, token_secret=None):
+                 password=None, token_secret=None, major=9):
         install_lab_vm()
         super().__init__(user=ROOT_USER, password=password, host=host, port=port)
+        self.major = major
+        release = PVE_RELEASES[major]
+        if release['version']:
+            self.version, self.release_version = release['version'], release['release']
         self.time_scale = timing.pve_time_scale
         self.timing = timing
         self.on_request = on_request
@@ -583,7 +622,7 @@ class LabPve(FakePve):
         self.net = net
         if token_secret:
             self.apitokens[TOKEN_ID] = token_secret
-        self.access = lab_access()
+        self.access = lab_access(major)
         # fakepve checks permissions only once its acl is not None; the lab's AccessControl answers them.
         self.acl = {}
         self.reset_storages()
@@ -808,7 +847,14 @@ class LabPve(FakePve):
 
     def reset_access(self):
         """The lab's users, token and ACL entries as at start (lab_access), the token's secret kept."""
-        self.access = lab_access()
+        self.access = lab_access(self.major)
+
+    def check_permissions(self, user, perms, values, declared=None):
+        """fakepve's check of the schema's rule; on PVE 8 a guest-agent rule asks for VM.Monitor (PVE_RELEASES)."""
+        if self.major == 8 and perms and 'check' in perms and perms['check'][0] == 'perm' and any(
+                str(p).startswith('VM.GuestAgent.') for p in perms['check'][2]):
+            perms = dict(perms, check=['perm', perms['check'][1], [PVE8_AGENT_PRIVILEGE]])
+        return super().check_permissions(user, perms, values, declared)
 
     def reset_storages(self):
         """Storages as on a fresh node: empty, with the content types the collection needs."""

@@ -38,8 +38,8 @@ from lab import inventory
 from lab.addresses import Net
 from lab.control import ControlError, ControlServer
 from lab.faults import FaultError, FaultRegistry
-from lab.pve import (PVE_PORT, PVE_USER, TOKEN_ID, GuestNetwork, LabPve, PowerEvents, PveFaults, write_file,
-                     write_tls)
+from lab.pve import (PVE_PORT, PVE_RELEASES, PVE_USER, TOKEN_ID, GuestNetwork, LabPve, PowerEvents, PveFaults,
+                     write_file, write_tls)
 from lab.timing import PROFILES, Timing
 
 LOG = logging.getLogger('lab')
@@ -65,6 +65,7 @@ class LabOptions(object):
     time_scale: float = 0.0
     pve_nodes: tuple = ('pve1',)
     pve_port: int = PVE_PORT
+    pve_major: int = 9   # the PVE release the lab's PVE answers as: 9 or 8 (lab.pve.PVE_RELEASES)
     seed: int = None
     extensions: tuple = EXTENSIONS
     owner_pid: int = None  # stop when this process ends (a test session that started the lab)
@@ -94,6 +95,9 @@ class LabOptions(object):
             raise ValueError('--owner-pid must be a process id, got %r' % (self.owner_pid,))
         if len(set(self.pve_nodes)) != len(self.pve_nodes):
             raise ValueError('--pve-nodes: names must be unique, got %s' % ', '.join(self.pve_nodes))
+        if self.pve_major not in PVE_RELEASES:
+            raise ValueError('--pve-major must be one of %s, got %r' % (', '.join(map(str, sorted(PVE_RELEASES))),
+                                                                       self.pve_major))
 
     @property
     def writes_repo_inventory(self):
@@ -282,7 +286,7 @@ class World(object):
         power = PowerEvents(self._power_event, self.loop)
         self.pve = LabPve(self.net.pve_host, list(self.options.pve_nodes), self.net, self.timing, power,
                           on_request=self.log_request, port=self.options.pve_port, password=password,
-                          token_secret=self.token_secret)
+                          token_secret=self.token_secret, major=self.options.pve_major)
         self.network = GuestNetwork(self.net, self.pve, self.timing)
         try:
             await self.pve.start(cert_path, key_path)

@@ -5,7 +5,7 @@ from fakepve import shapes
 from proxmoxer import ResourceException
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _proxmox_privileges
-from lab.pve import LAB_ROLES, PVE_USER, TOKEN_ID, lab_access
+from lab.pve import PVE_USER, TOKEN_ID, lab_access, lab_roles
 from lab.pve_access import AccessControl
 
 
@@ -45,14 +45,16 @@ def test_a_privilege_separated_token_holds_what_both_it_and_its_user_hold():
     assert acl.permissions('root@pam!any', '/')['Sys.Modify'] is True
 
 
-def test_the_labs_role_is_the_collections_table_for_pve9():
+@pytest.mark.parametrize('major', [9, 8])
+def test_the_labs_role_is_the_collections_table(major):
     # The lab's role is written from PVE's sources and the collection's table from the same; neither reads
-    # the other. They must agree, path for path, propagation included.
-    lab = dict((path, (propagate, set(privs))) for path, (_name, propagate, privs) in LAB_ROLES.items())
+    # the other. They must agree, path for path, propagation included, for each PVE major the lab can answer as.
+    lab = dict((path, (propagate, set(privs))) for path, (_name, propagate, privs) in lab_roles(major).items())
     table = {}
     for need in _proxmox_privileges.required():
-        table.setdefault(need.acl, (need.propagate, set()))[1].add(need.granted(9))
+        table.setdefault(need.acl, (need.propagate, set()))[1].add(need.granted(major))
     assert lab == table
+    assert lab_access(major).all_privileges >= set().union(*(privs for _propagate, privs in lab.values()))
 
 
 def test_the_labs_token_holds_the_role_and_no_more():
