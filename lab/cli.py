@@ -186,8 +186,10 @@ def reuse_running(args, options, state):
     if not args.reuse:
         raise CliError('a lab is already running in %s; stop it with `python -m lab down --run-dir %s`, or pass --reuse'
                        % (where, options.run_dir))
-    wanted = {'net': str(Net(options.net)), 'control_planes': options.control_planes, 'workers': options.workers}
-    different = ['%s %s (asked for %s)' % (k, state.get(k), v) for k, v in wanted.items() if state.get(k) != v]
+    wanted = {'net': str(Net(options.net)), 'control_planes': options.control_planes, 'workers': options.workers,
+              'pve_major': options.pve_major}
+    different = ['%s %s (asked for %s)' % (k, state.get(k, 9 if k == 'pve_major' else None), v)
+                 for k, v in wanted.items() if state.get(k, 9 if k == 'pve_major' else None) != v]
     if different:
         raise CliError('a lab is running in %s with %s; stop it first with `python -m lab down --run-dir %s`'
                        % (where, ', '.join(different), options.run_dir))
@@ -463,7 +465,7 @@ def build_parser():
                     help='stop the lab when this process ends (test sessions pass their own pid)')
     up.add_argument('--detach', action='store_true', help='run in the background; return once every listener answers')
     up.add_argument('--reuse', action='store_true',
-                    help='if a healthy lab with the same net and node counts runs in the run dir, use it')
+                    help='if a healthy lab with the same net, node counts and PVE major runs in the run dir, use it')
     up.add_argument('--start-timeout', type=float, default=START_TIMEOUT, help='seconds --detach waits (default 60)')
     up.set_defaults(func=cmd_up)
 

@@ -345,7 +345,7 @@ class World(object):
             'pid': os.getpid(), 'net': str(self.net), 'run_dir': self.run_dir, 'started': self.started.isoformat(),
             'profile': self.timing.profile, 'time_scale': self.timing.scale, 'seed': self.timing.seed,
             'control_planes': self.options.control_planes, 'workers': self.options.workers,
-            'pve_nodes': list(self.options.pve_nodes),
+            'pve_nodes': list(self.options.pve_nodes), 'pve_major': self.options.pve_major,
             'pve': {'host': self.net.pve_host, 'port': self.options.pve_port, 'url': pve_url, 'user': PVE_USER,
                     'token_id': TOKEN_ID, 'token_file': self.paths.token, 'password_file': self.paths.password,
                     'ca': self.ca_path},
