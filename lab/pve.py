@@ -860,6 +860,7 @@ class LabPve(FakePve):
         """Storages as on a fresh node: empty, with the content types the collection needs."""
         fresh = fakepve.model.Model()
         self.storages = fresh.storages
+        self.file_sources = {}   # volid -> the URL download-url fetched it from
         for name, content in STORAGE_CONTENT.items():
             self.storages[name]['content'] = content
 
@@ -1084,6 +1085,8 @@ class LabPve(FakePve):
                 if got.lower() != str(checksum).lower():
                     raise TaskError("checksum mismatch: got '{0}' != expect '{1}'".format(got, checksum))
             self.store_file(name, filename, size, content)
+            # what the file holds, for the simulations that boot from it (lab.talos.versions)
+            self.file_sources['%s:%s/%s' % (name, content, filename)] = values.get('url')
         return fakepve.server.ok(await self.task(node, 'download', name, user, body,
                                                  log=['downloading {0} to {1}'.format(values.get('url'), filename)]))
 

@@ -23,7 +23,6 @@ import os
 import urllib.parse
 
 from ..kubelet_hooks import KubeletVmHooks
-from ..talos.node import TALOS_VERSION
 from .controlplane import DEFAULT_POD_SUBNET, DEFAULT_SERVICE_SUBNET, ControlPlane, ControlPlaneError, _is_ip
 
 LOG = logging.getLogger('lab.k8s_upstream')
@@ -117,7 +116,7 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         # a Node registered before (the kubelet ran earlier) is taken back by kwok: the kubelet runs again
         await self._blocking(plane.register_node, name, labels=node_labels(config), taints=node_taints(config),
                              addresses=[node.address] if node.address else [],
-                             node_info={'osImage': 'Talos (%s)' % TALOS_VERSION})
+                             node_info={'osImage': 'Talos (%s)' % node.running_version})
         self.nodes[node.key] = (node.cluster_id, name)
 
     async def _kubelet_gone(self, key):

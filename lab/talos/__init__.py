@@ -21,6 +21,8 @@ def install(world):
 
     fleet = TalosFleet(world.timing, faults=world.faults, seed=world.timing.seed, request_sink=log,
                        endpoints=(world.add_endpoint, world.remove_endpoint))
+    # what a VM boots from: the lab's PVE knows the URL each downloaded file came from (lab.talos.versions)
+    fleet.media_source = lambda volid: getattr(getattr(world, 'pve', None), 'file_sources', {}).get(volid)
     world.add_listener(fleet)
     world.add_status_section('talos', fleet.status)
     world.talos = fleet
