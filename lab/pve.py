@@ -515,6 +515,11 @@ FAST_PLUG_OPTIONS = ('description', 'hookscript', 'lock', 'migrate_downtime', 'm
                      'protection', 'shares', 'startup', 'tags', 'vmstatestorage')
 
 
+def _split_list(text):
+    """A PVE list parameter (pve-common split_list: commas, semicolons or blanks) as a list."""
+    return [item for item in re.split(r'[,;\s]+', str(text or '')) if item]
+
+
 def download_content(url):
     """The bytes the lab's PVE "downloads" from a URL (nothing is fetched): their checksum is what a test passes
     as the download's `checksum`."""
@@ -815,10 +820,10 @@ class LabPve(FakePve):
         if user is not None and not self.allowed(user, path, 'Permissions.Modify'):
             raise PveError(403, 'Permission check failed (%s, Permissions.Modify)' % path)
         if v.get('groups'):
-            raise PveError(500, "group '%s' does not exist" % str(v['groups']).split(',')[0])
+            raise PveError(500, "group '%s' does not exist" % _split_list(v['groups'])[0])
         delete = str(v.get('delete', '0')) in ('1', 'true')
         propagate = str(v.get('propagate', '1')) not in ('0', 'false')
-        split = lambda text: [item for item in re.split(r'[,;\s]+', str(text or '')) if item]
+        split = _split_list
         for role in split(v.get('roles')):
             if role not in self.access.roles:
                 raise PveError(500, "role '%s' does not exist" % role)

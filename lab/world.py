@@ -96,8 +96,8 @@ class LabOptions(object):
         if len(set(self.pve_nodes)) != len(self.pve_nodes):
             raise ValueError('--pve-nodes: names must be unique, got %s' % ', '.join(self.pve_nodes))
         if self.pve_major not in PVE_RELEASES:
-            raise ValueError('--pve-major must be one of %s, got %r' % (', '.join(map(str, sorted(PVE_RELEASES))),
-                                                                       self.pve_major))
+            majors = ', '.join(str(major) for major in sorted(PVE_RELEASES))
+            raise ValueError('--pve-major must be one of %s, got %r' % (majors, self.pve_major))
 
     @property
     def writes_repo_inventory(self):
