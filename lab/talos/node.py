@@ -744,10 +744,12 @@ class TalosNode(object):
         self.fleet.changed()
 
     def reboot(self, mode, defer):
-        if self.reboot_pending:
-            raise RpcError('FAILED_PRECONDITION', 'reboot is already in progress')
-        self.reboot_pending = True
-        defer(self._reboot, 'reboot')
+        """Talos' Reboot answers at once with a new actor id and runs the reboot sequence in the background
+        (siderolabs/talos v1.13.9 v1alpha1_server.go:365-393); a reboot already under way holds the sequence lock, so
+        a second one is not started ("sequence not started: locked", only logged: v1alpha1_controller.go:112-135)."""
+        if not self.reboot_pending:
+            self.reboot_pending = True
+            defer(self._reboot, 'reboot')
         return self._actor_id()
 
     def reset(self, graceful, reboot, partitions, user_disks, wipe_mode, defer):
