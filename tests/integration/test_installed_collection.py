@@ -74,7 +74,8 @@ def project(tmp_path_factory):
         inventory = project_dir / 'inventory'
         inventory.mkdir()
         # The PVE token secret goes into a vault-encrypted vault.yml, as the guide has a user keep it
-        hosts = yaml.safe_load(open(lab.inventory, encoding='utf-8'))
+        with open(lab.inventory, encoding='utf-8') as handle:
+            hosts = yaml.safe_load(handle)
         del hosts['cluster']['vars']['pve_api_token_secret']
         (inventory / 'hosts.yml').write_text(yaml.safe_dump(hosts))
         for name in ('group_vars', 'files'):
