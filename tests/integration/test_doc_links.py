@@ -52,7 +52,7 @@ def test_every_relative_link_resolves_inside_the_repository(path):
     for target in LINK.findall(FENCE.sub('', text)):
         if re.match(r'^[a-z][a-z0-9+.-]*:', target) or target.startswith('//'):
             continue    # an absolute URL (http:, https:, mailto:)
-        file_part, _, fragment = target.partition('#')
+        file_part, dummy, fragment = target.partition('#')
         resolved = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
         if not resolved.startswith(ROOT + os.sep):
             broken.append('%s: leaves the repository' % target)
