@@ -37,9 +37,11 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow,
               pytest.mark.skipif(not os.access(os.path.join(TOOLS, 'helm'), os.X_OK), reason='no helm in .tools/bin')]
 
 
-def user_env(home, collections, project):
+def user_env(home, project):
+    """The user's environment: no ANSIBLE_* setting but the project's ansible.cfg (docs/examples/ansible.cfg), which
+    names the project's collections/ folder."""
     env = dict((key, value) for key, value in os.environ.items() if not key.startswith('ANSIBLE_'))
-    env.update(HOME=str(home), ANSIBLE_CONFIG=os.path.join(str(project), 'ansible.cfg'), ANSIBLE_COLLECTIONS_PATH=str(collections),
+    env.update(HOME=str(home), ANSIBLE_CONFIG=os.path.join(str(project), 'ansible.cfg'),
                ANSIBLE_NOCOLOR='1', PATH=os.pathsep.join([BIN, TOOLS, os.environ.get('PATH', '')]))
     return env
 
@@ -47,11 +49,12 @@ def user_env(home, collections, project):
 @pytest.fixture(scope='module')
 def project(tmp_path_factory):
     folder = tmp_path_factory.mktemp('user')
-    home, collections, project_dir = folder / 'home', folder / 'collections', folder / 'project'
-    for path in (home, collections, project_dir):
+    home, project_dir = folder / 'home', folder / 'project'
+    collections = project_dir / 'collections'
+    for path in (home, project_dir):
         path.mkdir()
     shutil.copy(os.path.join(ROOT, 'docs', 'examples', 'ansible.cfg'), str(project_dir / 'ansible.cfg'))
-    env = user_env(home, collections, project_dir)
+    env = user_env(home, project_dir)
     build = subprocess.run([GALAXY, 'collection', 'build', ROOT, '--output-path', str(folder)], cwd=str(folder), env=env,
                            capture_output=True, text=True, timeout=300, check=False)
     assert build.returncode == 0, build.stdout + build.stderr
@@ -65,10 +68,11 @@ def project(tmp_path_factory):
     shutil.copy(os.path.join(ROOT, 'docs', 'examples', 'requirements.yml'), str(project_dir / 'requirements.yml'))
     shutil.copy(tarball, str(project_dir))
     # --offline: Galaxy is not reachable here; kubernetes.core (galaxy.yml's dependency) comes with the ansible package
-    install = subprocess.run([GALAXY, 'collection', 'install', '-r', 'requirements.yml', '-p', str(collections), '--offline'],
+    install = subprocess.run([GALAXY, 'collection', 'install', '-r', 'requirements.yml', '-p', 'collections/', '--offline'],
                              cwd=str(project_dir), env=env, capture_output=True, text=True, timeout=300, check=False)
     assert install.returncode == 0, install.stdout + install.stderr
     assert 'proxtalos.cluster:' in install.stdout and 'kubernetes.core' in install.stdout, install.stdout
+    assert 'not part of the configured' not in install.stdout + install.stderr, install.stdout + install.stderr
     lab = start_lab(str(folder / 'lab'), control_planes=1, workers=1)
     try:
         inventory = project_dir / 'inventory'
