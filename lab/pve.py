@@ -369,6 +369,10 @@ class GuestNetwork(object):
         self._boots = {}    # vm -> asyncio task starting its agent
         self._leased = {}   # vm -> the MAC it holds a DHCP lease for
         self.agent_down = set()   # vmids whose guest agent does not run (fault pve-agent-down)
+        # vmids whose guest agent runs only once the guest runs its installed OS (fault talos-agent-maintenance), and
+        # how to tell (the Talos simulation sets it: its node of the VM runs an installed config)
+        self.agent_needs_config = set()
+        self.guest_configured = lambda vm: True
 
     def _static_addresses(self, exclude=None):
         taken = set()
@@ -443,6 +447,9 @@ class GuestNetwork(object):
         if vm.vmid in self.agent_down:
             vm.agent = None   # qemu-guest-agent not started in the guest: PVE answers "not running"
             return
+        if vm.vmid in self.agent_needs_config and not self.guest_configured(vm):
+            vm.agent = None   # the guest (Talos in maintenance mode) runs no agent yet
+            return
         plan = self.current[vm]
         interfaces = [{'name': 'lo', 'hardware-address': '00:00:00:00:00:00',
                        'ip-addresses': [{'ip-address': '127.0.0.1', 'ip-address-type': 'ipv4', 'prefix': 8},
@@ -463,6 +470,12 @@ class GuestNetwork(object):
     def start_agent(self, vm):
         """The guest agent of the VM runs again: at once if the VM runs and has booted, else at its next boot."""
         self.agent_down.discard(vm.vmid)
+        if vm.status == 'running' and vm in self.current and vm not in self._boots:
+            self._agent_up(vm)
+
+    def guest_changed(self, vm):
+        """The guest's own state changed (Talos entered or left maintenance mode): its agent follows, if the VM
+        runs and has booted."""
         if vm.status == 'running' and vm in self.current and vm not in self._boots:
             self._agent_up(vm)
 
@@ -495,6 +508,8 @@ class GuestNetwork(object):
             return 'off'
         if vm.vmid in self.agent_down:
             return 'down'
+        if vm.vmid in self.agent_needs_config and vm.agent is None:
+            return 'down (maintenance)'
         return 'running' if vm.agent is not None else 'booting'
 
 

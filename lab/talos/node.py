@@ -312,6 +312,7 @@ class TalosNode(object):
         await self._start_api(client_cas=None)
         self._run('apid', 'Started task apid (PID 1571) for container apid')
         self.phase = 'maintenance'
+        self.fleet.notify('on_talos_mode', self)
         LOG.info('talos node %s (%s): maintenance mode, server certificate fingerprint %s', self.name, self.address,
                  self.identity.fingerprint)
         self.fleet.changed()
@@ -332,6 +333,7 @@ class TalosNode(object):
         kubelet = self.services['kubelet']
         kubelet.event('Waiting', 'Waiting for service "cri" to be "up", time sync, network')
         self.phase = 'running'
+        self.fleet.notify('on_talos_mode', self)
         if config.control_plane:
             self._run('trustd', 'Started task trustd (PID 1998) for container trustd')
             etcd = self.services['etcd']
