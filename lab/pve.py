@@ -707,6 +707,30 @@ class LabPve(FakePve):
                 path += '/' + props['tag']
             self.require(user, path, 'SDN.Use')
 
+    def _missing_iso(self, vm):
+        """The first ISO volume of the VM's drives that its storage does not hold, or None."""
+        for key in sorted(vm.config):
+            if not re.match(r'^(ide|sata|scsi|virtio)\d+$', key):
+                continue
+            found = re.match(r'^([^:,]+):iso/([^,]+)', str(vm.config[key]))
+            if found and 'iso/' + found.group(2) not in (self.storages.get(found.group(1)) or {}).get('volumes', {}):
+                return '%s:iso/%s' % (found.group(1), found.group(2))
+        return None
+
+    async def _do_start(self, vm, user, p):
+        """A start whose ISO is gone fails in the start task: vm_start activates every volume of the VM first
+        (qemu-server 9.2.6 src/PVE/QemuServer.pm:5667-5676), and a file-based volume that is not there dies with
+        "volume '<storage>:<volname>' does not exist" (pve-storage 9.1.7 src/PVE/Storage/Plugin.pm:2049-2060).
+        fakepve starts it anyway. The earlier checks of the task (template, lock, already running) stay fakepve's."""
+        missing = self._missing_iso(vm)
+        if missing is None or vm.ha_managed or vm.template or vm.status == 'running' or (
+                vm.lock and vm.lock != 'suspended'):
+            return await super()._do_start(vm, user, p)
+
+        async def body():
+            raise TaskError("volume '%s' does not exist" % missing)
+        return await self.task(vm.node, 'qmstart', vm.vmid, user, body, vm=vm)
+
     async def _qm_create(self, v, user):
         self._check_bridge_access(user, v)
         return await super()._qm_create(v, user)

@@ -170,3 +170,19 @@ def test_agent_comes_up_after_the_boot_delay(lab_factory):
     assert slow.wait_until(agent_address, timeout=20, what='the guest agent') == [slow.net + '.100']
     boots = slow.delays(kind='vm_boot')
     assert [(d['target'], d['nominal'], d['planned'], d['outcome']) for d in boots] == [('vm-1021', 20.0, 0.4, 'done')]
+
+
+def test_a_vm_whose_iso_is_gone_does_not_start(clean_lab):
+    # PVE activates every volume at start (qemu-server vm_start); an ISO deleted since the VM was made fails the start.
+    api = clean_lab.proxmox(root=True)
+    node = api.nodes('pve1')
+
+    def finished(upid, what):
+        clean_lab.wait_until(lambda: (node.tasks(upid).status.get()['status'] == 'stopped', upid), what=what)
+        return node.tasks(upid).status.get()['exitstatus']
+    assert finished(node.storage('local')('download-url').post(url='https://example.org/gone.iso', filename='gone.iso',
+                                                                content='iso'), 'the download') == 'OK'
+    assert finished(node.qemu.post(vmid=4720, name='no-iso', ide2='local:iso/gone.iso,media=cdrom'), 'the create') == 'OK'
+    node.storage('local').content('local:iso/gone.iso').delete()
+    assert finished(node.qemu(4720).status.start.post(), 'the start') == "volume 'local:iso/gone.iso' does not exist"
+    assert node.qemu(4720).status.current.get()['status'] == 'stopped'
