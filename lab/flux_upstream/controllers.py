@@ -134,6 +134,13 @@ def apply(cp, obj):
                   content_type='application/apply-patch+yaml')
 
 
+def annotate(cp, kind, name, namespace, annotations):
+    """Merge-patch annotations onto an object (a reconcile request: reconcile.fluxcd.io/requestedAt), leaving the
+    fields a server-side apply owns alone."""
+    path = object_path({'kind': kind, 'metadata': {'name': name, 'namespace': namespace}})
+    return cp.api('PATCH', path, {'metadata': {'annotations': annotations}}, content_type='application/merge-patch+json')
+
+
 def get(cp, kind, name, namespace=None):
     """The object, or None when it does not exist."""
     try:

@@ -230,9 +230,7 @@ def test_a_broken_commit_pushed_by_gitops_commit_fails_the_build(world, working_
     result = _push_with_gitops_commit(capsys, monkeypatch, world, working_copy, ['broken'], 'a kustomization naming a missing file')
     assert result['pushed'] is True and result['commit'] == _remote_tip(world)
     # a reconcile request, as the collection's flux stage makes one after a push
-    flux.apply(world[0], {'apiVersion': 'source.toolkit.fluxcd.io/v1', 'kind': 'GitRepository',
-                          'metadata': {'name': 'gitops', 'namespace': 'flux-system',
-                                       'annotations': {'reconcile.fluxcd.io/requestedAt': result['commit']}}})
+    flux.annotate(world[0], 'GitRepository', 'gitops', 'flux-system', {'reconcile.fluxcd.io/requestedAt': result['commit']})
     artifact = _source_ready_at(world, 'gitops', result['commit'])
     _kustomization(world, 'broken', 'gitops', './broken')
     found = _ready_condition(world, 'broken', lambda ready, status: ready.get('reason') == 'BuildFailed')
@@ -255,9 +253,7 @@ def test_a_deployment_that_never_becomes_ready_fails_the_health_check(world, wor
     with open(os.path.join(directory, 'deployment.yaml'), 'w', encoding='utf-8') as handle:
         yaml.safe_dump(deployment, handle)
     result = _push_with_gitops_commit(capsys, monkeypatch, world, working_copy, ['stuck'], 'a Deployment that cannot schedule')
-    flux.apply(world[0], {'apiVersion': 'source.toolkit.fluxcd.io/v1', 'kind': 'GitRepository',
-                          'metadata': {'name': 'gitops', 'namespace': 'flux-system',
-                                       'annotations': {'reconcile.fluxcd.io/requestedAt': result['commit']}}})
+    flux.annotate(world[0], 'GitRepository', 'gitops', 'flux-system', {'reconcile.fluxcd.io/requestedAt': result['commit']})
     _source_ready_at(world, 'gitops', result['commit'])
     _kustomization(world, 'stuck', 'gitops', './stuck', timeout='15s')
     found = _ready_condition(world, 'stuck', lambda ready, status: ready.get('reason') == 'HealthCheckFailed')
@@ -293,9 +289,7 @@ def test_a_git_server_that_is_down_fails_the_fetch(world, working_copy):
     _source_ready_at(world, 'gitops', _remote_tip(world))
     server.down = True
     try:
-        flux.apply(cp, {'apiVersion': 'source.toolkit.fluxcd.io/v1', 'kind': 'GitRepository',
-                        'metadata': {'name': 'gitops', 'namespace': 'flux-system',
-                                     'annotations': {'reconcile.fluxcd.io/requestedAt': 'server-down'}}})
+        flux.annotate(cp, 'GitRepository', 'gitops', 'flux-system', {'reconcile.fluxcd.io/requestedAt': 'server-down'})
 
         def failed():
             found = flux.conditions(flux.get(cp, 'GitRepository', 'gitops', 'flux-system'))
