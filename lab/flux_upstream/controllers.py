@@ -16,15 +16,13 @@ What is upstream's, unchanged:
 - each controller's command line: the args of its Deployment, with the in-cluster addresses replaced (below).
 
 What the lab changes, because the controllers run as processes on this machine, not in their pods:
-- identity: each Flux controller has a kubeconfig with a client certificate whose user name is its ServiceAccount's,
-  system:serviceaccount:flux-system:<controller> (groups system:serviceaccounts and
-  system:serviceaccounts:flux-system), so the RBAC bindings above apply to it as they would to the pod's token
-  (RBAC matches a ServiceAccount subject by that user name: k8s.io/kubernetes v1.36.3
-  plugin/pkg/auth/authorizer/rbac/rbac.go appliesToUser -> serviceaccount.MatchesUsername). The sealed-secrets
-  controller builds its client with rest.InClusterConfig() only (sealed-secrets v0.40.0 pkg/controller/main.go:188),
-  which reads /var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt} and KUBERNETES_SERVICE_HOST/PORT
-  (k8s.io/client-go rest/config.go InClusterConfig): it runs in its own mount namespace with a tmpfs on /run holding a
-  real token of its ServiceAccount, requested from the TokenRequest API;
+- identity: each controller runs as its pod's container would, with a real token of its ServiceAccount: client-go's
+  rest.InClusterConfig() reads /var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt} and
+  KUBERNETES_SERVICE_HOST/PORT (k8s.io/client-go rest/config.go), and controller-runtime takes the leader-election
+  namespace from .../namespace (the sealed-secrets controller knows nothing else: v0.40.0 pkg/controller/main.go:188;
+  Flux's controllers have no leader-election namespace flag). Each runs in its own mount namespace (unshare) with a
+  tmpfs on /run that only it sees, holding those files: a token from the TokenRequest API, the cluster CA, the
+  namespace;
 - addresses: every listener is on 127.0.0.1 at a free port: --metrics-addr, --health-addr, and source-controller's
   artifact server --storage-addr, advertised with --storage-adv-addr (the other controllers download artifacts from
   the URL it advertises); --storage-path is a directory of the work directory (the pod's emptyDir /data) and TMPDIR
@@ -47,8 +45,6 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 
 from lab import upstream
 from lab.cli import log_tail
-from lab.k8s import pki
-from lab.k8s.testing import write_kubeconfig
 from lab.k8s_upstream.controlplane import HOST, ControlPlaneError, free_port
 
 # The Flux release whose controller versions upstream/{source,kustomize,helm}-controller.json pin: its go.mod requires
@@ -275,12 +271,6 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
 
     # ------------------------------------------------------------------ identities
 
-    def _kubeconfig(self, name, namespace):
-        user = 'system:serviceaccount:%s:%s' % (namespace, name)
-        cert, key = pki.issue(self.cp.ca[0], self.cp.ca[1], user, ('system:serviceaccounts', 'system:serviceaccounts:' + namespace))
-        return write_kubeconfig(os.path.join(self.workdir, 'pki', name + '.kubeconfig'), self.cp.api_url, self.cp.ca[0], cert, key,
-                                name='lab')
-
     def _service_account_files(self, name, namespace):
         """A directory laid out as a pod's /var/run/secrets/kubernetes.io/serviceaccount: a bound token of the
         ServiceAccount (TokenRequest), the cluster CA, the namespace."""
@@ -301,6 +291,20 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
     def artifact_address(self):
         return '%s:%d' % (HOST, self.ports['source-controller-storage'])
 
+    def _as_pod(self, account, namespace, binary, args, env):
+        """The command that runs binary as a container of a pod whose ServiceAccount is namespace/account would: in
+        its own mount namespace (unshare), a tmpfs on /run that only it sees, and there, at
+        /var/run/secrets/kubernetes.io/serviceaccount, a real token of the ServiceAccount (TokenRequest), the cluster
+        CA and the namespace; KUBERNETES_SERVICE_HOST/PORT name the API server. What client-go's
+        rest.InClusterConfig() (k8s.io/client-go rest/config.go) and controller-runtime's in-cluster namespace lookup
+        (leader election) read."""
+        files = self._service_account_files(account, namespace)
+        mount = '/var/run/secrets/kubernetes.io/serviceaccount'
+        shell = 'mount -t tmpfs lab-run /run && mkdir -p %s && mount --bind "$1" %s && shift && exec "$@"' % (mount, mount)
+        host, port = self.cp.api_url.rsplit('//', 1)[1].rsplit(':', 1)
+        env = dict(env, PATH=os.environ.get('PATH', '/usr/bin:/bin'), KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port)
+        return ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', shell, 'sh', files, binary] + list(args), env
+
     def _flux_command(self, name):
         args = list(self.deployment(name)['spec']['template']['spec']['containers'][0].get('args') or [])
         kept = without_flags(args, ('--storage-path', '--storage-adv-addr', '--events-addr'))  # in-cluster; set below
@@ -315,11 +319,11 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
             os.makedirs(storage, exist_ok=True)
             kept += ['--storage-path=' + storage, '--storage-addr=' + self.artifact_address,
                      '--storage-adv-addr=' + self.artifact_address]
-        env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'HOME': tmp, 'TMPDIR': tmp,
-               'RUNTIME_NAMESPACE': FLUX_NAMESPACE, 'TUF_ROOT': os.path.join(tmp, '.sigstore'),
-               'KUBECONFIG': self._kubeconfig(name, FLUX_NAMESPACE)}
+        env = {'HOME': tmp, 'TMPDIR': tmp, 'RUNTIME_NAMESPACE': FLUX_NAMESPACE, 'TUF_ROOT': os.path.join(tmp, '.sigstore')}
+        # flux2 manifests/bases/<name>/patch.yaml: the pod's ServiceAccount is the controller's name
+        command, env = self._as_pod(name, FLUX_NAMESPACE, upstream.binary(name), kept, env)
         # controller-runtime's probes: /readyz on --health-addr (each main.go AddReadyzCheck)
-        return [upstream.binary(name)] + kept, env, 'http://%s:%d/readyz' % (HOST, self.ports[name + '-health'])
+        return command, env, 'http://%s:%d/readyz' % (HOST, self.ports[name + '-health'])
 
     def _sealed_command(self, deployment):
         container = deployment['spec']['template']['spec']['containers'][0]
@@ -329,15 +333,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         args += ['--listen-addr=%s:%d' % (HOST, self.ports[SEALED_SECRETS]),
                  '--listen-metrics-addr=%s:%d' % (HOST, free_port())]
         account = deployment['spec']['template']['spec'].get('serviceAccountName') or SEALED_SECRETS
-        files = self._service_account_files(account, SEALED_NAMESPACE)
-        mount = '/var/run/secrets/kubernetes.io/serviceaccount'
-        # its own mount namespace: a tmpfs on /run (this process's only), the ServiceAccount files bound where a pod has them
-        shell = ('mount -t tmpfs lab-run /run && mkdir -p %s && mount --bind "$1" %s && shift && exec "$@"' % (mount, mount))
-        host, port = self.cp.api_url.rsplit('//', 1)[1].rsplit(':', 1)
-        env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'POD_NAMESPACE': SEALED_NAMESPACE,
-               'KUBERNETES_SERVICE_HOST': host, 'KUBERNETES_SERVICE_PORT': port}
-        command = ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', shell, 'sh', files,
-                   upstream.binary(SEALED_SECRETS)] + args
+        command, env = self._as_pod(account, SEALED_NAMESPACE, upstream.binary(SEALED_SECRETS), args,
+                                    {'POD_NAMESPACE': SEALED_NAMESPACE})
         # its HTTP server's health endpoint (pkg/controller/server.go: /healthz)
         return command, env, 'http://%s:%d/healthz' % (HOST, self.ports[SEALED_SECRETS])
 
@@ -362,7 +359,6 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         """Install the manifests, then start each controller and wait for its health endpoint. Returns self."""
         if self.processes:
             raise FluxError('already started')
-        os.makedirs(os.path.join(self.workdir, 'pki'), mode=0o700, exist_ok=True)
         os.makedirs(self.log_dir, exist_ok=True)
         deadline = time.monotonic() + timeout
         self.ports['source-controller-storage'] = free_port()
