@@ -74,11 +74,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if credentials is None:
             return True, ''
         header = self.headers.get('Authorization', '')
-        scheme, _, value = header.partition(' ')
+        scheme, dummy, value = header.partition(' ')
         if scheme.lower() != 'basic':
             return False, None
         try:
-            user, _, password = base64.b64decode(value.strip()).decode('utf-8').partition(':')
+            user, dummy, password = base64.b64decode(value.strip()).decode('utf-8').partition(':')
         except (ValueError, UnicodeDecodeError):
             return False, None
         ok = hmac.compare_digest(user.encode(), credentials[0].encode()) & hmac.compare_digest(password.encode(), credentials[1].encode())
@@ -141,7 +141,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         status, headers = 200, []
         for line in head.decode('latin-1').splitlines():
-            name, _, value = line.partition(':')
+            name, dummy, value = line.partition(':')
             if name.lower() == 'status':
                 status = int(value.strip().split()[0])
             elif name:

@@ -150,8 +150,8 @@ def _ready_condition(world, name, want):
     def probe():
         found = flux.get(cp, 'Kustomization', name, 'flux-system') or {}
         ready = flux.conditions(found).get('Ready', {})
-        return want(ready, found.get('status') or {}), {'Ready': ready, 'lastAppliedRevision':
-                                                       (found.get('status') or {}).get('lastAppliedRevision')}
+        status = found.get('status') or {}
+        return want(ready, status), {'Ready': ready, 'lastAppliedRevision': status.get('lastAppliedRevision')}
 
     Lab.wait_until(probe, WAIT, what='Kustomization %s' % name)
     return flux.get(cp, 'Kustomization', name, 'flux-system')
