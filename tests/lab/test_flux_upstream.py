@@ -302,3 +302,37 @@ def test_a_git_server_that_is_down_fails_the_fetch(world, working_copy):
         assert '503' in found['FetchFailed']['message'], found['FetchFailed']
     finally:
         server.down = False
+
+
+def test_a_helmrelease_of_a_chart_in_the_repository_is_installed_by_helm_controller(world, working_copy, capsys, monkeypatch):
+    cp = world[0]
+    _apply_source(world, 'gitops')
+    chart = os.path.join(working_copy, 'charts', 'greeting')
+    os.makedirs(os.path.join(chart, 'templates'), exist_ok=True)
+    with open(os.path.join(chart, 'Chart.yaml'), 'w', encoding='utf-8') as handle:
+        handle.write('apiVersion: v2\nname: greeting\nversion: 0.1.0\n')
+    with open(os.path.join(chart, 'values.yaml'), 'w', encoding='utf-8') as handle:
+        handle.write('greeting: hello\n')
+    with open(os.path.join(chart, 'templates', 'configmap.yaml'), 'w', encoding='utf-8') as handle:
+        handle.write('apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n'
+                     'data:\n  greeting: {{ .Values.greeting | quote }}\n')
+    result = _push_with_gitops_commit(capsys, monkeypatch, world, working_copy, ['charts'], 'a chart')
+    flux.annotate(cp, 'GitRepository', 'gitops', 'flux-system', {'reconcile.fluxcd.io/requestedAt': 'chart'})
+    _source_ready_at(world, 'gitops', result['commit'])
+    flux.apply(cp, {'apiVersion': 'helm.toolkit.fluxcd.io/v2', 'kind': 'HelmRelease',
+                    'metadata': {'name': 'greeting', 'namespace': 'flux-system'},
+                    'spec': {'interval': '10m', 'targetNamespace': 'default', 'releaseName': 'greeting',
+                             'chart': {'spec': {'chart': './charts/greeting', 'reconcileStrategy': 'Revision',
+                                                'sourceRef': {'kind': 'GitRepository', 'name': 'gitops'}}},
+                             'values': {'greeting': 'bonjour'}}})
+
+    def released():
+        found = flux.conditions(flux.get(cp, 'HelmRelease', 'greeting', 'flux-system'))
+        return found.get('Ready', {}).get('status') == 'True', found
+
+    found = Lab.wait_until(released, WAIT, what='HelmRelease flux-system/greeting Ready')
+    # helm-controller v1.6.4 internal/reconcile/install.go:184 (Released=True InstallSucceeded after a Helm install)
+    assert found['Released']['reason'] == 'InstallSucceeded', found
+    configmap = flux.get(cp, 'ConfigMap', 'greeting', 'default')
+    assert configmap['data'] == {'greeting': 'bonjour'}
+    assert configmap['metadata']['labels']['app.kubernetes.io/managed-by'] == 'Helm'
