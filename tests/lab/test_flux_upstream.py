@@ -15,7 +15,7 @@ import yaml
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _sealed
-from ansible_collections.proxtalos.cluster.plugins.modules import gitops_commit
+from ansible_collections.proxtalos.cluster.plugins.modules import gitops_commit, sealed_secret
 from lab import upstream
 from lab.flux_upstream import controllers as flux
 from lab.flux_upstream.gitserver import SmartGitServer
@@ -336,3 +336,36 @@ def test_a_helmrelease_of_a_chart_in_the_repository_is_installed_by_helm_control
     configmap = flux.get(cp, 'ConfigMap', 'greeting', 'default')
     assert configmap['data'] == {'greeting': 'bonjour'}
     assert configmap['metadata']['labels']['app.kubernetes.io/managed-by'] == 'Helm'
+
+
+def test_the_collections_seal_commit_push_flow_ends_in_a_secret_of_the_upstream_controller(world, working_copy, capsys,
+                                                                                          monkeypatch, tmp_path):
+    """sealed_secret writes a SealedSecret into the working copy, gitops_commit pushes it, source-controller fetches,
+    kustomize-controller applies it, the sealed-secrets controller unseals it: the collection's flux stage, end to end."""
+    cp, dummy, dummy, (dummy, cert_pem), dummy = world
+    cert_file = tmp_path / 'sealed-secrets.crt'
+    cert_file.write_bytes(cert_pem)
+    directory = os.path.join(working_copy, 'sealed')
+    os.makedirs(directory, exist_ok=True)
+    args = dict(name='app-credentials', namespace='default', string_data={'token': 't0ken', 'user': 'app'},
+                labels={'app': 'demo'}, certificate_path=str(cert_file), dest=os.path.join(directory, 'app-credentials.yaml'))
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            sealed_secret.main()
+    sealed = json.loads(capsys.readouterr().out)
+    assert sealed['changed'] is True and not sealed.get('failed'), sealed
+    result = _push_with_gitops_commit(capsys, monkeypatch, world, working_copy, ['sealed'], 'sealed app credentials')
+    flux.annotate(cp, 'GitRepository', 'gitops', 'flux-system', {'reconcile.fluxcd.io/requestedAt': 'sealed'})
+    artifact = _source_ready_at(world, 'gitops', result['commit'])
+    _kustomization(world, 'sealed', 'gitops', './sealed')
+    found = _ready_condition(world, 'sealed', lambda ready, status: ready.get('status') == 'True')
+    assert found['status']['lastAppliedRevision'] == artifact['revision']
+
+    def unsealed():
+        secret = flux.get(cp, 'Secret', 'app-credentials', 'default')
+        return secret is not None, secret
+
+    secret = Lab.wait_until(unsealed, WAIT, what='Secret default/app-credentials')
+    assert flux.secret_data(secret) == {'token': 't0ken', 'user': 'app'}
+    assert secret['metadata']['labels'] == {'app': 'demo'}
+    assert secret['metadata']['ownerReferences'][0]['kind'] == 'SealedSecret'
