@@ -338,8 +338,8 @@ def test_a_helmrelease_of_a_chart_in_the_repository_is_installed_by_helm_control
     assert configmap['metadata']['labels']['app.kubernetes.io/managed-by'] == 'Helm'
 
 
-def test_the_collections_seal_commit_push_flow_ends_in_a_secret_of_the_upstream_controller(world, working_copy, capsys,
-                                                                                          monkeypatch, tmp_path):
+def test_the_collections_seal_commit_push_flow_ends_in_a_secret_of_the_upstream_controller(  # pylint: disable=too-many-locals
+        world, working_copy, capsys, monkeypatch, tmp_path):
     """sealed_secret writes a SealedSecret into the working copy, gitops_commit pushes it, source-controller fetches,
     kustomize-controller applies it, the sealed-secrets controller unseals it: the collection's flux stage, end to end."""
     cp, dummy, dummy, (dummy, cert_pem), dummy = world
