@@ -13,3 +13,4 @@ with its own identity, and serves Git repositories over smart HTTP(S) on loopbac
 
 from .controllers import FLUX_CONTROLLERS, FLUX_DISTRIBUTION, SEALED_SECRETS, FluxControllers, FluxError  # noqa: F401
 from .gitserver import SmartGitServer, GitServerError  # noqa: F401
+from .lab import install  # noqa: F401  (python -m lab up --extensions talos,k8s_upstream,flux_upstream)
