@@ -57,8 +57,8 @@ def test_a_cluster_gets_the_flux_controllers_and_fetches_the_labs_repository(tmp
             status = found.get('status') or {}
             ready = {c['type']: c for c in status.get('conditions') or []}.get('Ready', {})
             artifact = status.get('artifact') or {}
-            # Ready and the artifact: a Ready=True "stored artifact for revision ..." was seen once without
-            # status.artifact in the same read (an intermediate status patch of the reconcile, presumably)
+            # Ready and the artifact: Flux's patch helper writes the conditions before the rest of the status
+            # (github.com/fluxcd/pkg/runtime v0.110.3 patch/patch.go:223-235), so Ready=True can be read without it
             return ready.get('status') == 'True' and bool(artifact), (ready, artifact)
         ready, artifact = wait_until(fetched, 'GitRepository flux-system/lab Ready with its artifact', timeout=120)
         assert artifact['revision'] == 'main@sha1:' + commit, (ready, artifact)
