@@ -214,7 +214,9 @@ def test_kustomization_becomes_ready_at_the_revision_source_controller_fetched(w
     # the artifact is served by source-controller's own artifact server, at the address it was told to advertise
     assert artifact['url'].startswith('http://%s/' % world[2].artifact_address), artifact
     _kustomization(world, 'apps', 'gitops', './apps/lab')
-    found = _ready_condition(world, 'apps', lambda ready, status: ready.get('status') == 'True')
+    # both: the conditions are patched before the rest of the status (fluxcd/pkg/runtime v0.110.3 patch/patch.go:223-235)
+    found = _ready_condition(world, 'apps', lambda ready, status: ready.get('status') == 'True'
+                             and status.get('lastAppliedRevision') == artifact['revision'])
     assert found['status']['lastAppliedRevision'] == artifact['revision'] == 'main@sha1:' + commit
     assert flux.conditions(found)['Ready']['reason'] == 'ReconciliationSucceeded'
     deployment = flux.get(world[0], 'Deployment', 'podinfo', 'podinfo')
@@ -358,7 +360,8 @@ def test_the_collections_seal_commit_push_flow_ends_in_a_secret_of_the_upstream_
     flux.annotate(cp, 'GitRepository', 'gitops', 'flux-system', {'reconcile.fluxcd.io/requestedAt': 'sealed'})
     artifact = _source_ready_at(world, 'gitops', result['commit'])
     _kustomization(world, 'sealed', 'gitops', './sealed')
-    found = _ready_condition(world, 'sealed', lambda ready, status: ready.get('status') == 'True')
+    found = _ready_condition(world, 'sealed', lambda ready, status: ready.get('status') == 'True'
+                             and status.get('lastAppliedRevision') == artifact['revision'])
     assert found['status']['lastAppliedRevision'] == artifact['revision']
 
     def unsealed():
