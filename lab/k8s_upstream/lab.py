@@ -71,6 +71,11 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.planes = {}     # cluster id -> ControlPlane (started)
         self.waiting = {}    # cluster id -> [talos nodes whose kubelet ran before the API]
         self.nodes = {}      # talos node key -> (cluster id, Node name) of the kubelets that run
+        self.plane_listeners = []  # async fn(cluster_id, plane) after a control plane started (lab.flux_upstream)
+
+    def add_plane_listener(self, listener):
+        """listener(cluster_id, plane), a coroutine function, is awaited after each control plane has started."""
+        self.plane_listeners.append(listener)
 
     async def _blocking(self, function, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(None, lambda: function(*args, **kwargs))
@@ -105,6 +110,8 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.world.add_endpoint('k8s-api-%s' % endpoint, endpoint, API_PORT, 'https')
         for waiting in self.waiting.pop(cluster_id, []):
             await self.on_kubelet_running(waiting)
+        for listener in self.plane_listeners:
+            await listener(cluster_id, plane)
 
     async def on_kubelet_running(self, node):
         plane = self.planes.get(node.cluster_id)
