@@ -17,8 +17,8 @@ def pages():
 
 
 def slug(heading):
-    """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r'[`*_]', '', heading.strip().lower())
+    """GitHub's anchor for a heading: lowercase, punctuation but - and _ dropped, spaces to hyphens."""
+    text = re.sub(r'[`*]', '', heading.strip().lower())
     text = re.sub(r'[^\w\- ]', '', text)
     return text.replace(' ', '-')
 
@@ -32,7 +32,9 @@ def test_index_links_every_page():
     with open(os.path.join(DOCS, 'README.md'), encoding='utf-8') as stream:
         index = stream.read()
     linked = set(os.path.normpath(target.split('#')[0]) for target in LINK.findall(index))
-    missing = [page for page in pages() if page != 'README.md' and page not in linked]
+    # the GitOps skeleton is a repository template: its own README (linked from the index) links its folders' pages
+    missing = [page for page in pages() if page != 'README.md' and page not in linked
+               and not (page.startswith('gitops-skeleton' + os.sep) and page != os.path.join('gitops-skeleton', 'README.md'))]
     assert not missing, 'docs/README.md does not link: %s' % ', '.join(missing)
 
 
