@@ -99,6 +99,7 @@ KNOWN_RESOURCES = {
     ('v1', 'Pod'): ('pods', True),
     ('v1', 'Namespace'): ('namespaces', False),
     ('v1', 'Secret'): ('secrets', True),
+    ('v1', 'Event'): ('events', True),
     ('apps/v1', 'DaemonSet'): ('daemonsets', True),
     ('apps/v1', 'Deployment'): ('deployments', True),
     ('apps/v1', 'StatefulSet'): ('statefulsets', True),

@@ -199,6 +199,7 @@ class WorkloadGate(Gate):
 
     def diagnose(self, client, verdict):
         lines = list(verdict.problems)
+        lines.extend(creation_failures(client, self.workload_kind, self.namespace, self.name))
         if self.workload_kind == 'DaemonSet':
             for item in verdict.failing():
                 text = '%s: %s%s' % (item['name'], '%s ' % item['pod'] if item.get('pod') else '', item.get('reason'))
@@ -209,6 +210,45 @@ class WorkloadGate(Gate):
             lines.extend(_failing_lines(client, verdict.failing(), unplaced='(no node)'))
         lines.extend(verdict.notes)
         return lines
+
+
+# How many FailedCreate events a diagnosis quotes (the newest; their count says how often each repeated).
+MAX_EVENT_LINES = 3
+
+
+def creation_failures(client, kind, namespace, name):
+    """'FailedCreate (N times, last at T): <message>' of the Warning events on a DaemonSet or StatefulSet, newest first.
+
+    A pod the API refuses (PodSecurity admission, a webhook, a quota) never exists, so no pod can say why; the
+    controller records the refusal on its workload: the DaemonSet controller through RealPodControl.CreatePods
+    (kubernetes v1.36.3 pkg/controller/controller_utils.go:600, reason FailedCreate, "Error creating: <error>"), the
+    StatefulSet controller in recordPodEvent (pkg/controller/statefulset/stateful_pod_control.go:339-344, reason
+    FailedCreate). A Deployment says it in its ReplicaFailure condition (predicates.replica_failure), which is
+    already in the verdict. Best effort: events that cannot be read are left out.
+    """
+    if kind not in ('DaemonSet', 'StatefulSet'):
+        return []
+    try:
+        events = client.list('v1', 'Event', namespace=namespace,
+                             field_selector='involvedObject.kind=%s,involvedObject.name=%s' % (kind, name))
+    except (_errors.ProxtalosError, k8s_client.NotServed):
+        return []
+    found = []
+    for event in events:
+        involved = event.get('involvedObject') or {}
+        if involved.get('kind') != kind or involved.get('name') != name:
+            continue
+        if event.get('type') != 'Warning' or event.get('reason') != 'FailedCreate':
+            continue
+        when = (event.get('lastTimestamp') or event.get('eventTime') or (event.get('series') or {}).get('lastObservedTime')
+                or objects.metadata(event).get('creationTimestamp') or '')
+        found.append((when, event))
+    lines = []
+    for when, event in sorted(found, key=lambda pair: pair[0], reverse=True)[:MAX_EVENT_LINES]:
+        count = event.get('count') or (event.get('series') or {}).get('count') or 1
+        lines.append('event FailedCreate (%d time%s%s): %s' % (count, '' if count == 1 else 's', ', last at %s' % when if when else '',
+                                                           diagnosis.clip(event.get('message'))))
+    return lines
 
 
 class PodsGate(Gate):
