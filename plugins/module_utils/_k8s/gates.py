@@ -32,7 +32,7 @@ WORKLOAD_KINDS = ('DaemonSet', 'Deployment', 'StatefulSet')
 # error, so a misplaced option is reported instead of silently ignored.
 GATE_OPTIONS = {
     'nodes': ('names', 'label_selectors', 'expected_count', 'node_state'),
-    'workload': ('kind', 'api_version', 'name', 'namespace', 'accept_unschedulable_replicas'),
+    'workload': ('kind', 'api_version', 'name', 'namespace', 'accept_unschedulable_replicas', 'csi_driver'),
     'pods': ('namespace', 'label_selectors', 'expected_count', 'every_node', 'node_label_selectors'),
     'crds': ('names', 'label_selectors'),
     'condition': ('kind', 'api_version', 'name', 'namespace', 'label_selectors', 'condition_type', 'condition_status'),
@@ -42,7 +42,7 @@ OPTION_DEFAULTS = {
     'kind': None, 'api_version': None, 'name': None, 'namespace': None, 'names': None,
     'label_selectors': [], 'node_label_selectors': [], 'expected_count': None, 'node_state': 'ready',
     'every_node': False, 'accept_unschedulable_replicas': False, 'condition_type': 'Ready',
-    'condition_status': 'True',
+    'condition_status': 'True', 'csi_driver': None,
 }
 # The argument spec of the gate options: k8s_gate's own options for its one gate, and the options of each
 # item of its `gates` list (with `title`, `gate` and `wait_timeout`, see step_spec()).
@@ -60,6 +60,7 @@ GATE_OPTION_SPEC = dict(
     accept_unschedulable_replicas=dict(type='bool', default=False),
     condition_type=dict(type='str', default='Ready'),
     condition_status=dict(type='str', default='True', choices=['True', 'False', 'Unknown']),
+    csi_driver=dict(type='str'),
 )
 GATE_REQUIRED_IF = [
     ('gate', 'workload', ('kind', 'name', 'namespace')),
@@ -174,6 +175,9 @@ class WorkloadGate(Gate):
         self.accept_unschedulable = bool(params.get('accept_unschedulable_replicas'))
         if self.accept_unschedulable and self.workload_kind == 'DaemonSet':
             raise _errors.ValidationError('accept_unschedulable_replicas', 'applies to Deployment and StatefulSet, not DaemonSet')
+        self.csi_driver = params.get('csi_driver') or None
+        if self.csi_driver and self.workload_kind != 'DaemonSet':
+            raise _errors.ValidationError('csi_driver', 'applies to the DaemonSet of a CSI node plugin, not to a %s' % self.workload_kind)
 
     def target(self):
         return '%s %s/%s' % (self.workload_kind, self.namespace, self.name)
@@ -192,7 +196,10 @@ class WorkloadGate(Gate):
         workload, nodes, pods = self._read(client)
         what = '%s/%s' % (self.namespace, self.name)
         if self.workload_kind == 'DaemonSet':
-            return predicates.daemonset_ready(workload, nodes or [], pods or [], what=what)
+            csi_nodes = None
+            if self.csi_driver and workload is not None:
+                csi_nodes = dict((objects.name(c), c) for c in client.list('storage.k8s.io/v1', 'CSINode'))
+            return predicates.daemonset_ready(workload, nodes or [], pods or [], what=what, csi_driver=self.csi_driver, csi_nodes=csi_nodes)
         if self.workload_kind == 'Deployment':
             return predicates.deployment_available(workload, nodes, pods or [], self.accept_unschedulable, what=what)
         return predicates.statefulset_available(workload, nodes, pods or [], self.accept_unschedulable, what=what)

@@ -143,13 +143,25 @@ def _not_found(kind, what):
     return Verdict(False, '%s %s not found' % (kind, what), problems=['%s %s not found' % (kind, what)])
 
 
-def daemonset_ready(daemonset, nodes, pods, what=None):
+def csi_drivers(csi_node):
+    """The driver names a CSINode lists (spec.drivers[].name; k8s.io/api v0.36.3 storage/v1 CSINodeSpec)."""
+    return [d.get('name') for d in objects.spec(csi_node).get('drivers') or [] if isinstance(d, dict)]
+
+
+def daemonset_ready(daemonset, nodes, pods, what=None, csi_driver=None, csi_nodes=None):
     """A Ready pod of the DaemonSet on every eligible node, and the rollout complete.
 
     Eligible nodes are those the DaemonSet controller would place a pod on (nodeSelector,
     required node affinity, taints against the pod's tolerations plus the ones the controller
     adds). Nodes without a Ready pod are named with the pod's reason. No eligible node at all
     is not a pass: a gate must see the thing it vouches for.
+
+    csi_driver (a CSI node plugin's DaemonSet): each eligible node's CSINode (csi_nodes, by node
+    name) must also list the driver. The kubelet adds it only after the plugin registered and
+    answered NodeGetInfo (kubernetes v1.36.3 pkg/volume/csi/csi_plugin.go:118-157,
+    RegisterPlugin -> nodeinfomanager.InstallCSIDriver); a Ready pod alone does not say that
+    (the Proxmox CSI node pod has no readiness probe, and its NodeGetInfo fails on a node without
+    topology labels), and without it the node cannot attach the driver's volumes.
     """
     if daemonset is None:
         return _not_found('DaemonSet', what or '?')
@@ -174,6 +186,14 @@ def daemonset_ready(daemonset, nodes, pods, what=None):
                 item['reason'] = diagnosis.pod_reason(live[0])
             else:
                 item['reason'] = 'no pod scheduled'
+        elif csi_driver:
+            csi_node = (csi_nodes or {}).get(node_name)
+            if csi_node is None:
+                item.update(ok=False, reason='no CSINode %s yet (the kubelet has not registered any CSI driver)' % node_name)
+            elif csi_driver not in csi_drivers(csi_node):
+                item.update(ok=False, reason='pod %s Ready, but CSI driver %s is not registered in CSINode %s (drivers: %s)'
+                            % (item['pod'], csi_driver, node_name, ', '.join(csi_drivers(csi_node)) or 'none'))
+                item['pod'] = None
         items.append(item)
     unplaced = by_node.get('', [])
     problems = []
@@ -209,7 +229,7 @@ def daemonset_ready(daemonset, nodes, pods, what=None):
     failing = ['%s %s%s' % (item['name'], '%s ' % item['pod'] if item['pod'] else '', item['reason'])
                for item in items if not item['ok']]
     ok = not failing and not problems
-    summary = '%s Ready on %d/%d eligible nodes' % (label, good, len(items))
+    summary = '%s Ready%s on %d/%d eligible nodes' % (label, ' and %s registered' % csi_driver if csi_driver else '', good, len(items))
     if failing or problems:
         summary += ': ' + diagnosis.limit_list(failing + problems)
     return Verdict(ok, summary, items, problems, notes)
