@@ -343,7 +343,24 @@ class ConditionGate(Gate):
         except k8s_client.NotServed as exc:
             text = '%s (CRD not installed?)' % exc
             return predicates.Verdict(False, text, problems=[text])
-        return predicates.conditions_met(objs, self.condition_type, self.wanted, what=what)
+        extra = None
+        if self.resource_kind == 'HelmRelease' and self.api_version.startswith('helm.toolkit.fluxcd.io/') \
+                and (self.condition_type, self.wanted) == ('Ready', 'True'):
+            extra = lambda obj: predicates.helmrelease_applied(obj, self._helmchart(client, obj))  # noqa: E731
+        return predicates.conditions_met(objs, self.condition_type, self.wanted, what=what, extra_checks=extra)
+
+    @staticmethod
+    def _helmchart(client, helmrelease):
+        """The HelmChart a HelmRelease's status names (helm-controller writes `namespace/name`), or None."""
+        ref = objects.status(helmrelease).get('helmChart') or ''
+        if objects.spec(helmrelease).get('chartRef') or '/' not in ref:
+            return None
+        namespace, name = ref.split('/', 1)
+        try:
+            chart = client.get('source.toolkit.fluxcd.io/v1', 'HelmChart', name, namespace)
+        except k8s_client.NotServed:
+            return None
+        return chart if chart is not None else {'metadata': {'name': name, 'namespace': namespace}, 'status': {}}
 
     def diagnose(self, client, verdict):
         lines = list(verdict.problems)

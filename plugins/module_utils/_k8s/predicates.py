@@ -503,9 +503,40 @@ def condition_met(obj, condition_type='Ready', wanted='True'):
     return item
 
 
-def conditions_met(objs, condition_type='Ready', wanted='True', what='objects'):
-    """condition_met for each object; at least one object must be there."""
+def helmrelease_applied(helmrelease, chart):
+    """None when a HelmRelease has released its chart's current version, else why not.
+
+    helm-controller v1.3.0's own record of what it released is status.history, whose latest snapshot (the highest
+    version, api/v2/snapshot_types.go:54-61) carries the release's status and chartVersion (:125-141); the chart it
+    should release is the HelmChart it made (status.helmChart, `namespace/name`, api/v2/helmrelease_types.go:973-976),
+    whose artifact revision is the chart version (source-controller v1.6.2
+    internal/controller/helmchart_controller.go:843). A HelmRelease with spec.chartRef has no HelmChart of its
+    own: chart is None and nothing is compared.
+    """
+    if chart is None:
+        return None
+    revision = (objects.status(chart).get('artifact') or {}).get('revision')
+    if not revision:
+        return 'HelmChart %s has no artifact yet' % objects.qualified_name(chart)
+    history = [snap for snap in objects.status(helmrelease).get('history') or [] if isinstance(snap, dict)]
+    latest = max(history, key=lambda snap: snap.get('version') or 0) if history else None
+    if latest is None:
+        return 'no release in status.history yet (HelmChart %s has %s)' % (objects.qualified_name(chart), revision)
+    if latest.get('chartVersion') != revision or latest.get('status') != 'deployed':
+        return 'released chart %s (release v%s %s), HelmChart %s has %s (not released yet)' % (
+            latest.get('chartVersion'), latest.get('version'), latest.get('status'), objects.qualified_name(chart), revision)
+    return None
+
+
+def conditions_met(objs, condition_type='Ready', wanted='True', what='objects', extra_checks=None):
+    """condition_met for each object; at least one object must be there. extra_checks(obj): why an object that meets
+    the condition is still not done, or None (the HelmRelease's released chart, helmrelease_applied)."""
     items = [condition_met(obj, condition_type, wanted) for obj in sorted(objs, key=objects.qualified_name)]
+    for item, obj in zip(items, sorted(objs, key=objects.qualified_name)):
+        if item['ok'] and extra_checks is not None:
+            why = extra_checks(obj)
+            if why:
+                item.update(ok=False, reason=why)
     problems = [] if items else ['no %s found' % what]
     failing = ['%s %s' % (item['name'], item['reason']) for item in items if not item['ok']]
     good = len(items) - len(failing)

@@ -166,3 +166,49 @@ def test_stalled_for_a_reason_upstream_stalls_on_fails_at_once():
         {'type': 'Ready', 'status': 'False', 'reason': 'InvalidCELExpression', 'observedGeneration': 3, 'message': 'x'}]
     verdict = judge([stalled], gitrepository(NEW))
     assert verdict.failed and verdict.items[0]['reason'] == 'Stalled InvalidCELExpression: x'
+
+
+# --- HelmRelease: its released chart against its HelmChart's artifact ------------------------------------------------
+# helm-controller v1.3.0: status.helmChart `namespace/name` (api/v2/helmrelease_types.go:973-976, set in
+# internal/reconcile/helmchart_template.go:174), status.history snapshots (api/v2/snapshot_types.go:125-141: version,
+# status, chartName, chartVersion, ...), Ready True `UpgradeSucceeded`; source-controller v1.6.2 HelmChart artifact
+# revision = the chart version (internal/controller/helmchart_controller.go:843).
+
+def helmrelease(released='6.5.3', version=2):
+    return {'apiVersion': 'helm.toolkit.fluxcd.io/v2', 'kind': 'HelmRelease',
+            'metadata': {'name': 'podinfo', 'namespace': 'apps', 'generation': 1},
+            'spec': {'interval': '1h', 'chart': {'spec': {'chart': 'podinfo', 'sourceRef': {'kind': 'HelmRepository', 'name': 'podinfo'}}}},
+            'status': {'observedGeneration': 1, 'lastAttemptedGeneration': 1, 'lastAttemptedRevision': released,
+                       'helmChart': 'apps/apps-podinfo',
+                       'history': [{'name': 'podinfo', 'namespace': 'apps', 'version': version, 'status': 'deployed',
+                                    'chartName': 'podinfo', 'chartVersion': released, 'appVersion': released,
+                                    'configDigest': 'sha256:' + 'c' * 64, 'digest': 'sha256:' + 'd' * 64,
+                                    'firstDeployed': '2026-11-27T10:00:00Z', 'lastDeployed': '2026-11-27T11:00:00Z'}],
+                       'conditions': [{'type': 'Ready', 'status': 'True', 'reason': 'UpgradeSucceeded', 'observedGeneration': 1,
+                                       'message': 'Helm upgrade succeeded for release apps/podinfo.v%d with chart podinfo@%s' % (version, released)},
+                                      {'type': 'Released', 'status': 'True', 'reason': 'UpgradeSucceeded', 'observedGeneration': 1,
+                                       'message': 'Helm upgrade succeeded'}]}}
+
+
+def helmchart(revision):
+    return {'apiVersion': 'source.toolkit.fluxcd.io/v1', 'kind': 'HelmChart', 'metadata': {'name': 'apps-podinfo', 'namespace': 'apps',
+                                                                                           'generation': 1},
+            'spec': {'chart': 'podinfo', 'version': '*', 'sourceRef': {'kind': 'HelmRepository', 'name': 'podinfo'}},
+            'status': {'observedGeneration': 1, 'artifact': {'revision': revision, 'digest': 'sha256:' + 'e' * 64,
+                                                             'path': 'helmchart/apps/apps-podinfo/podinfo-%s.tgz' % revision}}}
+
+
+def test_a_helmrelease_ready_for_the_previous_chart_is_not_ready_until_it_releases_the_new_one():
+    kube = FakeKube()
+    kube.serve('helm.toolkit.fluxcd.io/v2', 'HelmRelease', 'helmreleases')
+    kube.serve('source.toolkit.fluxcd.io/v1', 'HelmChart', 'helmcharts')
+    kube.add(helmrelease('6.5.3'), helmchart('6.5.4'))
+    gate = gates.build_gate({'gate': 'condition', 'api_version': 'helm.toolkit.fluxcd.io/v2', 'kind': 'HelmRelease',
+                             'namespace': 'apps', 'name': 'podinfo'})
+    verdict = gate.observe(kube)
+    assert not verdict.ok
+    assert verdict.items[0]['reason'] == ('released chart 6.5.3 (release v2 deployed), HelmChart apps/apps-podinfo has 6.5.4 '
+                                          '(not released yet)')
+    kube.remove('HelmRelease', 'podinfo')
+    kube.add(helmrelease('6.5.4', version=3))
+    assert gate.observe(kube).ok
