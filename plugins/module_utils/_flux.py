@@ -154,7 +154,8 @@ def kustomization_state(obj, source=None, check_source=True):
       checks; status.observedGeneration moves only on success (finalizeStatus, :1192-1195). So Ready=Unknown
       `Progressing` is accepted when status.observedGeneration equals the generation, no request is pending and the
       last applied revision is the source's current one: this object already completed a reconcile of this spec
-      at this revision, and the one running now has nothing new to apply.
+      at this revision, and the one running now has nothing new to apply. Not while Healthy is False: a retry after
+      a failed health check also starts so, and Healthy stays False until its health checks run again (:962-980).
     - Stalled=True (at v1.6.1 only InvalidCELExpression and FeatureGateDisabled, :240-256) fails at once.
 
     With check_source false (no sources read) the revision is not compared.
@@ -169,7 +170,9 @@ def kustomization_state(obj, source=None, check_source=True):
         return item
     if not item['ok']:
         ready = objects.condition(obj, 'Ready') or {}
+        healthy = objects.condition(obj, 'Healthy')
         if not (ready.get('status') == 'Unknown' and ready.get('reason') == 'Progressing' and not predicates.request_pending(obj)
+                and (healthy is None or healthy.get('status') != 'False')
                 and objects.generation(obj) is not None and objects.observed_generation(obj) == objects.generation(obj)
                 and check_source and item['source_revision'] and item['last_applied_revision'] == item['source_revision']):
             return item

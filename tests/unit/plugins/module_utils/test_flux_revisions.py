@@ -212,3 +212,15 @@ def test_a_helmrelease_ready_for_the_previous_chart_is_not_ready_until_it_releas
     kube.remove('HelmRelease', 'podinfo')
     kube.add(helmrelease('6.5.4', version=3))
     assert gate.observe(kube).ok
+
+
+def test_a_retry_after_a_failed_health_check_is_not_taken_for_a_periodic_reconcile():
+    # a health check failed at this generation and revision (kustomization_controller.go:979-980 Ready and Healthy
+    # False HealthCheckFailed); the retry starts with Ready Unknown Progressing and leaves Healthy False until its
+    # health checks run again (:962-968)
+    retry = reconciling(succeeded(revision=NEW), NEW)
+    retry['status']['conditions'].append({'type': 'Healthy', 'status': 'False', 'reason': 'HealthCheckFailed', 'observedGeneration': 3,
+                                          'message': 'health check failed after 5m0s: timeout waiting for: [Deployment/apps/web status: InProgress]'})
+    assert not judge([retry], gitrepository(NEW)).ok
+    retry['status']['conditions'][-1].update(status='Unknown', reason='Progressing', message='Running health checks for revision x')
+    assert judge([retry], gitrepository(NEW)).ok
