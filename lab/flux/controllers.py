@@ -499,15 +499,26 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
             self.records.pop(('ks', namespace, name), None)
             return
         spec = ks.get('spec') or {}
-        if spec.get('suspend') or not self.controller_up('kustomize-controller'):
+        if not self.controller_up('kustomize-controller'):
             return
         meta = ks['metadata']
         generation = meta.get('generation', 1)
         requested = (meta.get('annotations') or {}).get(REQUESTED_AT)
+        # kustomize-controller v1.6.1 copies the reconcile request to status.lastHandledReconcileAt in finalizeStatus
+        # (internal/controller/kustomization_controller.go:1186-1188), which Reconcile defers (:188-193) before any
+        # early return: a suspended object (:230-234), a missing source (:261-288) and a dependency that is not ready
+        # (:291-300) handle the request too.
+        if spec.get('suspend'):
+            if requested and (ks.get('status') or {}).get('lastHandledReconcileAt') != requested:
+                self._write_status(KS_KEY, namespace, name, dict(ks.get('status') or {}, lastHandledReconcileAt=requested),
+                                   KUSTOMIZE_MANAGER)
+            return
         fault = (namespace, name) in self.health_faults
         broken = self.build_faults.get((namespace, name))
         status = dict(ks.get('status') or {})
         retry = self._interval(spec.get('retryInterval'), None) or self._interval(spec.get('interval'), 600.0)
+        if requested:
+            status['lastHandledReconcileAt'] = requested
         repo, snapshot, problem = self._source(ks)
         if problem:
             record.phase, record.inputs = 'failed', None

@@ -243,6 +243,52 @@ class NodeAgent:
             ensure_cilium_nodes(self.c.store, {name: self.running[name]['ip'] for name in self.cni_ready if name in self.running})
 
 
+    def reconcile_csi(self):
+        """Each running node's CSINode lists the CSI drivers whose node plugin has a Ready pod there.
+
+        The kubelet creates a CSINode per node, owned by its Node (kubernetes v1.36.3
+        pkg/volume/csi/nodeinfomanager/nodeinfomanager.go:502-525), and adds a driver to spec.drivers once the plugin
+        registered through its node-driver-registrar socket and answered NodeGetInfo (pkg/volume/csi/csi_plugin.go:
+        118-157, InstallCSIDriver); it removes it when the plugin deregisters (:270, UninstallCSIDriver). The lab runs
+        no plugin: the driver name is the directory of the registrar's --kubelet-registration-path (what the chart
+        passes: /var/lib/kubelet/plugins/<driver>/csi.sock), registered while a Ready pod carries it on the node.
+        """
+        drivers = dict((name, {}) for name in self.running)
+        for pod in self.c.store.items(('', 'pods')):
+            node = (pod.get('spec') or {}).get('nodeName')
+            driver = _csi_registration(pod)
+            if driver and node in drivers and _pod_ready(pod) and not pod['metadata'].get('deletionTimestamp'):
+                drivers[node][driver] = {'name': driver, 'nodeID': node, 'topologyKeys': None}
+        rtype = self.c.rtype('storage.k8s.io', 'csinodes')
+        for name, found in sorted(drivers.items()):
+            node = self.c.store.peek(('', 'nodes'), '', name)
+            if node is None:
+                continue
+            wanted = [found[key] for key in sorted(found)]
+            old = self.c.store.peek(('storage.k8s.io', 'csinodes'), '', name)
+            if old is None:
+                self.c.store.internal_create(rtype, {
+                    'apiVersion': 'storage.k8s.io/v1', 'kind': 'CSINode',
+                    'metadata': {'name': name, 'ownerReferences': [{'apiVersion': 'v1', 'kind': 'Node', 'name': name,
+                                                                     'uid': node['metadata'].get('uid')}]},
+                    'spec': {'drivers': wanted}})
+            elif (old.get('spec') or {}).get('drivers') != wanted:
+                new = clone(old)
+                new['spec'] = {'drivers': wanted}
+                self.c.store.internal_replace(rtype, new, old)
+
+
+def _csi_registration(pod):
+    """The CSI driver a pod registers with the kubelet (its registrar's --kubelet-registration-path directory), or None."""
+    for container in (pod.get('spec') or {}).get('containers') or ():
+        for arg in list(container.get('args') or ()) + list(container.get('command') or ()):
+            if isinstance(arg, str) and arg.startswith('--kubelet-registration-path='):
+                parts = arg.split('=', 1)[1].rstrip('/').split('/')
+                if len(parts) >= 2:
+                    return parts[-2]
+    return None
+
+
 def _missing_secret_candidates(pod):
     """Names of the Secrets the pod's volumes need (secret volumes and projected secret sources not marked optional)."""
     names = []
@@ -352,6 +398,8 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
             labels = meta.get('labels') or {}
             if labels.get(CILIUM_LABEL[0]) == CILIUM_LABEL[1]:
                 self._dirty[('cni',)] = True
+            if _csi_registration(obj):
+                self._dirty[('csi',)] = True
         elif event.key == ('', 'secrets'):
             # kubelet mounts a Secret volume once the Secret exists: pods waiting for it in that namespace look again
             for pod in self.store.items(('', 'pods'), meta.get('namespace')):
@@ -396,8 +444,11 @@ class Controllers:  # pylint: disable=too-many-instance-attributes,too-many-publ
             for namespace in self.store.items(('', 'namespaces')):
                 self._dirty[('namespace', namespace['metadata']['name'])] = True
             self._dirty[('cni',)] = True
+            self._dirty[('csi',)] = True
         elif kind == 'cni':
             self.nodes.reconcile_cni()
+        elif kind == 'csi':
+            self.nodes.reconcile_csi()
         elif kind == 'pod':
             self.reconcile_pod(item[1], item[2])
         elif kind == 'daemonsets':

@@ -3,10 +3,10 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Flux Kustomization tree as the gitops gate judges it. PRIVATE to the collection.
 
-assess(kustomizations) is pure: it orders the live Kustomizations by spec.dependsOn (the
+assess(kustomizations, sources) is pure: it orders the live Kustomizations by spec.dependsOn (the
 namespace of a dependency defaults to the dependant's, as kustomize-controller resolves it),
-judges each with the flux CLI's readiness test (predicates.condition_met: Ready=True for the
-current generation, not Reconciling; Stalled fails at once), and for each one that is not
+judges each with kustomization_state() (what kustomize-controller v1.6.1 itself requires of a
+dependency, plus the reconcile request and suspension; see there), and for each one that is not
 Ready says why, in dependsOn terms:
 
 - a *blocker* is not Ready for a reason of its own (HealthCheckFailed, BuildFailed, a source
@@ -30,6 +30,7 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import obje
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import predicates
 
 KUSTOMIZATION_API = 'kustomize.toolkit.fluxcd.io/v1'
+REQUESTED_AT = predicates.REQUESTED_AT
 SOURCE_APIS = {'GitRepository': 'source.toolkit.fluxcd.io/v1', 'OCIRepository': 'source.toolkit.fluxcd.io/v1',
                'Bucket': 'source.toolkit.fluxcd.io/v1'}
 WORKLOAD_KINDS = ('Deployment', 'DaemonSet', 'StatefulSet')
@@ -129,14 +130,85 @@ def find_cycles(graph):
     return sorted(cycles)
 
 
-def assess(kustomizations, expected=None):
-    """Verdict over the Kustomization tree; items in dependsOn order, each with tier, depends_on, blocked_by."""
+def source_key(obj):
+    """(kind, namespace, name) of a Kustomization's spec.sourceRef (namespace defaulting to its own)."""
+    ref = objects.spec(obj).get('sourceRef') or {}
+    return (ref.get('kind') or '', ref.get('namespace') or objects.metadata(obj).get('namespace') or '', ref.get('name') or '')
+
+
+def kustomization_state(obj, source=None, check_source=True):
+    """Is this Kustomization done with what it has to apply now? A condition_met-shaped item.
+
+    On top of the flux CLI's test (predicates.condition_met), what kustomize-controller v1.6.1 itself requires before
+    it counts a dependency as ready (internal/controller/kustomization_controller.go:535-577, checkDependencies):
+    status.lastAppliedRevision equal to the source's status.artifact.revision (source-controller api/v1.6.0
+    api/v1/artifact_types.go:66-71, HasRevision: plain equality). A Kustomization's generation does not move when
+    its source gets a new commit, so Ready=True alone can be the old commit's verdict.
+
+    - spec.suspend: the controller returns before reconciling (kustomization_controller.go:230-234) and leaves the
+      status as it was; named at once (`suspended`, fails the gate: no wait can change it).
+    - A reconcile request (reconcile.fluxcd.io/requestedAt) on the Kustomization or on its source that the
+      controller has not handled yet (predicates.request_pending) is not Ready.
+    - Every reconcile, the periodic one with nothing new included, starts with Ready=Unknown `Progressing`
+      and Reconciling=True (kustomization_controller.go:344-345) and keeps them through build, apply and health
+      checks; status.observedGeneration moves only on success (finalizeStatus, :1192-1195). So Ready=Unknown
+      `Progressing` is accepted when status.observedGeneration equals the generation, no request is pending and the
+      last applied revision is the source's current one: this object already completed a reconcile of this spec
+      at this revision, and the one running now has nothing new to apply. Not while Healthy is False: a retry after
+      a failed health check also starts so, and Healthy stays False until its health checks run again (:962-980).
+    - Stalled=True (at v1.6.1 only InvalidCELExpression and FeatureGateDisabled, :240-256) fails at once.
+
+    With check_source false (no sources read) the revision is not compared.
+    """
+    item = predicates.condition_met(obj)
+    item['last_applied_revision'] = objects.status(obj).get('lastAppliedRevision')
+    kind, src_ns, src_name = source_key(obj)
+    item['source'] = '%s %s/%s' % (kind, src_ns, src_name)
+    artifact = ((objects.status(source) if source else {}).get('artifact') or {})
+    item['source_revision'] = artifact.get('revision')
+    if item['suspended'] or item['stalled'] or objects.is_terminating(obj):
+        return item
+    if not item['ok']:
+        ready = objects.condition(obj, 'Ready') or {}
+        healthy = objects.condition(obj, 'Healthy')
+        if not (ready.get('status') == 'Unknown' and ready.get('reason') == 'Progressing' and not predicates.request_pending(obj)
+                and (healthy is None or healthy.get('status') != 'False')
+                and objects.generation(obj) is not None and objects.observed_generation(obj) == objects.generation(obj)
+                and check_source and item['source_revision'] and item['last_applied_revision'] == item['source_revision']):
+            return item
+        item.update(ok=True, reason=None)
+        item['note'] = 'periodic reconcile in progress; revision %s already applied at generation %s' % (
+            item['last_applied_revision'], objects.generation(obj))
+    if not check_source:
+        return item
+    if source is None:
+        item.update(ok=False, reason='source %s not found' % item['source'])
+        return item
+    pending = predicates.request_pending(source)
+    if pending:
+        item.update(ok=False, reason='source %s: %s' % (item['source'], pending))
+        return item
+    if not item['source_revision']:
+        item.update(ok=False, reason='source %s has no artifact yet' % item['source'])
+        return item
+    if item['last_applied_revision'] != item['source_revision']:
+        item.update(ok=False, reason='applied revision %s, source %s has %s (not applied yet)' % (
+            item['last_applied_revision'] or '-', item['source'], item['source_revision']))
+    return item
+
+
+def assess(kustomizations, expected=None, sources=None):
+    """Verdict over the Kustomization tree; items in dependsOn order, each with tier, depends_on, blocked_by.
+
+    sources: {(kind, namespace, name): source object} as read (source_key() of each Kustomization); None leaves
+    the revision unchecked (for callers that read no source)."""
     by_id = dict((ks_id(k), k) for k in kustomizations)
     graph = dict((ident, dependencies(obj)) for ident, obj in by_id.items())
     tiers, cycles = order(graph)
     tier_of = dict((node, number) for number, tier in enumerate(tiers) for node in tier)
     in_cycle = set(node for cycle in cycles for node in cycle)
-    states = dict((ident, predicates.condition_met(obj)) for ident, obj in by_id.items())
+    states = dict((ident, kustomization_state(obj, (sources or {}).get(source_key(obj)), sources is not None))
+                  for ident, obj in by_id.items())
     roots = {}
 
     def root_blockers(ident, seen=()):
@@ -168,7 +240,9 @@ def assess(kustomizations, expected=None):
                 'ready': ready.get('status'), 'ready_reason': ready.get('reason'), 'message': ready.get('message'),
                 'generation': state['generation'], 'observed_generation': state['observed_generation'],
                 'depends_on': graph[ident], 'tier': tier_of.get(ident), 'missing_dependencies': [d for d in graph[ident] if d not in by_id],
-                'blocked_by': [], 'waits_on': [], 'role': None}
+                'blocked_by': [], 'waits_on': [], 'role': None, 'suspended': state['suspended'],
+                'last_applied_revision': state['last_applied_revision'], 'source': state['source'],
+                'source_revision': state['source_revision'], 'note': state.get('note')}
         if not state['ok']:
             blockers = sorted(root_blockers(ident))
             item['waits_on'] = [d for d in graph[ident] if d in by_id and not states[d]['ok']]
@@ -207,7 +281,7 @@ def assess(kustomizations, expected=None):
     summary = '%s %d/%d' % ('Kustomizations Ready', good, len(items))
     if problems or texts:
         summary += ': ' + '; '.join(problems + texts)
-    failed = bool(cycles) or any(i['stalled'] for i in items)
+    failed = bool(cycles) or any(i['stalled'] or i['suspended'] for i in items)
     verdict = predicates.Verdict(not failing and not problems, summary, items, problems, failed=failed)
     return verdict
 
@@ -262,7 +336,24 @@ class TreeGate(gates.Gate):
             text = '%s (Flux not installed?)' % exc
             return predicates.Verdict(False, text, problems=[text])
         self.by_id = dict((ks_id(k), k) for k in items)
-        return assess(items, self.expected)
+        return assess(items, self.expected, self.read_sources(client, items))
+
+    def read_sources(self, client, items):
+        """{(kind, namespace, name): object} of the sources the Kustomizations name (one list per kind and namespace)."""
+        found = {}
+        wanted = set(source_key(obj) for obj in items)
+        for kind, namespace in sorted(set((k, ns) for k, ns, _ in wanted)):
+            api = SOURCE_APIS.get(kind)
+            if api is None:
+                continue
+            try:
+                listed = client.list(api, kind, namespace=namespace)
+            except k8s_client.NotServed:
+                continue
+            for source in listed:
+                meta = objects.metadata(source)
+                found[(kind, meta.get('namespace') or '', meta.get('name'))] = source
+        return found
 
     def diagnose(self, client, verdict):
         lines = list(verdict.problems)

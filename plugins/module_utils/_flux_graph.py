@@ -26,9 +26,11 @@ Also runnable for CI, with the same code:
 from __future__ import annotations
 
 import argparse
+import base64
 import fnmatch
 import json
 import os
+import re
 import sys
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
@@ -99,9 +101,45 @@ def _yaml_files(root, exclude):
                     yield relpath
 
 
+if HAS_YAML:
+    class GoLikeLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+        """PyYAML's safe loader, made to take what Go's YAML reader (gopkg.in/yaml.v3 v3.0.1, under kyaml and
+        sigs.k8s.io/yaml) takes:
+
+        - an anchor defined again replaces the earlier one for the aliases after it (decode.go:140-145 stores it
+          in the anchors map without a check); PyYAML stops with "found duplicate anchor";
+        - `=` is a plain string: yaml.v3's resolve table knows `<<` (resolve.go:59) and no `=`, while PyYAML
+          resolves `=` to tag:yaml.org,2002:value, which its safe constructor refuses;
+        - a tag it does not know (`!vault`, `!reference`) leaves the value as it is written: resolve() returns a
+          tag that is not resolvable unchanged with the text (resolve.go:116-130); PyYAML stops with "could not
+          determine a constructor". The value is read as if untagged.
+        """
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                return super().compose_node(parent, index)
+            anchor = getattr(self.peek_event(), 'anchor', None)
+            if anchor is not None and anchor in self.anchors:
+                del self.anchors[anchor]
+            return super().compose_node(parent, index)
+
+    GoLikeLoader.yaml_implicit_resolvers = dict(
+        (first, [(tag, regexp) for tag, regexp in resolvers if tag != 'tag:yaml.org,2002:value'])
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items())
+
+    def _construct_untagged(loader, node):
+        if isinstance(node, yaml.MappingNode):
+            return loader.construct_mapping(node, deep=True)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node, deep=True)
+        return loader.construct_scalar(node)
+
+    GoLikeLoader.add_constructor(None, _construct_untagged)
+
+
 def _load_documents(path):
     with open(path, 'rb') as handle:
-        return list(yaml.safe_load_all(handle))
+        return list(yaml.load_all(handle, Loader=GoLikeLoader))  # nosec B506 - a SafeLoader subclass
 
 
 def _yaml_error(exc):
@@ -157,6 +195,9 @@ class Repo(object):
         self.patch_files = set()
         self.exclude = []
         self.objects = []            # every object document (see _object_record), in file order
+        self.file_set = set()        # repo.files, for lookups
+        self.variable_sources = []   # (file, ConfigMap or Secret document): what postBuild.substituteFrom can name
+        self.unresolved = []         # {node, file, text}: ${VAR} references no variable of the tree resolves
 
 
 def _partial_reason(kind, doc):
@@ -210,8 +251,10 @@ def load_repo(root, exclude=(), default_namespace=DEFAULT_NAMESPACE):
     repo = Repo(os.path.abspath(root))
     repo.exclude = list(exclude)
     documents = []
+    pending = []
     for relpath in _yaml_files(repo.root, list(exclude)):
         repo.files.append(relpath)
+        repo.file_set.add(relpath)
         try:
             docs = _load_documents(os.path.join(repo.root, relpath))
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -245,7 +288,8 @@ def load_repo(root, exclude=(), default_namespace=DEFAULT_NAMESPACE):
         depends_on, problems = _depends_on(kind, doc, namespace, relpath, index)
         spec = doc['spec']
         node = {
-            'id': identifier, 'kind': kind, 'name': name, 'namespace': namespace,
+            'id': identifier, 'kind': kind, 'name': name, 'namespace': namespace, 'doc': doc,
+            'explicit_namespace': metadata.get('namespace') or None,
             'api_version': doc.get('apiVersion'), 'file': relpath, 'document': index,
             'depends_on': depends_on, 'problems': problems,
             'wait': bool(spec.get('wait')) if kind == KUSTOMIZATION else None,
@@ -254,15 +298,188 @@ def load_repo(root, exclude=(), default_namespace=DEFAULT_NAMESPACE):
             'source_ref': spec.get('sourceRef') if kind == KUSTOMIZATION else None,
             'target_namespace': spec.get('targetNamespace') if kind == KUSTOMIZATION else None,
         }
-        if identifier in repo.nodes:
-            repo.duplicates.append({'id': identifier, 'file': relpath, 'first_file': repo.nodes[identifier]['file']})
-            continue
-        repo.nodes[identifier] = node
+        pending.append(node)
+    for relpath, index, doc in documents:
+        if doc.get('kind') in ('ConfigMap', 'Secret') and doc.get('apiVersion') == 'v1' and isinstance(doc.get('metadata'), dict):
+            repo.variable_sources.append((relpath, doc))
+    _resolve_nodes(repo, pending, default_namespace)
     for relpath, index, doc in documents:
         record = _object_record(repo, relpath, index, doc, default_namespace)
         if record is not None:
             repo.objects.append(record)
     return repo
+
+
+# --- what kustomize-controller does to the objects it applies: namespaces, targetNamespace, substitution -----
+
+SUBSTITUTE_DISABLED_KEY = 'kustomize.toolkit.fluxcd.io/substitute'
+DISABLED = 'disabled'
+_VAR_NAME = re.compile(r'^[_a-zA-Z][_a-zA-Z0-9]*$')
+_VAR_REFERENCE = re.compile(r'\$\{([_a-zA-Z][_a-zA-Z0-9]*)(?:(:?[-=])([^}]*))?\}')
+
+
+def _chain_namespaces(repo, directory, seen, outer):
+    """{file: namespace kustomize gives its objects} for the files built from directory (as _files_under), where the
+    namespace is the one of the outermost kustomization.yaml of the inclusion chain that sets one (its namespace
+    transformer runs last and sets every object's namespace), or None."""
+    result = {}
+    if directory in seen:
+        return result
+    seen.add(directory)
+    config = repo.configs.get(directory)
+    own = config.get('namespace') if config and isinstance(config.get('namespace'), str) and config.get('namespace') else None
+    namespace = outer or own
+    prefix = '' if directory == '.' else directory + '/'
+    if config is None:
+        for relpath in _files_under(repo, directory, set()):
+            result[relpath] = namespace
+        # a sub-directory taken whole through its own kustomization: its chain continues there
+        for sub in sorted(d for d in repo.configs if d != directory and d.startswith(prefix)):
+            if any(relpath.startswith(sub + '/') for relpath in result):
+                result.update(_chain_namespaces(repo, sub, seen, namespace))
+        return result
+    for entry in list(config.get('resources') or []) + list(config.get('components') or []):
+        if not isinstance(entry, str) or '://' in entry or entry.startswith(('github.com/', 'git@')):
+            continue
+        target = os.path.normpath(os.path.join(directory, entry)).replace(os.sep, '/')
+        if target in repo.file_set:
+            result[target] = namespace
+        elif target == '.' or any(f.startswith(target + '/') for f in repo.files):
+            result.update(_chain_namespaces(repo, target, seen, namespace))
+    return result
+
+
+def substitution_variables(repo, kustomization, namespace):
+    """(variables, unresolvable refs) of a Kustomization's spec.postBuild, as kustomize-controller loads them (fluxcd/pkg
+    kustomize v1.18.0 kustomize/kustomize_varsub.go): substituteFrom ConfigMaps and Secrets of the Kustomization's
+    namespace in order (:142-178; Secret data base64-decoded, stringData as written), then spec.postBuild.substitute over
+    them (:111-123); newlines removed from values. Only what the tree holds can be read; others are named."""
+    post_build = (kustomization.get('spec') or {}).get('postBuild') or {}
+    variables, missing = {}, []
+    for ref in post_build.get('substituteFrom') or []:
+        if not isinstance(ref, dict) or ref.get('kind') not in ('ConfigMap', 'Secret') or not ref.get('name'):
+            continue
+        found = None
+        for relpath, doc in repo.variable_sources:
+            meta = doc['metadata']
+            if doc['kind'] == ref['kind'] and str(meta.get('name')) == str(ref['name']) \
+                    and (meta.get('namespace') or _namespace_for(repo, relpath, namespace)) == namespace:
+                found = doc
+                break
+        if found is None:
+            if not ref.get('optional'):
+                missing.append('%s/%s' % (ref['kind'], ref['name']))
+            continue
+        data = dict((str(k), '' if v is None else str(v)) for k, v in (found.get('data') or {}).items())
+        if found['kind'] == 'Secret':
+            decoded = {}
+            for key, value in data.items():
+                try:
+                    decoded[key] = base64.b64decode(value).decode('utf-8')
+                except (ValueError, UnicodeDecodeError):
+                    decoded[key] = value
+            data = decoded
+            data.update((str(k), '' if v is None else str(v)) for k, v in (found.get('stringData') or {}).items())
+        variables.update((k, v.replace('\n', '')) for k, v in data.items())
+    for key, value in (post_build.get('substitute') or {}).items():
+        variables[str(key)] = ('' if value is None else str(value)).replace('\n', '')
+    return variables, missing
+
+
+def substitute_text(text, variables):
+    """(text with ${VAR}, ${VAR:=default}, ${VAR:-default}, ${VAR=default}, ${VAR-default} replaced, names left unresolved).
+
+    What envsubst does in kustomize-controller's non-strict mode (kustomize_varsub.go:180-194): a variable not given is
+    empty, or its default; nothing is substituted at all when the Kustomization gives no variable (:126). A reference
+    that no variable and no default resolves is returned in the second value."""
+    if not isinstance(text, str) or '${' not in text or not variables:
+        unresolved = _VAR_REFERENCE.findall(text) if isinstance(text, str) else []
+        return text, [name for name, operator, _default in unresolved if not operator]
+    unresolved = []
+
+    def replace(match):
+        name, operator, default = match.group(1), match.group(2), match.group(3)
+        value = variables.get(name)
+        if operator in (':-', ':='):
+            return value if value else default
+        if operator in ('-', '='):
+            return default if value is None else value
+        if value is None:
+            unresolved.append(name)
+            return ''
+        return value
+    return _VAR_REFERENCE.sub(replace, text), unresolved
+
+
+def _substitution_disabled(doc):
+    """Labelled or annotated kustomize.toolkit.fluxcd.io/substitute: disabled (kustomize_varsub.go:96-98)."""
+    meta = doc.get('metadata') or {}
+    return DISABLED in ((meta.get('labels') or {}).get(SUBSTITUTE_DISABLED_KEY), (meta.get('annotations') or {}).get(SUBSTITUTE_DISABLED_KEY))
+
+
+def _resolve_nodes(repo, pending, default_namespace):
+    """Give each Flux object its name, namespace and dependsOn as the Kustomization that applies it makes them: the
+    namespace from its targetNamespace, else from the kustomize inclusion chain, else the object's own, else the
+    nearest kustomization.yaml's (the directory fallback, for objects no Kustomization of the tree applies); ${VAR}s
+    substituted with its postBuild variables. Applied over the tree twice, so that a Kustomization resolved in the
+    first pass resolves what it applies in the second."""
+    by_file = {}
+    for node in pending:
+        by_file.setdefault(node['file'], []).append(node)
+    applied = {}
+    for _round in range(2):
+        applied = {}
+        for owner in pending:
+            if owner['kind'] != KUSTOMIZATION:
+                continue
+            directory = _kustomization_directory(owner['path'])
+            if directory != '.' and directory not in repo.configs and not any(f.startswith(directory + '/') for f in repo.files):
+                continue
+            target = owner.get('target_namespace')
+            variables, _missing = substitution_variables(repo, owner['doc'], owner['namespace'])
+            for relpath, chain_ns in sorted(_chain_namespaces(repo, directory, set(), None).items()):
+                for node in by_file.get(relpath, ()):
+                    if node is not owner and id(node) not in applied:
+                        applied[id(node)] = (owner, target or chain_ns, variables)
+        for node in pending:
+            owner, namespace_rule, variables = applied.get(id(node), (None, None, {}))
+            doc = node['doc']
+            if _substitution_disabled(doc):
+                variables = {}
+            name, unresolved = substitute_text(str(doc['metadata']['name']), variables)
+            namespace = namespace_rule or node['explicit_namespace'] or _namespace_for(repo, node['file'], default_namespace)
+            namespace, more = substitute_text(namespace, variables)
+            unresolved += more
+            node['name'], node['namespace'] = name, namespace
+            node['id'] = node_id(node['kind'], namespace, name)
+            node['applied_with'] = owner['id'] if owner is not None and 'id' in owner else None
+            depends_on, problems = [], []
+            raw = (doc.get('spec') or {}).get('dependsOn') or []
+            if not isinstance(raw, list):
+                problems.append('%s#%d: spec.dependsOn must be a list' % (node['file'], node['document']))
+                raw = []
+            for position, entry in enumerate(raw):
+                if not isinstance(entry, dict) or not entry.get('name'):
+                    problems.append('%s#%d: spec.dependsOn[%d] has no name' % (node['file'], node['document'], position))
+                    continue
+                dep_name, left = substitute_text(str(entry['name']), variables)
+                dep_ns, left_ns = substitute_text(str(entry.get('namespace') or namespace), variables)
+                if left or left_ns or '${' in dep_name + dep_ns:
+                    # a name Flux resolves with a variable the tree does not hold: not a dangling reference
+                    unresolved += left + left_ns
+                    continue
+                ident = node_id(node['kind'], dep_ns, dep_name)
+                if ident not in depends_on:
+                    depends_on.append(ident)
+            node['depends_on'], node['problems'] = depends_on, problems
+            node['unresolved'] = sorted(set(unresolved))
+    for node in pending:
+        if node['unresolved']:
+            repo.unresolved.append({'node': node['id'], 'file': node['file'], 'variables': node['unresolved']})
+        if node['id'] in repo.nodes:
+            repo.duplicates.append({'id': node['id'], 'file': node['file'], 'first_file': repo.nodes[node['id']]['file']})
+            continue
+        repo.nodes[node['id']] = node
 
 
 def _api_group(api_version):
@@ -309,15 +526,41 @@ def _object_record(repo, relpath, index, doc, default_namespace):
 
 # --- which objects a Kustomization applies ----------------------------------------------------
 
+def _has_kustomize_file(repo, directory):
+    """Does directory hold a file kustomize recognises as its kustomization (whatever it contains)?"""
+    prefix = '' if directory == '.' else directory + '/'
+    return any(prefix + name in repo.file_set for name in KUSTOMIZE_CONFIG_NAMES)
+
+
 def _files_under(repo, directory, seen):
-    """The YAML files kustomize would build from directory (its kustomization.yaml, else all files)."""
+    """The YAML files kustomize would build from directory: through its kustomization.yaml, or without one as
+    kustomize-controller generates it - every YAML file below, except that a sub-directory holding its own
+    kustomization file is taken whole, through that file, and not descended into (fluxcd/pkg kustomize v1.18.0, the
+    version kustomize-controller v1.6.1 uses: kustomize/kustomize_generator.go:531-539, scanManifests)."""
     if directory in seen:
         return set()
     seen.add(directory)
     prefix = '' if directory == '.' else directory + '/'
     config = repo.configs.get(directory)
     if config is None:
-        return set(f for f in repo.files if f.startswith(prefix))
+        found = set()
+        taken_whole = set()
+        for relpath in sorted(repo.files):
+            if not relpath.startswith(prefix):
+                continue
+            parts = relpath[len(prefix):].split('/')
+            below = None
+            for depth in range(1, len(parts)):
+                candidate = prefix + '/'.join(parts[:depth])
+                if candidate in taken_whole or _has_kustomize_file(repo, candidate):
+                    below = candidate
+                    break
+            if below is None:
+                found.add(relpath)
+            elif below not in taken_whole:
+                taken_whole.add(below)
+                found |= _files_under(repo, below, seen)
+        return found
     found = set()
     for entry in list(config.get('resources') or []) + list(config.get('components') or []):
         if not isinstance(entry, str) or '://' in entry or entry.startswith(('github.com/', 'git@')):
@@ -786,6 +1029,8 @@ def analyze(repo, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_
                     % (item['id'], item['file'], item['first_file']) for item in repo.duplicates)
     for node in repo.nodes.values():
         warnings.extend(node['problems'])
+    warnings.extend('%s (%s): ${%s} is substituted by Flux from variables this tree does not hold (a dependsOn using it is '
+                    'not checked)' % (item['node'], item['file'], '}, ${'.join(item['variables'])) for item in repo.unresolved)
     warnings.extend(ownership_warnings)
     warnings.extend(item['message'] for item in not_found)
     warnings.extend(item['message'] for item in bootstrap_findings if item['type'] != 'reversed')

@@ -10,9 +10,16 @@ module: flux_gate
 short_description: Wait until the Flux Kustomization tree is Ready, naming what blocks it
 version_added: 0.1.0
 description:
-  - The gitops gate. Reads the Flux Kustomizations (C(kustomize.toolkit.fluxcd.io/v1)) of the cluster, orders them
-    by C(spec.dependsOn) and waits until every one is Ready for its current generation (the flux CLI's test - Ready
-    True with the condition's or the status' observedGeneration equal to the generation, not Reconciling).
+  - The gitops gate. Reads the Flux Kustomizations (C(kustomize.toolkit.fluxcd.io/v1)) of the cluster and their
+    sources, orders them by C(spec.dependsOn) and waits until every one is Ready for its current generation (the
+    flux CLI's test - Ready True with the condition's or the status' observedGeneration equal to the generation,
+    not Reconciling) B(and) has applied its source's current revision (C(status.lastAppliedRevision) equal to the
+    source's C(status.artifact.revision), as kustomize-controller requires of a dependency) B(and) has handled any
+    reconcile request (C(reconcile.fluxcd.io/requestedAt) equal to C(status.lastHandledReconcileAt)) made of it or
+    of its source.
+  - A reconcile in progress (Ready Unknown C(Progressing), Reconciling True, which every reconcile of
+    kustomize-controller starts with, the periodic one too) passes when the status' observedGeneration is the
+    generation and the source's revision is already applied.
   - When one is not Ready, it says why in dependsOn terms. A B(blocker) is not Ready for a reason of its own (Flux's
     reason and message, such as C(HealthCheckFailed) or C(ArtifactFailed)), depends on a Kustomization that does
     not exist, or is in a dependency cycle; the Kustomizations B(blocked) behind it (C(DependencyNotReady)) are
@@ -21,7 +28,7 @@ description:
     Deployments, DaemonSets and StatefulSets it health-checks (C(spec.healthChecks), or its inventory with
     C(wait) true), naming the node and pod that are not Ready and why (for example a CSI node plugin in
     CrashLoopBackOff on one node).
-  - A Stalled Kustomization or a dependency cycle fails at once (waiting cannot fix it).
+  - A Stalled or suspended (C(spec.suspend)) Kustomization or a dependency cycle fails at once (waiting cannot fix it).
   - Read-only; never changed.
 author:
   - proxtalos.cluster contributors (@proxtalos)
@@ -89,7 +96,7 @@ kustomizations:
   description:
     - One entry per Kustomization, in dependsOn order, with C(name) (namespace/name), C(ok), C(reason), C(ready),
       C(ready_reason), C(message), C(tier), C(depends_on), C(missing_dependencies), C(generation),
-      C(observed_generation), C(role) (V(blocker), V(blocked) or null when Ready), C(blocked_by) and C(waits_on).
+      C(observed_generation), C(suspended), C(source), C(source_revision), C(last_applied_revision), C(note), C(role) (V(blocker), V(blocked) or null when Ready), C(blocked_by) and C(waits_on).
   type: list
   elements: dict
   returned: always

@@ -13,6 +13,14 @@ description:
   - Reads the YAML files of a GitOps repository checkout (multi-document files; other kinds, kustomize patch
     files, partial objects and unparsable templates are skipped and listed) and finds the Flux Kustomizations
     (C(kustomize.toolkit.fluxcd.io)) and HelmReleases (C(helm.toolkit.fluxcd.io)).
+  - Reads the tree as Flux builds it. YAML as Go's reader takes it (an anchor defined again, C(=) as a plain key, a
+    custom tag such as C(!reference) read as the value it tags). Without a C(kustomization.yaml), a directory is taken
+    as kustomize-controller generates one - every YAML file below, except a sub-directory with its own kustomization
+    file, which is taken whole through it. An object's namespace is the one the Kustomization that applies it gives
+    it - its C(spec.targetNamespace), else the outermost C(namespace) of the kustomize inclusion chain from its
+    C(spec.path), else its own. Names, namespaces and C(dependsOn) are substituted with that Kustomization's
+    C(postBuild.substitute) and the C(substituteFrom) ConfigMaps and Secrets the tree holds; a reference left with a
+    C(${VAR}) only the cluster can resolve is a warning, never a dangling reference.
   - Reports the C(dependsOn) tiers (longest-path levels), cycles (each with its members in order), dangling
     C(dependsOn) references, missing critical dependencies from rules, counts per kind, and a Mermaid graph.
   - Critical dependencies are checked on the effective order, which includes the C(dependsOn) of the
@@ -51,7 +59,8 @@ options:
     default: []
   default_namespace:
     description:
-      - Namespace of a Flux object that has none and is not under a C(kustomization.yaml) with a C(namespace).
+      - Namespace of a Flux object that has none, is applied by no Kustomization of the tree that gives it one, and is not
+        under a C(kustomization.yaml) with a C(namespace).
     type: str
     default: flux-system
   rules:

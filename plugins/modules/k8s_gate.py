@@ -117,6 +117,9 @@ options:
         type: str
         choices: ['True', 'False', 'Unknown']
         default: 'True'
+      csi_driver:
+        description: As O(csi_driver).
+        type: str
   kind:
     description:
       - For O(gate=workload), one of V(DaemonSet), V(Deployment), V(StatefulSet).
@@ -182,6 +185,13 @@ options:
         pass with one available.
     type: bool
     default: false
+  csi_driver:
+    description:
+      - For O(gate=workload) with the DaemonSet of a CSI node plugin, the driver's name (for example
+        V(csi.proxmox.sinextra.dev)). Each node the DaemonSet is eligible for must also list the driver in its
+        C(CSINode) (C(spec.drivers)), which the kubelet writes only once the plugin registered and answered
+        NodeGetInfo; a Ready pod alone does not mean the node can attach the driver's volumes.
+    type: str
   condition_type:
     description: For O(gate=condition), the condition type.
     type: str

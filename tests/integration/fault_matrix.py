@@ -162,7 +162,8 @@ ROWS = [
         'cannot list the etcd members, with Talos\' answer', target='lab-cp-2', extra_vars=TALOS_SHORT),
     # ---------------------------------------------------------------- Kubernetes
     row('k8s-crashloop-cilium', 'Kubernetes', 'k8s-crashloop', 'cni', 'converged', 'cni', 'failed',
-        ['pods k8s-app=cilium', 'on lab-w-2: CrashLoopBackOff'], 'the agents gate names the node and the container state', target='lab-w-2',
+        ['DaemonSet kube-system/cilium', 'lab-w-2: cilium-', 'CrashLoopBackOff'], 'the agents gate names the node and the container state',
+        target='lab-w-2',
         extra_vars=CNI_SHORT),
     row('k8s-pending-operator', 'Kubernetes', 'k8s-pending', 'cni', 'converged', 'cni', 'failed',
         ['Deployment kube-system/cilium-operator', 'Unschedulable', 'Insufficient cpu'], 'the operator gate names the Deployment and the scheduler message',

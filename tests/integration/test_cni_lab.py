@@ -70,7 +70,7 @@ def test_inline_cilium_passes_the_gates_in_order_and_a_rerun_changes_nothing(clu
     (host, report), = first.results('Cilium operator replicas - available, and schedulable now')
     assert report['msg'] == ('cilium-operator: Deployment kube-system/cilium-operator available 2/2; 2 of 2 schedulable now')
     (host, agents), = gate_result(first, 'a Ready Cilium agent on every node')
-    assert agents['passed'] is True and agents['summary'].startswith('pods k8s-app=cilium Ready 6/6')
+    assert agents['passed'] is True and agents['summary'] == 'DaemonSet kube-system/cilium Ready on 6/6 eligible nodes'
 
     again = cluster.site('--tags', 'cni,apps')
     assert again.rc == 0, again.explain()
@@ -107,8 +107,8 @@ def test_a_crashlooping_cilium_agent_fails_the_cni_gate_naming_the_node_and_the_
         assert GATES_TASK in task
         first, rest = message.split('\n', 1)
         assert first.startswith("gate 'a Ready Cilium agent on every node' (step 3 of 5) failed: "
-                                'pods k8s-app=cilium in namespace kube-system not reached after 2.')
-        assert 'on nodes 5/6' in first
+                                'DaemonSet kube-system/cilium not reached after 2.')
+        assert 'DaemonSet kube-system/cilium Ready on 5/6 eligible nodes: lab-w-3 cilium-' in first
         assert rest.endswith('not run: ALL nodes Ready, Cilium operator available (as many replicas as can be scheduled now)')
         (host, gates), = failed.results(GATES_TASK)
         assert [(gate['name'], gate['ok']) for gate in gates['gates']] == [(name, name != CNI_GATES[2]) for name in CNI_GATES[:3]]

@@ -178,7 +178,7 @@ def test_a_crashlooping_csi_node_plugin_fails_the_gate_naming_the_node(gitops_cl
         name, message = run.failure_messages()[0]
         assert 'CSI node plugin' in name, run.failure_messages()
         assert 'lab-w-2' in message.splitlines()[0] and 'CrashLoopBackOff' in message, message
-        assert 'on nodes 5/6' in message.splitlines()[0]
+        assert 'registered on 5/6 eligible nodes' in message.splitlines()[0]
     finally:
         lab.clear('k8s-crashloop', 'lab-w-2')
     run = gitops_cluster.site('--tags', 'gitops')

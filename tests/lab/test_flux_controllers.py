@@ -252,3 +252,23 @@ def test_kubectl_shows_flux_objects_with_their_ready_columns(flux):
     done = subprocess.run([kubectl, '--kubeconfig', flux.kubeconfig, 'wait', 'kustomization/apps', '-n', 'flux-system',
                            '--for=condition=Ready', '--timeout=20s'], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0 and 'condition met' in done.stdout, done.stderr
+
+
+def test_a_reconcile_request_is_handled_by_a_blocked_or_suspended_kustomization_too(flux):
+    """kustomize-controller v1.6.1 copies reconcile.fluxcd.io/requestedAt to status.lastHandledReconcileAt in
+    finalizeStatus (internal/controller/kustomization_controller.go:1186-1188), deferred by Reconcile (:188-193), so
+    a reconcile that ends at DependencyNotReady (:291-300) or at spec.suspend (:230-234) handles the request too."""
+    flux.call(flux.flux.flux.set_health_fault, 'flux-system', 'cert-manager', True)
+    flux.sync()
+    flux.wait_condition('cert-manager-issuers', 'DependencyNotReady')
+    flux.reconcile('cert-manager-issuers')
+    requested = flux.kustomization('cert-manager-issuers')['metadata']['annotations']['reconcile.fluxcd.io/requestedAt']
+    wait_until(lambda: (flux.kustomization('cert-manager-issuers')['status'].get('lastHandledReconcileAt') == requested,
+                        flux.kustomization('cert-manager-issuers')['status']), timeout=15.0, what='the request handled while blocked')
+    assert condition(flux.kustomization('cert-manager-issuers'))['reason'] == 'DependencyNotReady'
+    flux.apply({'apiVersion': 'kustomize.toolkit.fluxcd.io/v1', 'kind': 'Kustomization', 'metadata': {'name': 'apps', 'namespace': 'flux-system'},
+                'spec': dict(flux.kustomization('apps')['spec'], suspend=True)}, manager='flux-client-side-apply')
+    flux.reconcile('apps')
+    requested = flux.kustomization('apps')['metadata']['annotations']['reconcile.fluxcd.io/requestedAt']
+    wait_until(lambda: (flux.kustomization('apps')['status'].get('lastHandledReconcileAt') == requested,
+                        flux.kustomization('apps')['status']), timeout=15.0, what='the request handled while suspended')

@@ -301,3 +301,34 @@ def test_pod_logs_show_the_crash_loop(lab):
     with pytest.raises(ApiException) as exc:
         lab.core.read_namespaced_pod_log(name, 'kube-system', container='nope')
     assert exc.value.status == 400
+
+
+def test_the_kubelet_registers_a_ready_csi_node_plugin_in_the_nodes_csinode(lab):
+    """The kubelet's CSINode (kubernetes v1.36.3 pkg/volume/csi/nodeinfomanager/nodeinfomanager.go:502-525) lists a
+    driver once its node plugin registered (csi_plugin.go:118-157); the Proxmox CSI chart's registrar names the
+    driver in --kubelet-registration-path (charts/proxmox-csi-plugin/templates/node-deployment.yaml:85)."""
+    lab.call(lab.cluster.kubelet_started, 'cp-1', '127.0.0.1', control_plane=True)
+    lab.call(lab.cluster.kubelet_started, 'w-1', '127.0.0.2')
+    lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)
+    plugin = {'metadata': {'name': 'proxmox-csi-plugin-node'}, 'spec': {'selector': {'matchLabels': {'app': 'csi'}}, 'template': {
+        'metadata': {'labels': {'app': 'csi'}}, 'spec': {'containers': [
+            {'name': 'proxmox-csi-plugin-node', 'image': 'ghcr.io/sergelogvinov/proxmox-csi-node:v0.19.1'},
+            {'name': 'csi-node-driver-registrar', 'image': 'registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.14.0',
+             'args': ['--csi-address=unix:///csi/csi.sock',
+                      '--kubelet-registration-path=/var/lib/kubelet/plugins/csi.proxmox.sinextra.dev/csi.sock']}]}}}}
+    lab.apps.create_namespaced_daemon_set('default', plugin)
+    storage = client.StorageV1Api(lab.kube)
+
+    def drivers(name):
+        try:
+            found = storage.read_csi_node(name)
+        except ApiException as exc:
+            return None if exc.status == 404 else exc
+        return [d.name for d in found.spec.drivers or []]
+    wait_until(lambda: (drivers('w-1') == ['csi.proxmox.sinextra.dev'], drivers('w-1')), what='w-1 CSINode lists the driver')
+    # the control plane's taint keeps the plugin off cp-1: its CSINode lists nothing
+    assert drivers('cp-1') == []
+    owner = storage.read_csi_node('w-1').metadata.owner_references[0]
+    assert (owner.kind, owner.name) == ('Node', 'w-1')
+    lab.apps.delete_namespaced_daemon_set('proxmox-csi-plugin-node', 'default')
+    wait_until(lambda: (drivers('w-1') == [], drivers('w-1')), what='the driver deregistered with its pod')

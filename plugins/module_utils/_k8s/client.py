@@ -99,6 +99,8 @@ KNOWN_RESOURCES = {
     ('v1', 'Pod'): ('pods', True),
     ('v1', 'Namespace'): ('namespaces', False),
     ('v1', 'Secret'): ('secrets', True),
+    ('v1', 'Event'): ('events', True),
+    ('storage.k8s.io/v1', 'CSINode'): ('csinodes', False),
     ('apps/v1', 'DaemonSet'): ('daemonsets', True),
     ('apps/v1', 'Deployment'): ('deployments', True),
     ('apps/v1', 'StatefulSet'): ('statefulsets', True),

@@ -32,7 +32,7 @@ WORKLOAD_KINDS = ('DaemonSet', 'Deployment', 'StatefulSet')
 # error, so a misplaced option is reported instead of silently ignored.
 GATE_OPTIONS = {
     'nodes': ('names', 'label_selectors', 'expected_count', 'node_state'),
-    'workload': ('kind', 'api_version', 'name', 'namespace', 'accept_unschedulable_replicas'),
+    'workload': ('kind', 'api_version', 'name', 'namespace', 'accept_unschedulable_replicas', 'csi_driver'),
     'pods': ('namespace', 'label_selectors', 'expected_count', 'every_node', 'node_label_selectors'),
     'crds': ('names', 'label_selectors'),
     'condition': ('kind', 'api_version', 'name', 'namespace', 'label_selectors', 'condition_type', 'condition_status'),
@@ -42,7 +42,7 @@ OPTION_DEFAULTS = {
     'kind': None, 'api_version': None, 'name': None, 'namespace': None, 'names': None,
     'label_selectors': [], 'node_label_selectors': [], 'expected_count': None, 'node_state': 'ready',
     'every_node': False, 'accept_unschedulable_replicas': False, 'condition_type': 'Ready',
-    'condition_status': 'True',
+    'condition_status': 'True', 'csi_driver': None,
 }
 # The argument spec of the gate options: k8s_gate's own options for its one gate, and the options of each
 # item of its `gates` list (with `title`, `gate` and `wait_timeout`, see step_spec()).
@@ -60,6 +60,7 @@ GATE_OPTION_SPEC = dict(
     accept_unschedulable_replicas=dict(type='bool', default=False),
     condition_type=dict(type='str', default='Ready'),
     condition_status=dict(type='str', default='True', choices=['True', 'False', 'Unknown']),
+    csi_driver=dict(type='str'),
 )
 GATE_REQUIRED_IF = [
     ('gate', 'workload', ('kind', 'name', 'namespace')),
@@ -174,6 +175,9 @@ class WorkloadGate(Gate):
         self.accept_unschedulable = bool(params.get('accept_unschedulable_replicas'))
         if self.accept_unschedulable and self.workload_kind == 'DaemonSet':
             raise _errors.ValidationError('accept_unschedulable_replicas', 'applies to Deployment and StatefulSet, not DaemonSet')
+        self.csi_driver = params.get('csi_driver') or None
+        if self.csi_driver and self.workload_kind != 'DaemonSet':
+            raise _errors.ValidationError('csi_driver', 'applies to the DaemonSet of a CSI node plugin, not to a %s' % self.workload_kind)
 
     def target(self):
         return '%s %s/%s' % (self.workload_kind, self.namespace, self.name)
@@ -192,13 +196,17 @@ class WorkloadGate(Gate):
         workload, nodes, pods = self._read(client)
         what = '%s/%s' % (self.namespace, self.name)
         if self.workload_kind == 'DaemonSet':
-            return predicates.daemonset_ready(workload, nodes or [], pods or [], what=what)
+            csi_nodes = None
+            if self.csi_driver and workload is not None:
+                csi_nodes = dict((objects.name(c), c) for c in client.list('storage.k8s.io/v1', 'CSINode'))
+            return predicates.daemonset_ready(workload, nodes or [], pods or [], what=what, csi_driver=self.csi_driver, csi_nodes=csi_nodes)
         if self.workload_kind == 'Deployment':
             return predicates.deployment_available(workload, nodes, pods or [], self.accept_unschedulable, what=what)
         return predicates.statefulset_available(workload, nodes, pods or [], self.accept_unschedulable, what=what)
 
     def diagnose(self, client, verdict):
         lines = list(verdict.problems)
+        lines.extend(creation_failures(client, self.workload_kind, self.namespace, self.name))
         if self.workload_kind == 'DaemonSet':
             for item in verdict.failing():
                 text = '%s: %s%s' % (item['name'], '%s ' % item['pod'] if item.get('pod') else '', item.get('reason'))
@@ -209,6 +217,45 @@ class WorkloadGate(Gate):
             lines.extend(_failing_lines(client, verdict.failing(), unplaced='(no node)'))
         lines.extend(verdict.notes)
         return lines
+
+
+# How many FailedCreate events a diagnosis quotes (the newest; their count says how often each repeated).
+MAX_EVENT_LINES = 3
+
+
+def creation_failures(client, kind, namespace, name):
+    """'FailedCreate (N times, last at T): <message>' of the Warning events on a DaemonSet or StatefulSet, newest first.
+
+    A pod the API refuses (PodSecurity admission, a webhook, a quota) never exists, so no pod can say why; the
+    controller records the refusal on its workload: the DaemonSet controller through RealPodControl.CreatePods
+    (kubernetes v1.36.3 pkg/controller/controller_utils.go:600, reason FailedCreate, "Error creating: <error>"), the
+    StatefulSet controller in recordPodEvent (pkg/controller/statefulset/stateful_pod_control.go:339-344, reason
+    FailedCreate). A Deployment says it in its ReplicaFailure condition (predicates.replica_failure), which is
+    already in the verdict. Best effort: events that cannot be read are left out.
+    """
+    if kind not in ('DaemonSet', 'StatefulSet'):
+        return []
+    try:
+        events = client.list('v1', 'Event', namespace=namespace,
+                             field_selector='involvedObject.kind=%s,involvedObject.name=%s' % (kind, name))
+    except (_errors.ProxtalosError, k8s_client.NotServed):
+        return []
+    found = []
+    for event in events:
+        involved = event.get('involvedObject') or {}
+        if involved.get('kind') != kind or involved.get('name') != name:
+            continue
+        if event.get('type') != 'Warning' or event.get('reason') != 'FailedCreate':
+            continue
+        when = (event.get('lastTimestamp') or event.get('eventTime') or (event.get('series') or {}).get('lastObservedTime')
+                or objects.metadata(event).get('creationTimestamp') or '')
+        found.append((when, event))
+    lines = []
+    for when, event in sorted(found, key=lambda pair: pair[0], reverse=True)[:MAX_EVENT_LINES]:
+        count = event.get('count') or (event.get('series') or {}).get('count') or 1
+        lines.append('event FailedCreate (%d time%s%s): %s' % (count, '' if count == 1 else 's', ', last at %s' % when if when else '',
+                                                           diagnosis.clip(event.get('message'))))
+    return lines
 
 
 class PodsGate(Gate):
@@ -296,7 +343,24 @@ class ConditionGate(Gate):
         except k8s_client.NotServed as exc:
             text = '%s (CRD not installed?)' % exc
             return predicates.Verdict(False, text, problems=[text])
-        return predicates.conditions_met(objs, self.condition_type, self.wanted, what=what)
+        extra = None
+        if self.resource_kind == 'HelmRelease' and self.api_version.startswith('helm.toolkit.fluxcd.io/') \
+                and (self.condition_type, self.wanted) == ('Ready', 'True'):
+            extra = lambda obj: predicates.helmrelease_applied(obj, self._helmchart(client, obj))  # noqa: E731
+        return predicates.conditions_met(objs, self.condition_type, self.wanted, what=what, extra_checks=extra)
+
+    @staticmethod
+    def _helmchart(client, helmrelease):
+        """The HelmChart a HelmRelease's status names (helm-controller writes `namespace/name`), or None."""
+        ref = objects.status(helmrelease).get('helmChart') or ''
+        if objects.spec(helmrelease).get('chartRef') or '/' not in ref:
+            return None
+        namespace, name = ref.split('/', 1)
+        try:
+            chart = client.get('source.toolkit.fluxcd.io/v1', 'HelmChart', name, namespace)
+        except k8s_client.NotServed:
+            return None
+        return chart if chart is not None else {'metadata': {'name': name, 'namespace': namespace}, 'status': {}}
 
     def diagnose(self, client, verdict):
         lines = list(verdict.problems)

@@ -143,13 +143,25 @@ def _not_found(kind, what):
     return Verdict(False, '%s %s not found' % (kind, what), problems=['%s %s not found' % (kind, what)])
 
 
-def daemonset_ready(daemonset, nodes, pods, what=None):
+def csi_drivers(csi_node):
+    """The driver names a CSINode lists (spec.drivers[].name; k8s.io/api v0.36.3 storage/v1 CSINodeSpec)."""
+    return [d.get('name') for d in objects.spec(csi_node).get('drivers') or [] if isinstance(d, dict)]
+
+
+def daemonset_ready(daemonset, nodes, pods, what=None, csi_driver=None, csi_nodes=None):
     """A Ready pod of the DaemonSet on every eligible node, and the rollout complete.
 
     Eligible nodes are those the DaemonSet controller would place a pod on (nodeSelector,
     required node affinity, taints against the pod's tolerations plus the ones the controller
     adds). Nodes without a Ready pod are named with the pod's reason. No eligible node at all
     is not a pass: a gate must see the thing it vouches for.
+
+    csi_driver (a CSI node plugin's DaemonSet): each eligible node's CSINode (csi_nodes, by node
+    name) must also list the driver. The kubelet adds it only after the plugin registered and
+    answered NodeGetInfo (kubernetes v1.36.3 pkg/volume/csi/csi_plugin.go:118-157,
+    RegisterPlugin -> nodeinfomanager.InstallCSIDriver); a Ready pod alone does not say that
+    (the Proxmox CSI node pod has no readiness probe, and its NodeGetInfo fails on a node without
+    topology labels), and without it the node cannot attach the driver's volumes.
     """
     if daemonset is None:
         return _not_found('DaemonSet', what or '?')
@@ -174,6 +186,14 @@ def daemonset_ready(daemonset, nodes, pods, what=None):
                 item['reason'] = diagnosis.pod_reason(live[0])
             else:
                 item['reason'] = 'no pod scheduled'
+        elif csi_driver:
+            csi_node = (csi_nodes or {}).get(node_name)
+            if csi_node is None:
+                item.update(ok=False, reason='no CSINode %s yet (the kubelet has not registered any CSI driver)' % node_name)
+            elif csi_driver not in csi_drivers(csi_node):
+                item.update(ok=False, reason='pod %s Ready, but CSI driver %s is not registered in CSINode %s (drivers: %s)'
+                            % (item['pod'], csi_driver, node_name, ', '.join(csi_drivers(csi_node)) or 'none'))
+                item['pod'] = None
         items.append(item)
     unplaced = by_node.get('', [])
     problems = []
@@ -182,13 +202,25 @@ def daemonset_ready(daemonset, nodes, pods, what=None):
         problems.append('rollout not started: %s' % lag)
     ds_status = objects.status(daemonset)
     desired = ds_status.get('desiredNumberScheduled') or 0
-    if (ds_status.get('updatedNumberScheduled') or 0) < desired:
-        problems.append('rolling out: %d of %d pods updated' % (ds_status.get('updatedNumberScheduled') or 0, desired))
-    if (ds_status.get('numberReady') or 0) < desired:
-        problems.append('status numberReady %d < desiredNumberScheduled %d' % (ds_status.get('numberReady') or 0, desired))
+    updated = ds_status.get('updatedNumberScheduled') or 0
+    on_delete = (objects.spec(daemonset).get('updateStrategy') or {}).get('type') == 'OnDelete'
+    notes = []
+    if on_delete:
+        # The DaemonSet controller replaces nothing for OnDelete (kubernetes v1.36.3
+        # pkg/controller/daemon/daemon_controller.go:976-980 calls rollingUpdate only for RollingUpdate), and kubectl
+        # rollout status refuses it (rollout_status.go:104-106): old-template pods stay until someone deletes them.
+        if updated < desired:
+            notes.append('updateStrategy OnDelete: %d of %d pods run the current template; the others are replaced '
+                         'only when deleted' % (updated, desired))
+    elif updated < desired:
+        problems.append('rolling out: %d of %d pods updated' % (updated, desired))
+    # kubectl rollout status (k8s.io/kubectl v0.36.3 pkg/polymorphichelpers/rollout_status.go:107-114) and kstatus
+    # (cli-utils pkg/kstatus/status/core.go:340-343): numberAvailable, which honours minReadySeconds
+    if (ds_status.get('numberAvailable') or 0) < desired:
+        problems.append('status numberAvailable %d < desiredNumberScheduled %d' % (ds_status.get('numberAvailable') or 0, desired))
     if not eligible:
         problems.append('no eligible node')
-    notes = ['not eligible: %s (%s)' % item for item in sorted(excluded.items())]
+    notes.extend('not eligible: %s (%s)' % item for item in sorted(excluded.items()))
     if desired != len(eligible):
         notes.append('DaemonSet status desiredNumberScheduled=%d, gate counted %d eligible node(s)' % (desired, len(eligible)))
     if unplaced:
@@ -197,7 +229,7 @@ def daemonset_ready(daemonset, nodes, pods, what=None):
     failing = ['%s %s%s' % (item['name'], '%s ' % item['pod'] if item['pod'] else '', item['reason'])
                for item in items if not item['ok']]
     ok = not failing and not problems
-    summary = '%s Ready on %d/%d eligible nodes' % (label, good, len(items))
+    summary = '%s Ready%s on %d/%d eligible nodes' % (label, ' and %s registered' % csi_driver if csi_driver else '', good, len(items))
     if failing or problems:
         summary += ': ' + diagnosis.limit_list(failing + problems)
     return Verdict(ok, summary, items, problems, notes)
@@ -217,7 +249,21 @@ def _pod_items(pods):
     return items
 
 
-def _replica_workload(kind, workload, nodes, pods, accept_unschedulable, available, updated, extra_problems):
+def replica_failure(workload):
+    """'ReplicaFailure <reason>: <message>' while a Deployment (or ReplicaSet) cannot create pods, else None.
+
+    The ReplicaSet controller sets ReplicaFailure=True `FailedCreate` with the API's refusal as message (kubernetes
+    v1.36.3 pkg/controller/replicaset/replica_set_utils.go:124-133) and the Deployment controller copies it to the
+    Deployment (pkg/controller/deployment/progress.go:99-104): an admission refusal (PodSecurity, a webhook, a quota)
+    is said there, where no pod exists to say anything.
+    """
+    cond = objects.condition(workload, 'ReplicaFailure')
+    if cond is None or cond.get('status') != 'True':
+        return None
+    return 'ReplicaFailure %s' % diagnosis.clip(objects.condition_text(cond))
+
+
+def _replica_workload(kind, workload, nodes, pods, accept_unschedulable, available, updated, extra_problems, failed=False):
     label = '%s %s' % (kind, objects.qualified_name(workload))
     replicas = objects.spec(workload).get('replicas')
     replicas = 1 if replicas is None else replicas
@@ -250,7 +296,7 @@ def _replica_workload(kind, workload, nodes, pods, accept_unschedulable, availab
             summary += ': ' + diagnosis.limit_list(details)
     counts = {'desired': replicas, 'available': available, 'updated': updated, 'required': required,
               'schedulable': capacity}
-    return Verdict(ok, summary, items, problems, notes, replicas=counts)
+    return Verdict(ok, summary, items, problems, notes, replicas=counts, failed=failed and not ok)
 
 
 def deployment_available(deployment, nodes=None, pods=(), accept_unschedulable=False, what=None):
@@ -266,13 +312,20 @@ def deployment_available(deployment, nodes=None, pods=(), accept_unschedulable=F
     available = dep_status.get('availableReplicas') or 0
     updated = dep_status.get('updatedReplicas') or 0
     problems = []
+    failed = False
+    failure = replica_failure(deployment)
+    if failure:
+        problems.append(failure)
     progressing = objects.condition(deployment, 'Progressing')
-    if progressing is not None and progressing.get('reason') == 'ProgressDeadlineExceeded':
+    if progressing is not None and progressing.get('reason') == 'ProgressDeadlineExceeded' and not objects.generation_lag(deployment):
+        # kubectl rollout status errors out (rollout_status.go:75-79, for the observed generation) and kstatus says
+        # Failed (cli-utils core.go:184-190): the controller stops trying, waiting longer cannot help
         problems.append(objects.condition_text(progressing))
+        failed = True
     total = dep_status.get('replicas') or 0
     if not accept_unschedulable and total > updated:
         problems.append('%d old replica(s) pending termination' % (total - updated))
-    return _replica_workload('Deployment', deployment, nodes, pods, accept_unschedulable, available, updated, problems)
+    return _replica_workload('Deployment', deployment, nodes, pods, accept_unschedulable, available, updated, problems, failed)
 
 
 def statefulset_available(statefulset, nodes=None, pods=(), accept_unschedulable=False, what=None):
@@ -367,23 +420,52 @@ def crds_established(crds, names=None):
 
 # --- conditions (Flux, kstatus) ---------------------------------------------------------------
 
+# fluxcd/pkg apis/meta v1.12.0 annotations.go:23 (ReconcileRequestAnnotation): what `flux reconcile` sets; a Flux
+# controller copies the value it handled to status.lastHandledReconcileAt (annotations.go:40-46).
+REQUESTED_AT = 'reconcile.fluxcd.io/requestedAt'
+
+
+def request_pending(obj):
+    """Text when obj carries a reconcile request its controller has not handled yet, else None.
+
+    Flux's controllers copy the annotation's value to status.lastHandledReconcileAt when they finish a reconcile
+    (kustomize-controller v1.6.1 internal/controller/kustomization_controller.go:1186-1188, finalizeStatus;
+    source-controller v1.6.2 internal/reconcile/summarize/processor.go:42-46, RecordReconcileReq).
+    """
+    requested = (objects.metadata(obj).get('annotations') or {}).get(REQUESTED_AT)
+    if requested is None:
+        return None
+    handled = objects.status(obj).get('lastHandledReconcileAt')
+    if handled == requested:
+        return None
+    return 'reconcile requested at %s not handled yet (lastHandledReconcileAt %s)' % (requested, handled or '-')
+
+
 def condition_met(obj, condition_type='Ready', wanted='True'):
     """Is the condition at the wanted status for the object's current generation?
 
     The flux CLI's readiness test (cmd/flux/readiness.go) and kstatus: the condition must exist;
     its own observedGeneration, when set, else status.observedGeneration, must equal
-    metadata.generation; Reconciling=True means still in progress; Stalled=True (for the current
-    generation) means failed, which no amount of waiting fixes. Returns a dict item with `ok`,
-    `reason`, `stalled`, `generation`, `observed_generation` and the conditions seen.
+    metadata.generation; a reconcile request (reconcile.fluxcd.io/requestedAt) not yet copied to
+    status.lastHandledReconcileAt means not yet; Reconciling=True means still in progress; Stalled=True (for the current
+    generation) means failed, which no amount of waiting fixes. spec.suspend true (the Flux API's
+    switch: a suspended object is not reconciled and its status is left as it was, e.g.
+    kustomize-controller v1.6.1 internal/controller/kustomization_controller.go:230-234) fails at
+    once too, named `suspended`. Returns a dict item with `ok`, `reason`, `stalled`, `suspended`,
+    `generation`, `observed_generation` and the conditions seen.
     """
     item = {'name': objects.qualified_name(obj), 'kind': obj.get('kind'), 'ok': False, 'reason': None,
-            'stalled': False, 'generation': objects.generation(obj),
+            'stalled': False, 'suspended': False, 'generation': objects.generation(obj),
             'observed_generation': objects.observed_generation(obj),
             'conditions': dict((c.get('type'), c.get('status')) for c in objects.conditions(obj))}
     gen = objects.generation(obj)
     cond = objects.condition(obj, condition_type)
     if objects.is_terminating(obj):
         item['reason'] = 'being deleted'
+        return item
+    if objects.spec(obj).get('suspend') is True:
+        item['suspended'] = True
+        item['reason'] = 'suspended (spec.suspend: true): its controller does not reconcile it until it is resumed'
         return item
     lag = None
     if gen is not None:
@@ -408,6 +490,10 @@ def condition_met(obj, condition_type='Ready', wanted='True'):
         item['reason'] = '%s=%s %s' % (condition_type, cond.get('status'), objects.condition_text(cond))
         item['reason'] = item['reason'].strip()
         return item
+    pending = request_pending(obj)
+    if pending:
+        item['reason'] = pending
+        return item
     reconciling = objects.condition(obj, 'Reconciling')
     if condition_type not in ('Reconciling', 'Stalled') and reconciling is not None and reconciling.get('status') == 'True':
         item['reason'] = 'Reconciling %s' % objects.condition_text(reconciling)
@@ -417,14 +503,45 @@ def condition_met(obj, condition_type='Ready', wanted='True'):
     return item
 
 
-def conditions_met(objs, condition_type='Ready', wanted='True', what='objects'):
-    """condition_met for each object; at least one object must be there."""
+def helmrelease_applied(helmrelease, chart):
+    """None when a HelmRelease has released its chart's current version, else why not.
+
+    helm-controller v1.3.0's own record of what it released is status.history, whose latest snapshot (the highest
+    version, api/v2/snapshot_types.go:54-61) carries the release's status and chartVersion (:125-141); the chart it
+    should release is the HelmChart it made (status.helmChart, `namespace/name`, api/v2/helmrelease_types.go:973-976),
+    whose artifact revision is the chart version (source-controller v1.6.2
+    internal/controller/helmchart_controller.go:843). A HelmRelease with spec.chartRef has no HelmChart of its
+    own: chart is None and nothing is compared.
+    """
+    if chart is None:
+        return None
+    revision = (objects.status(chart).get('artifact') or {}).get('revision')
+    if not revision:
+        return 'HelmChart %s has no artifact yet' % objects.qualified_name(chart)
+    history = [snap for snap in objects.status(helmrelease).get('history') or [] if isinstance(snap, dict)]
+    latest = max(history, key=lambda snap: snap.get('version') or 0) if history else None
+    if latest is None:
+        return 'no release in status.history yet (HelmChart %s has %s)' % (objects.qualified_name(chart), revision)
+    if latest.get('chartVersion') != revision or latest.get('status') != 'deployed':
+        return 'released chart %s (release v%s %s), HelmChart %s has %s (not released yet)' % (
+            latest.get('chartVersion'), latest.get('version'), latest.get('status'), objects.qualified_name(chart), revision)
+    return None
+
+
+def conditions_met(objs, condition_type='Ready', wanted='True', what='objects', extra_checks=None):
+    """condition_met for each object; at least one object must be there. extra_checks(obj): why an object that meets
+    the condition is still not done, or None (the HelmRelease's released chart, helmrelease_applied)."""
     items = [condition_met(obj, condition_type, wanted) for obj in sorted(objs, key=objects.qualified_name)]
+    for item, obj in zip(items, sorted(objs, key=objects.qualified_name)):
+        if item['ok'] and extra_checks is not None:
+            why = extra_checks(obj)
+            if why:
+                item.update(ok=False, reason=why)
     problems = [] if items else ['no %s found' % what]
     failing = ['%s %s' % (item['name'], item['reason']) for item in items if not item['ok']]
     good = len(items) - len(failing)
     summary = _headline('%s %s=%s' % (what, condition_type, wanted), good, len(items), failing, problems)
-    failed = any(item['stalled'] for item in items)
+    failed = any(item['stalled'] or item['suspended'] for item in items)
     return Verdict(not failing and not problems, summary, items, problems, failed=failed)
 
 

@@ -24,7 +24,16 @@ def ks(name, depends=(), ready='True', reason='ReconciliationSucceeded', message
         body['dependsOn'] = [{'name': d} if '/' not in d else {'name': d.split('/')[1], 'namespace': d.split('/')[0]} for d in depends]
     return {'apiVersion': 'kustomize.toolkit.fluxcd.io/v1', 'kind': 'Kustomization',
             'metadata': {'name': name, 'namespace': 'flux-system', 'generation': generation},
-            'spec': body, 'status': {'observedGeneration': observed if ready == 'True' else -1, 'conditions': conditions}}
+            'spec': body, 'status': {'observedGeneration': observed if ready == 'True' else -1, 'conditions': conditions,
+                                     # kustomize-controller v1.6.1 kustomization_controller.go:523, set with Ready=True
+                                     'lastAppliedRevision': REVISION if ready == 'True' else None}}
+
+
+def gitrepository(revision=REVISION):
+    """The flux-system GitRepository with its artifact (source-controller api/v1.6.0 api/v1/artifact_types.go)."""
+    return {'apiVersion': 'source.toolkit.fluxcd.io/v1', 'kind': 'GitRepository', 'metadata': {'name': 'flux-system', 'namespace': 'flux-system'},
+            'status': {'conditions': [{'type': 'Ready', 'status': 'True', 'reason': 'Succeeded'}],
+                       'artifact': {'revision': revision, 'digest': 'sha256:' + '0' * 64, 'path': 'p', 'url': 'u'}}}
 
 
 HEALTH = ("health check failed after 5m0.02s: timeout waiting for: [DaemonSet/csi-proxmox/proxmox-csi-plugin-node status: 'InProgress']")
@@ -125,8 +134,7 @@ def test_the_gate_diagnosis_names_the_node_where_a_health_checked_daemonset_fail
     kube.serve('kustomize.toolkit.fluxcd.io/v1', 'Kustomization', 'kustomizations')
     kube.serve('source.toolkit.fluxcd.io/v1', 'GitRepository', 'gitrepositories')
     kube.add(*lab_tree(csi))
-    kube.add({'apiVersion': 'source.toolkit.fluxcd.io/v1', 'kind': 'GitRepository', 'metadata': {'name': 'flux-system', 'namespace': 'flux-system'},
-              'status': {'conditions': [{'type': 'Ready', 'status': 'True', 'reason': 'Succeeded'}]}})
+    kube.add(gitrepository())
     selector = {'app.kubernetes.io/name': 'proxmox-csi-plugin', 'app.kubernetes.io/component': 'node'}
     daemonset = {'apiVersion': 'apps/v1', 'kind': 'DaemonSet', 'metadata': {'name': 'proxmox-csi-plugin-node', 'namespace': 'csi-proxmox',
                                                                             'uid': 'ds-1', 'generation': 1},

@@ -110,7 +110,7 @@ def test_daemonset_gate_via_the_module(kube, clock, capsys):
     assert rc == 1
     assert result['target'] == 'DaemonSet kube-system/cilium'
     assert '- w-2: cilium-x7k2m CrashLoopBackOff' in result['msg']
-    assert result['problems'] == ['status numberReady 2 < desiredNumberScheduled 3']
+    assert result['problems'] == ['status numberAvailable 2 < desiredNumberScheduled 3']
 
 
 @pytest.mark.parametrize('args, text', [

@@ -167,7 +167,7 @@ def test_daemonset_gate_passes_once_the_agent_recovers():
 
     def recover(k):
         make_ready(k, pod_name='cilium-x7k2m')
-        k.find('DaemonSet', 'cilium')['status']['numberReady'] = 3
+        k.find('DaemonSet', 'cilium')['status'].update(numberReady=3, numberAvailable=3, numberUnavailable=0)
 
     kube.at(3, recover)
     outcome = run(params(gate='workload', kind='DaemonSet', namespace='kube-system', name='cilium'), kube, clock)

@@ -94,7 +94,7 @@ def test_daemonset_names_the_node_without_a_ready_pod_and_why(k8s_objects):
     failing = verdict.failing()
     assert [item['name'] for item in failing] == ['w-2']
     assert failing[0]['node_reason'] == 'NetworkPluginNotReady'
-    assert 'status numberReady 2 < desiredNumberScheduled 3' in verdict.problems
+    assert 'status numberAvailable 2 < desiredNumberScheduled 3' in verdict.problems
 
 
 def test_daemonset_passes_when_every_eligible_node_has_a_ready_pod(k8s_objects):
@@ -102,7 +102,7 @@ def test_daemonset_passes_when_every_eligible_node_has_a_ready_pod(k8s_objects):
     crashing = [p for p in pods if p['metadata']['name'] == 'cilium-x7k2m'][0]
     crashing['status']['conditions'] = [{'type': 'Ready', 'status': 'True'}]
     crashing['status']['containerStatuses'][0].update(ready=True, state={'running': {}})
-    daemonset['status']['numberReady'] = 3
+    daemonset['status'].update(numberReady=3, numberAvailable=3, numberUnavailable=0)
     verdict = predicates.daemonset_ready(daemonset, nodes, pods)
     assert verdict.ok, verdict.summary
     assert verdict.summary == 'DaemonSet kube-system/cilium Ready on 3/3 eligible nodes'
@@ -365,3 +365,35 @@ def test_api_ready():
     assert not verdict.ok
     assert verdict.summary == 'API /readyz answered 500, failing checks: etcd failed: reason withheld'
     assert predicates.api_ready(503, 'Service Unavailable').summary == 'API /readyz answered 503: Service Unavailable'
+
+
+def test_a_suspended_flux_object_fails_at_once_named_suspended():
+    # a GitRepository suspended before source-controller ever reconciled it: spec.suspend is the Flux API's switch
+    # (source-controller api/v1.6.0 api/v1/gitrepository_types.go:140, Suspend), and the controller leaves status empty
+    repo = {'apiVersion': 'source.toolkit.fluxcd.io/v1', 'kind': 'GitRepository',
+            'metadata': {'name': 'flux-system', 'namespace': 'flux-system', 'generation': 1},
+            'spec': {'url': 'https://git.example/r', 'interval': '1m', 'suspend': True}, 'status': {}}
+    verdict = predicates.conditions_met([repo], what='GitRepository')
+    assert not verdict.ok and verdict.failed
+    assert verdict.items[0]['suspended']
+    assert verdict.summary.startswith('GitRepository Ready=True 0/1: flux-system/flux-system suspended (spec.suspend: true)')
+    repo['spec']['suspend'] = False
+    assert not predicates.conditions_met([repo]).failed
+
+
+def test_a_reconcile_request_not_handled_yet_is_not_ready():
+    # what `flux reconcile source git` does: the reconcile.fluxcd.io/requestedAt annotation (fluxcd/pkg apis/meta
+    # v1.12.0 annotations.go:23); source-controller v1.6.2 copies it to status.lastHandledReconcileAt when it is done
+    # (internal/reconcile/summarize/processor.go:42-46). Until then the Ready=True seen is the previous fetch's.
+    repo = {'apiVersion': 'source.toolkit.fluxcd.io/v1', 'kind': 'GitRepository',
+            'metadata': {'name': 'flux-system', 'namespace': 'flux-system', 'generation': 1,
+                         'annotations': {'reconcile.fluxcd.io/requestedAt': '2026-11-27T16:40:00.000000001Z'}},
+            'spec': {'url': 'https://git.example/r', 'interval': '1m'},
+            'status': {'observedGeneration': 1, 'lastHandledReconcileAt': '2026-11-27T09:00:00Z',
+                       'conditions': [{'type': 'Ready', 'status': 'True', 'reason': 'Succeeded', 'observedGeneration': 1,
+                                       'message': "stored artifact for revision 'main@sha1:1111111111111111111111111111111111111111'"}]}}
+    item = predicates.condition_met(repo)
+    assert not item['ok'] and item['reason'] == ('reconcile requested at 2026-11-27T16:40:00.000000001Z not handled yet '
+                                                 '(lastHandledReconcileAt 2026-11-27T09:00:00Z)')
+    repo['status']['lastHandledReconcileAt'] = '2026-11-27T16:40:00.000000001Z'
+    assert predicates.condition_met(repo)['ok']
