@@ -143,9 +143,12 @@ def open_vaulted_inputs(args, open_file, copies):
     def opened(values, where):
         changed = None
         for key in VAULTED_INPUTS:
-            if vault_encrypted(values.get(key)):
+            # as AnsibleModule reads a path option: ~ and environment variables expanded
+            path = values.get(key)
+            path = os.path.expanduser(os.path.expandvars(path)) if isinstance(path, str) else path
+            if vault_encrypted(path):
                 changed = dict(values) if changed is None else changed
-                changed[key] = open_file(os.path.abspath(values[key]), where + key)
+                changed[key] = open_file(os.path.abspath(path), where + key)
                 copies.append(changed[key])
         return values if changed is None else changed
 
