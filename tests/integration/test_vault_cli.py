@@ -3,6 +3,10 @@
 Before, the roles saw only the vault_password_file setting (lookup config DEFAULT_VAULT_PASSWORD_FILE), and a run
 with --vault-password-file kept the bundle in plain text. Runs `--tags secrets` for the control planes (they have a
 static node_ip, so no VM is needed), with the bundle and artifacts in the test's own folder.
+
+With only a prompted password, every file the run writes is scanned for private keys in clear (the machine configs
+and the talosconfig were written in clear before); proxtalos_artifacts_in_clear opts out. Without
+proxtalos_artifacts_dir the artifacts and the report go next to the inventory.
 """
 import json
 import os
