@@ -67,9 +67,9 @@ $(COLLECTION_LINK):
 demo: setup
 	$(PY) -m lab up --detach $(LAB_ARGS) --reuse
 	$(BIN)/ansible-playbook site.yml -i $(INVENTORY)
-	@$(PY) -m lab status; report=$$(ls -t $(ROOT)/artifacts/*/report.html 2>/dev/null | head -n 1); \
+	@$(PY) -m lab status; report=$$(ls -t $(INVENTORY)/artifacts/*/report.html 2>/dev/null | head -n 1); \
 	    if [ -n "$$report" ]; then echo "Run report: $$report (report.json and timeline.md beside it)"; \
-	    else echo "Run report: none found under $(ROOT)/artifacts (is callbacks_enabled = proxtalos.cluster.timeline set?)"; fi
+	    else echo "Run report: none found under $(INVENTORY)/artifacts (is callbacks_enabled = proxtalos.cluster.timeline set?)"; fi
 
 test: setup unit lab-test integration molecule lint
 
@@ -122,4 +122,4 @@ protos: setup
 
 clean:
 	-test -x $(PY) && $(PY) -m lab down
-	rm -rf $(ROOT)/.collections $(ROOT)/artifacts $(ROOT)/tests/output
+	rm -rf $(ROOT)/.collections $(ROOT)/artifacts $(ROOT)/inventories/lab/artifacts $(ROOT)/tests/output

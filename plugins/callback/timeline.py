@@ -29,8 +29,9 @@ options:
     description:
       - Directory under which each cluster's report goes, as C(<output_dir>/<cluster_name>/).
       - When not set, a cluster's report goes to its hosts' C(proxtalos_artifacts_dir) variable if defined, else
-        to C(artifacts/<cluster_name>/) in the parent of the playbook's folder (for C(playbooks/site.yml), the
-        repository root), as the collection's roles place their artifacts.
+        to C(artifacts/<cluster_name>/) in the folder of its hosts' inventory (C(inventory_dir)), as the collection's
+        roles place their artifacts; a cluster whose hosts have neither goes to C(artifacts/<cluster_name>/) in the
+        current folder.
     type: path
     env:
       - name: PROXTALOS_REPORT_DIR
@@ -185,8 +186,8 @@ class CallbackModule(CallbackBase):
         self.play = None
         self.starts = {}
         self.artifacts_dirs = {}
+        self.inventory_dirs = {}
         self.scanned_hosts = set()
-        self.playbook_dir = None
         self.follower = None
 
     # -- live progress of waiting tasks -----------------------------------------------------------
@@ -246,8 +247,6 @@ class CallbackModule(CallbackBase):
         if manager is None:
             return None, {}
         play_vars = manager.get_vars(play=play)
-        if play_vars.get('playbook_dir'):
-            self.playbook_dir = str(play_vars['playbook_dir'])
         return play_vars.get('hostvars'), play_vars.get('groups') or {}
 
     def _read_inventory(self, play, final=False):
@@ -273,13 +272,15 @@ class CallbackModule(CallbackBase):
             if scan:
                 self._register_secrets(raw, view)
                 self.scanned_hosts.add(host)
-            values = self._read_vars(view, _timeline.CLUSTER_VARS + _timeline.NODE_VARS + ('proxtalos_artifacts_dir',))
+            values = self._read_vars(view, _timeline.CLUSTER_VARS + _timeline.NODE_VARS + ('proxtalos_artifacts_dir', 'inventory_dir'))
             if values.get('cluster_name') is None:
                 continue
             cluster = str(values['cluster_name'])
             self.recorder.set_cluster(host, cluster)
             if values.get('proxtalos_artifacts_dir'):
                 self.artifacts_dirs.setdefault(cluster, str(values['proxtalos_artifacts_dir']))
+            if values.get('inventory_dir'):
+                self.inventory_dirs.setdefault(cluster, str(values['inventory_dir']))
             if not final:
                 continue
             self.recorder.set_cluster_values(cluster, self.masker.tree(
@@ -400,8 +401,8 @@ class CallbackModule(CallbackBase):
             return os.path.join(root, safe)
         if cluster in self.artifacts_dirs:
             return self.artifacts_dirs[cluster]
-        # as the roles do: artifacts/<cluster_name> beside the folder of the playbooks (the repository root)
-        base = os.path.dirname(self.playbook_dir) if self.playbook_dir else os.getcwd()
+        # as the roles do: artifacts/<cluster_name> in the inventory's folder
+        base = self.inventory_dirs.get(cluster) or os.getcwd()
         return os.path.join(base, 'artifacts', safe)
 
     def _write(self, cluster, report):

@@ -65,6 +65,16 @@ options:
       - File holding the vault password of an encrypted O(secrets_path), or a script that prints it.
       - Mutually exclusive with O(vault_password).
     type: path
+  artifacts_vault_password:
+    description:
+      - When given, every file the module writes (the machine configs of O(dest) / O(nodes), whose control-plane
+        configs hold the cluster's CA keys, and the talosconfig with its client key) is an Ansible Vault envelope
+        encrypted with this password, the one C(ansible-vault view) and C(ansible-vault decrypt) open. An existing
+        file is read through the vault to compare what it holds, so an unchanged render is not rewritten.
+      - Without it the files are written in clear (0600); an encrypted one is then rewritten in clear.
+      - The roles of this collection pass the run's prompted vault password here unless C(proxtalos_artifacts_in_clear)
+        is true (the collection's docs/stages/secrets.md).
+    type: str
   cluster:
     description:
       - The cluster values. Keys (see the collection's docs/talos-config.md) - V(name) and V(endpoint) (required),
@@ -309,6 +319,7 @@ def argument_spec():
         secrets_path=dict(type='path', required=True),
         vault_password=dict(type='str', no_log=True),
         vault_password_file=dict(type='path', no_log=False),
+        artifacts_vault_password=dict(type='str', no_log=True),
         cluster=dict(type='dict', required=True),
         talos_version=dict(type='str', default=talos_config.DEFAULT_TALOS_VERSION),
         kubernetes_version=dict(type='str'),
@@ -335,19 +346,7 @@ def read_bundle(params, password):
         raise ValidationError('secrets_path', 'is not UTF-8 text (not a secrets bundle)')
 
 
-def _existing_text(path):
-    """The file's text, or None when it does not exist (or is not text)."""
-    if not os.path.exists(path):
-        return None
-    try:
-        return files.read_bytes(path).decode('utf-8')
-    except UnicodeDecodeError:
-        return None
-
-
-def _needs_write(path, before, text):
-    """A file is written when its content differs or its mode is not 0600."""
-    return before != text or (before is not None and files.file_mode(path) != files.FILE_MODE)
+CLEAR = files.Artifacts()
 
 
 def single_node_spec(params):
@@ -436,12 +435,12 @@ def render_node(spec, cluster, bundle):
         requires_install=spec['requires_install'])
 
 
-def plan_node(spec, cluster, bundle):
+def plan_node(spec, cluster, bundle, artifacts=CLEAR):
     """Render one node and compare with its file: {'name', 'dest', 'text', 'write', 'config_sha256', 'contract',
     'secrets', 'diff'}; 'diff' is None when the file stays as it is."""
     text = render_node(spec, cluster, bundle)
-    before = _existing_text(spec['dest'])
-    write = _needs_write(spec['dest'], before, text)
+    before, encrypted = artifacts.read(spec['dest'])
+    write = artifacts.needs_write(spec['dest'], before, encrypted, text)
     label = '%s: %s' % (spec['name'], spec['dest']) if spec['name'] else spec['dest']
     diff = None
     if write:
@@ -489,7 +488,7 @@ def node_cluster(spec, cluster, checked):
     return checked[key]
 
 
-def plan_nodes(specs, cluster, bundle):
+def plan_nodes(specs, cluster, bundle, artifacts=CLEAR):
     """plan_node of every spec, each with its own cluster values when its item has them (cluster: the module's,
     checked). When nodes fail, every node is still tried and the error raised names them all (the first one's field
     in `field`, each node's message in `failed_nodes`)."""
@@ -498,7 +497,7 @@ def plan_nodes(specs, cluster, bundle):
     checked = {}
     for spec in specs:
         try:
-            planned.append(plan_node(spec, node_cluster(spec, cluster, checked), bundle))
+            planned.append(plan_node(spec, node_cluster(spec, cluster, checked), bundle, artifacts))
         except ProxtalosError as exc:
             failures.append(_in_node(spec, exc) if spec['name'] else exc)
     if len(failures) == 1:
@@ -525,27 +524,27 @@ def render_talosconfig(params, bundle, existing, now=None):
     return text, reused, key
 
 
-def plan(params, bundle, specs):
+def plan(params, bundle, specs, artifacts=CLEAR):
     """Render and compare. Returns {'writes': [(path, text)], 'diffs', 'secrets', 'nodes' (plan_node of each spec),
     'talosconfig_changed', 'reused'}; a file whose mode is not 0600 is rewritten."""
     decision = {'writes': [], 'talosconfig_changed': False, 'reused': False, 'diffs': [], 'secrets': [], 'nodes': []}
     if specs:
         if len(specs) == 1 and not specs[0]['name']:
-            decision['nodes'] = [plan_node(specs[0], params['cluster'], bundle)]
+            decision['nodes'] = [plan_node(specs[0], params['cluster'], bundle, artifacts)]
         else:
             # Each distinct cluster value is checked once (the module's here, a node's own in plan_nodes).
-            decision['nodes'] = plan_nodes(specs, talos_config.normalize_cluster(params['cluster']), bundle)
+            decision['nodes'] = plan_nodes(specs, talos_config.normalize_cluster(params['cluster']), bundle, artifacts)
         for planned in decision['nodes']:
             decision['secrets'].extend(planned['secrets'])
             if planned['write']:
                 decision['writes'].append((planned['dest'], planned['text']))
                 decision['diffs'].append(planned['diff'])
     if params['talosconfig_dest']:
-        before = _existing_text(params['talosconfig_dest'])
+        before, encrypted = artifacts.read(params['talosconfig_dest'])
         text, reused, key = render_talosconfig(params, bundle, before)
         decision['secrets'].extend([key.decode('ascii'), pki.b64encode_pem(key)])
         decision['reused'] = reused
-        if _needs_write(params['talosconfig_dest'], before, text):
+        if artifacts.needs_write(params['talosconfig_dest'], before, encrypted, text):
             decision['talosconfig_changed'] = True
             decision['writes'].append((params['talosconfig_dest'], text))
             decision['diffs'].append({'before': redact.talosconfig_text(before), 'after': redact.talosconfig_text(text),
@@ -599,6 +598,7 @@ def main():
         _secrets.register(module, *redact.patch_secret_values([spec['patches'] for spec in specs]))
         password = files.vault_password(params, module.run_command)
         _secrets.register(module, password)
+        artifacts = files.Artifacts(params['artifacts_vault_password'], read_passwords=[password])
         if module.check_mode and not os.path.exists(params['secrets_path']):
             # First run in check mode: the secrets task only predicted the bundle. Everything would be written.
             module.warn('%s does not exist yet (check mode): the files would be rendered from the bundle the secrets task '
@@ -607,12 +607,12 @@ def main():
         else:
             bundle = read_bundle(params, password)
             _secrets.register(module, *bundle.secret_values())
-            decision = plan(params, bundle, specs)
+            decision = plan(params, bundle, specs, artifacts)
         _secrets.register(module, *decision['secrets'])
         changed = bool(decision['writes'])
         if changed and not module.check_mode:
             for path, text in decision['writes']:
-                files.write_private(path, text)
+                files.write_private(path, artifacts.encode(text))
     except ProxtalosError as exc:
         module.fail_json(msg=str(exc), **exc.details)
     except (IOError, OSError) as exc:

@@ -58,6 +58,15 @@ options:
       - Replace a kept kubeconfig whose client certificate has fewer days left than this.
     type: int
     default: 30
+  artifacts_vault_password:
+    description:
+      - When given, O(dest) is written as an Ansible Vault envelope encrypted with this password (the kubeconfig
+        holds the admin client key); an existing O(dest) is read through the vault, and a kept kubeconfig that is in
+        clear is rewritten encrypted (and the other way round without this option).
+      - The roles of this collection pass the run's prompted vault password here unless C(proxtalos_artifacts_in_clear)
+        is true (the collection's docs/stages/secrets.md). An encrypted O(talosconfig) is opened by the action plugin
+        with the run's vault passwords.
+    type: str
 seealso:
   - module: proxtalos.cluster.k8s_gate
   - module: proxtalos.cluster.talos_bootstrap
@@ -135,6 +144,7 @@ def argument_spec():
         dest=dict(type='path', required=True),
         endpoint=dict(type='str'),
         renew_before_days=dict(type='int', default=30),
+        artifacts_vault_password=dict(type='str', no_log=True),
     )
 
 
@@ -251,11 +261,17 @@ def main():
         _secrets.register(module, *fetched.secret_values())
         endpoint = talos_config.normalize_endpoint(params['endpoint'], 'endpoint') if params['endpoint'] else fetched.server
 
+        artifacts = files.Artifacts(params['artifacts_vault_password'])
         existing = None
+        encrypted = False
         reason = 'no kubeconfig at %s yet' % params['dest']
         if os.path.exists(params['dest']):
             try:
-                existing = Kubeconfig(talosyaml.load(files.read_bytes(params['dest']).decode('utf-8'), 'dest'), 'dest')
+                text, encrypted = artifacts.read(params['dest'])
+                if text is None:
+                    raise ValidationError('dest', 'is vault-encrypted and artifacts_vault_password does not open it'
+                                          if encrypted else 'is not UTF-8 text')
+                existing = Kubeconfig(talosyaml.load(text, 'dest'), 'dest')
                 _secrets.register(module, *existing.secret_values())
                 reason = why_not_keep(existing, fetched, endpoint, datetime.timedelta(days=params['renew_before_days']),
                                       pki.utcnow())
@@ -266,7 +282,12 @@ def main():
             chosen = existing
             result.update(outcome='kept', reason='still good: same cluster CA and server, client certificate valid until %s'
                           % existing.certificate_not_after().isoformat())
-            if files.file_mode(params['dest']) != files.FILE_MODE:
+            if encrypted != bool(artifacts.password):
+                # the same kubeconfig, kept in the other form (vault-encrypted, or in clear as asked)
+                result.update(changed=True, reason=result['reason'] + ('; vault-encrypted' if artifacts.password else '; written in clear'))
+                if not module.check_mode:
+                    files.write_private(params['dest'], artifacts.encode(talosyaml.dump(existing.data)))
+            elif files.file_mode(params['dest']) != files.FILE_MODE:
                 result.update(changed=True, reason=result['reason'] + '; mode set to 0600')
                 if not module.check_mode:
                     os.chmod(params['dest'], files.FILE_MODE)
@@ -275,7 +296,7 @@ def main():
             fetched.with_server(endpoint)
             result.update(outcome='written', reason=reason, changed=True)
             if not module.check_mode:
-                files.write_private(params['dest'], talosyaml.dump(fetched.data))
+                files.write_private(params['dest'], artifacts.encode(talosyaml.dump(fetched.data)))
         result.update(server=chosen.server, context=chosen.context_name,
                       client_certificate_not_after=chosen.certificate_not_after().isoformat())
         if module._diff:

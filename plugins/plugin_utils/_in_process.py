@@ -27,6 +27,12 @@ or connection, become, async, a task `environment` (TMPDIR, TZ, PYTHONPATH... ta
 when a process starts), or an ansible-core other than the one whose internals this is built on.
 `-vvvv` says which way each task ran.
 
+Input files kept as Ansible Vault envelopes (docs/stages/secrets.md: with only a prompted vault password the
+kubeconfig, talosconfig and machine configs are): the options kubeconfig, talosconfig and config_path (also in the
+items of `nodes`) that name an encrypted file are handed to the module as a decrypted copy - DataLoader.get_real_file
+with the run's vault passwords, a 0600 file in Ansible's local temporary folder - removed when the task ends,
+whichever way the module ran. The module never sees a vault password.
+
 Left as it is: Ctrl-C ends a worker at once (Ansible's handler), where a module process would get
 KeyboardInterrupt and run its `finally` blocks; a half-written file of ours is then left as
 after a SIGKILL (the atomic writes' temporary file, 0600, which the next run replaces). Module
@@ -42,8 +48,10 @@ import json
 import os
 import sys
 
+from ansible.errors import AnsibleError
 from ansible.module_utils import basic
 from ansible.module_utils.common.json import Direction, get_module_encoder
+from ansible.parsing.vault import is_encrypted_file
 from ansible.plugins.action import ActionBase
 from ansible.release import __version__ as ansible_core_version
 from ansible.utils.display import Display
@@ -116,6 +124,43 @@ def exit_handlers_run_at_the_end():
                 display.warning('an exit handler of the module failed: %s: %s' % (type(exc).__name__, exc))
 
 
+# Options naming a file the module reads that the collection may keep vault-encrypted (top level and in `nodes` items).
+VAULTED_INPUTS = ('kubeconfig', 'talosconfig', 'config_path')
+
+
+def vault_encrypted(path):
+    """Whether path is an existing file holding an Ansible Vault envelope."""
+    if not isinstance(path, str) or not os.path.isfile(path):
+        return False
+    with open(path, 'rb') as handle:
+        return is_encrypted_file(handle)
+
+
+def open_vaulted_inputs(args, open_file, copies):
+    """args with every VAULTED_INPUTS option that names a vault-encrypted file replaced by open_file(path, option) -
+    the path of a decrypted copy, appended to copies as soon as it exists. args itself is not changed."""
+
+    def opened(values, where):
+        changed = None
+        for key in VAULTED_INPUTS:
+            # as AnsibleModule reads a path option: ~ and environment variables expanded
+            path = values.get(key)
+            path = os.path.expanduser(os.path.expandvars(path)) if isinstance(path, str) else path
+            if vault_encrypted(path):
+                changed = dict(values) if changed is None else changed
+                changed[key] = open_file(os.path.abspath(path), where + key)
+                copies.append(changed[key])
+        return values if changed is None else changed
+
+    new_args = opened(args, '')
+    nodes = new_args.get('nodes')
+    if isinstance(nodes, list):
+        items = [opened(item, 'nodes[%d].' % index) if isinstance(item, dict) else item for index, item in enumerate(nodes)]
+        if any(new is not old for new, old in zip(items, nodes)):
+            new_args = dict(new_args, nodes=items)
+    return new_args
+
+
 def run_main(main, json_args):
     """main() with the given arguments; (exit code, stdout, stderr) as a module process would give them."""
     stdout, stderr = io.StringIO(), io.StringIO()
@@ -151,6 +196,29 @@ class InProcessModuleAction(ActionBase):
     collection_module = None
 
     def run(self, tmp=None, task_vars=None):
+        task_args = self._task.args
+        copies = []
+        try:
+            try:
+                self._task.args = open_vaulted_inputs(task_args, self._decrypted_copy, copies)
+            except AnsibleError as exc:
+                return {'failed': True, 'msg': str(exc)}
+            return self._run(tmp, task_vars)
+        finally:
+            self._task.args = task_args
+            for path in copies:
+                self._loader.cleanup_tmp_file(path)
+
+    def _decrypted_copy(self, path, option):
+        """A 0600 decrypted copy of the vault-encrypted file of an option (removed by run() when the task ends)."""
+        try:
+            return self._loader.get_real_file(path, decrypt=True)
+        except AnsibleError as exc:
+            raise AnsibleError('%s: %s is vault-encrypted and no vault password of this run opens it (%s). Run with the '
+                               'vault password it was written with (--ask-vault-pass or a vault password file); see the '
+                               "collection's docs/stages/secrets.md" % (option, path, getattr(exc, 'message', exc))) from None
+
+    def _run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}

@@ -1,18 +1,16 @@
 """The collection as a user installs and runs it: the Galaxy tarball installed with docs/examples/requirements.yml into
 a collections path of its own, and `ansible-playbook proxtalos.cluster.site` run from a project folder outside the
 repository (docs/examples/ansible.cfg, an inventory next to it) against a lab (1 control plane + 1 worker) - every
-stage, end to end. The artifacts land next to the inventory (proxtalos_artifacts_dir, as the templates set it),
-nothing inside the installed collection.
+stage, end to end. The artifacts land next to the inventory by default (<inventory>/artifacts/<cluster_name>; the
+inventory sets no proxtalos_artifacts_dir), nothing inside the installed collection.
 
 The run has only a vault password typed at the prompt (--ask-vault-pass, which reads stdin when it is not a terminal),
-as the guide's first run does, and the inventory's PVE token secret is in a vault-encrypted vault.yml: no private key
-of the run is then written in clear into the inventory's secrets/ (the Talos secrets bundle, the sealed-secrets key),
-and the test lists every file of the project that holds one.
+as the guide's first run does, and the inventory's PVE token secret is in a vault-encrypted vault.yml: no file of the
+project then holds a private key in clear - the Talos secrets bundle and the sealed-secrets key in secrets/, the
+machine configs, talosconfig and kubeconfig in artifacts/ are vault envelopes with the typed password.
 """
-import base64
 import json
 import os
-import re
 import shutil
 import subprocess
 
@@ -21,6 +19,7 @@ import yaml
 from ansible.parsing.vault import VaultLib, VaultSecret
 
 from k8s_stages_lab import TOOLS
+from key_scan import files_with_private_keys, private_keys
 from lab.testing import start_lab
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,9 +27,6 @@ BIN = os.path.join(ROOT, '.venv', 'bin')
 GALAXY = os.path.join(BIN, 'ansible-galaxy')
 PLAYBOOK = os.path.join(BIN, 'ansible-playbook')
 PASSWORD = 'typed at the prompt, never in a file'
-PEM_KEY = re.compile(r'-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----')
-# base64 of "-----BEGIN" (how the Talos bundle, talosconfig, kubeconfig and Kubernetes Secrets carry PEM keys)
-B64_PEM = re.compile(r'LS0tLS1CRUdJTi[A-Za-z0-9+/=]+')
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow,
               pytest.mark.skipif(not os.access(PLAYBOOK, os.X_OK), reason='no ansible-playbook in .venv (make setup)'),
@@ -84,9 +80,8 @@ def project(tmp_path_factory):
         (inventory / 'hosts.yml').write_text(yaml.safe_dump(hosts))
         for name in ('group_vars', 'files'):
             shutil.copytree(os.path.join(ROOT, 'inventories', 'lab', name), str(inventory / name), symlinks=False)
-        (inventory / 'group_vars' / 'all' / 'artifacts.yml').write_text(
-            '---\nproxtalos_artifacts_dir: "{{ inventory_dir }}/artifacts"\n'
-            'pve_api_token_secret: "{{ vault_pve_api_token_secret }}"\n')
+        (inventory / 'group_vars' / 'all' / 'pve_secret.yml').write_text(
+            '---\npve_api_token_secret: "{{ vault_pve_api_token_secret }}"\n')
         vault = VaultLib([('default', VaultSecret(PASSWORD.encode()))])
         (inventory / 'group_vars' / 'all' / 'vault.yml').write_bytes(
             vault.encrypt(yaml.safe_dump({'vault_pve_api_token_secret': lab.token_secret})))
@@ -107,47 +102,27 @@ def test_the_installed_collection_runs_every_stage_from_a_project_of_its_own(pro
                             capture_output=True, text=True, timeout=120, check=False)
     assert listed.returncode == 0, listed.stderr
     assert list(json.loads(listed.stdout)) == [str(collections / 'ansible_collections')], listed.stdout
-    artifacts = inventory / 'artifacts'
+    artifacts = inventory / 'artifacts' / 'lab'   # the lab's cluster_name
     for name in ('kubeconfig', 'talosconfig', 'report.json'):
         assert (artifacts / name).exists(), sorted(os.listdir(str(artifacts)))
     assert not (installed / 'artifacts').exists(), 'a run wrote into the installed collection'
     assert 'failed=0' in run.stdout
 
 
-def _private_keys(data):
-    """The PEM private keys in a file's bytes, in clear or base64-encoded (a vault envelope holds none in clear)."""
-    text = data.decode('utf-8', 'replace')
-    found = PEM_KEY.findall(text)
-    for blob in B64_PEM.findall(text):
-        decoded = base64.b64decode(blob + '=' * (-len(blob) % 4)).decode('utf-8', 'replace')
-        found.extend(PEM_KEY.findall(decoded))
-    return found
-
-
-def test_a_prompted_vault_password_leaves_no_private_key_in_clear_in_secrets(project):
-    """After the whole run above (it ran first: same module), the kept secrets - Talos bundle and sealed-secrets key -
-    are vault envelopes that open with the typed password; the files of the project with a private key in clear are
-    only the run's credentials and machine configs in artifacts/ (0600, left out by .gitignore)."""
+def test_a_prompted_vault_password_leaves_no_private_key_in_clear_anywhere(project):
+    """After the whole run above (it ran first: same module), no file of the project holds a private key in clear:
+    the kept secrets (Talos bundle, sealed-secrets key) and the run's artifacts (machine configs with the CA keys,
+    talosconfig, kubeconfig) are vault envelopes that open with the typed password."""
     project_dir, inventory, collections, dummy = project
     secrets = inventory / 'secrets'
     kept = sorted(os.listdir(str(secrets)))
     assert 'talos-secrets.yaml' in kept and 'sealed-secrets.key' in kept, kept
+    artifacts = inventory / 'artifacts' / 'lab'
     vault = VaultLib([('default', VaultSecret(PASSWORD.encode()))])
-    for name in ('talos-secrets.yaml', 'sealed-secrets.key'):
-        data = (secrets / name).read_bytes()
-        assert data.startswith(b'$ANSIBLE_VAULT;'), name
-        assert _private_keys(vault.decrypt(data)), '%s holds no private key once decrypted (the scan is broken)' % name
-    in_clear = {}
-    for folder, dummy, names in os.walk(str(project_dir)):
-        if folder.startswith(str(collections)):
-            continue
-        for name in names:
-            path = os.path.join(folder, name)
-            with open(path, 'rb') as handle:
-                data = handle.read()
-            if _private_keys(data):
-                in_clear[os.path.relpath(path, str(project_dir))] = oct(os.stat(path).st_mode & 0o777)
-    outside_artifacts = dict((path, mode) for path, mode in in_clear.items() if not path.startswith('inventory/artifacts/'))
-    assert outside_artifacts == {}, outside_artifacts
-    assert set(in_clear.values()) == {'0o600'}, in_clear
-    assert sorted(in_clear) == ['inventory/artifacts/%s' % name for name in ('kubeconfig', 'lab-cp-1.yaml', 'talosconfig')], in_clear
+    for path in [secrets / 'talos-secrets.yaml', secrets / 'sealed-secrets.key'] + [
+            artifacts / name for name in ('kubeconfig', 'talosconfig', 'lab-cp-1.yaml')]:
+        data = path.read_bytes()
+        assert data.startswith(b'$ANSIBLE_VAULT;'), path
+        assert os.stat(str(path)).st_mode & 0o777 == 0o600, path
+        assert private_keys(vault.decrypt(data)), '%s holds no private key once decrypted (the scan is broken)' % path
+    assert files_with_private_keys(project_dir, skip=[collections]) == {}

@@ -8,6 +8,9 @@
 - read_maybe_vaulted(path, password, field): the plaintext of a file that may be an Ansible
   Vault envelope (_vault.py); errors name the field and never quote the content.
 - vault_password(params, run_command): the password from vault_password or vault_password_file.
+- Artifacts(password, read_passwords): the files a module renders and rewrites (machine configs, talosconfig,
+  kubeconfig) - vault envelopes with `password` when one is given, else clear; the file on disk is read through
+  the vault (`password`, then `read_passwords`) to compare plaintexts, so a second run writes nothing.
 """
 
 from __future__ import annotations
@@ -93,3 +96,43 @@ def encrypt_if(data, password, vault_id=None):
     if password is None:
         return data
     return _vault.encrypt(data, password, vault_id)
+
+
+class Artifacts(object):
+    """How a module keeps the files it renders: vault-encrypted with `password`, or in clear without one.
+
+    read(path) -> (text or None, encrypted): the file's plaintext (None when it is missing, not text, or a vault
+    envelope none of the passwords opens - then it is rewritten). needs_write(): the content differs, the file is
+    not 0600, or it is encrypted where it should be clear (or the other way round). encode(text): the bytes written.
+    """
+
+    def __init__(self, password=None, read_passwords=()):
+        self.password = password or None
+        self.read_passwords = [item for item in [self.password] + list(read_passwords) if item]
+
+    def read(self, path):
+        if not os.path.exists(path):
+            return None, False
+        data = read_bytes(path)
+        encrypted = _vault.is_encrypted(data)
+        if encrypted:
+            for password in self.read_passwords:
+                try:
+                    data = _vault.decrypt(data, password)
+                    break
+                except _vault.VaultError:
+                    continue
+            else:
+                return None, True
+        try:
+            return data.decode('utf-8'), encrypted
+        except UnicodeDecodeError:
+            return None, encrypted
+
+    def needs_write(self, path, before, encrypted, text):
+        if before is None or before != text:
+            return True
+        return encrypted != bool(self.password) or file_mode(path) != FILE_MODE
+
+    def encode(self, text):
+        return encrypt_if(text, self.password)

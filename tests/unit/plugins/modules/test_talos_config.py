@@ -394,3 +394,44 @@ def test_a_patchs_secret_is_masked_when_another_node_fails_to_render(capsys, tmp
                              cluster={'name': 'demo', 'endpoint': 'https://10.5.0.10:6443'})
     assert result['failed'] and 'w-1' in result['msg'] and 'invocation' in result
     assert 'patched-password-42' not in out
+
+
+def test_with_artifacts_vault_password_every_file_is_a_vault_envelope_and_a_rerun_is_unchanged(capsys, secrets_path, tmp_path, bundle):
+    """artifacts_vault_password: the machine configs (a control plane's holds the CA keys) and the talosconfig are
+    vault envelopes with it, nothing of them in clear; a re-run and a check-mode run compare plaintexts (unchanged);
+    without the option the same content is rewritten in clear, and check mode predicts that."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+    vault = VaultLib([('default', VaultSecret(b'typed'))])
+    artifacts = tmp_path / 'artifacts'
+    args = dict(secrets_path=secrets_path, cluster=CLUSTER, talosconfig_dest=str(artifacts / 'talosconfig'),
+                talosconfig_endpoints=['10.5.0.11'], artifacts_vault_password='typed',
+                nodes=[{'name': 'cp-1', 'machine_type': 'controlplane', 'dest': str(artifacts / 'cp-1.yaml'),
+                        'node': {'hostname': 'cp-1'}}])
+    result, out = run_module(talos_config, capsys, **args)
+    assert result['changed'] is True and 'typed' not in out
+    written = dict((name, (artifacts / name).read_bytes()) for name in ('cp-1.yaml', 'talosconfig'))
+    for name, data in written.items():
+        assert data.startswith(b'$ANSIBLE_VAULT;1.1;AES256'), name
+        assert stat.S_IMODE(os.stat(str(artifacts / name)).st_mode) == 0o600
+    plain = vault.decrypt(written['cp-1.yaml']).decode()
+    assert 'LS0tLS1CRUdJTi' in plain   # the CA keys, base64 PEM, are in the config - and only inside the envelope
+    config.validate_machine_config(plain, '1.13')
+    assert talosconfig.parse_talosconfig(vault.decrypt(written['talosconfig']).decode()).context == 'demo'
+
+    again, _out = run_module(talos_config, capsys, **args)
+    checked, _out = run_module(talos_config, capsys, _ansible_check_mode=True, **args)
+    assert again['changed'] is False and checked['changed'] is False
+    assert again['client_certificate_reused'] is True
+    assert dict((name, (artifacts / name).read_bytes()) for name in written) == written
+
+    # as the roles run it with proxtalos_artifacts_in_clear: the bundle's password (the same typed one) opens the files
+    clear = dict(args, vault_password='typed')
+    del clear['artifacts_vault_password']
+    predicted, _out = run_module(talos_config, capsys, _ansible_check_mode=True, **clear)
+    assert predicted['changed'] is True
+    assert dict((name, (artifacts / name).read_bytes()) for name in written) == written
+    rewritten, _out = run_module(talos_config, capsys, **clear)
+    assert rewritten['changed'] is True and rewritten['client_certificate_reused'] is True
+    assert (artifacts / 'cp-1.yaml').read_text() == plain
+    back, _out = run_module(talos_config, capsys, **args)
+    assert back['changed'] is True and (artifacts / 'cp-1.yaml').read_bytes().startswith(b'$ANSIBLE_VAULT;')

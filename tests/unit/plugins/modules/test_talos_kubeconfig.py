@@ -145,3 +145,39 @@ def test_not_served_yet_is_retried_until_the_deadline(capsys, monkeypatch, talos
     install(monkeypatch, not_yet)
     result, _out = run_module(talos_kubeconfig, capsys, **args(talosconfig, str(tmp_path / 'k'), wait_timeout=0.2))
     assert result['failed'] is True and 'no kubeconfig within' in result['msg'] and 'etcd is not running' in result['msg']
+
+
+def test_with_artifacts_vault_password_the_kubeconfig_is_a_vault_envelope_kept_while_good(capsys, monkeypatch, talosconfig, tmp_path):
+    """artifacts_vault_password: the kubeconfig (admin client key) is written encrypted, read through the vault and
+    kept (changed=0, check mode too). Without the option the file is written in clear (an envelope it cannot open is
+    replaced by a fetched kubeconfig); a kept one in clear is then encrypted with its content unchanged."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+    vault = VaultLib([('default', VaultSecret(b'typed'))])
+    issuer = KubeconfigIssuer()
+    install(monkeypatch, issuer)
+    dest = str(tmp_path / 'kubeconfig')
+    result, out = run_module(talos_kubeconfig, capsys, **args(talosconfig, dest, artifacts_vault_password='typed'))
+    assert result['changed'] is True and 'typed' not in out
+    with open(dest, 'rb') as handle:
+        envelope = handle.read()
+    assert envelope.startswith(b'$ANSIBLE_VAULT;1.1;AES256') and stat.S_IMODE(os.stat(dest).st_mode) == 0o600
+    content = yaml.safe_load(vault.decrypt(envelope))
+    assert content['users'][0]['user']['client-key-data']
+    for check in (True, False):
+        kept, _out = run_module(talos_kubeconfig, capsys, _ansible_check_mode=check,
+                                **args(talosconfig, dest, artifacts_vault_password='typed'))
+        assert kept['changed'] is False and kept['outcome'] == 'kept', kept.get('reason')
+    with open(dest, 'rb') as handle:
+        assert handle.read() == envelope
+
+    clear, _out = run_module(talos_kubeconfig, capsys, **args(talosconfig, dest))
+    assert clear['changed'] is True and clear['outcome'] == 'written'
+    content = read(dest)
+    assert content['users'][0]['user']['client-key-data']
+    predicted, _out = run_module(talos_kubeconfig, capsys, _ansible_check_mode=True,
+                                 **args(talosconfig, dest, artifacts_vault_password='typed'))
+    assert predicted['changed'] is True and read(dest) == content
+    encrypted, _out = run_module(talos_kubeconfig, capsys, **args(talosconfig, dest, artifacts_vault_password='typed'))
+    assert encrypted['changed'] is True and encrypted['outcome'] == 'kept'
+    with open(dest, 'rb') as handle:
+        assert yaml.safe_load(vault.decrypt(handle.read())) == content

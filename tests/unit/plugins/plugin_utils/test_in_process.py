@@ -358,3 +358,41 @@ def test_a_module_of_the_collection_runs_in_the_worker_with_the_same_result(tmp_
         assert os.stat(tmp_path / host / 'secrets.yaml').st_mode & 0o777 == 0o600
         assert not (tmp_path / host / 'secrets-check.yaml').exists()  # check mode wrote nothing
     assert sorted(results['worker']['bundle']) == sorted(results['process']['bundle'])
+
+
+def test_vault_encrypted_inputs_are_handed_over_as_decrypted_copies_and_clear_ones_as_they_are(tmp_path):
+    """kubeconfig, talosconfig and config_path (top level and in the items of nodes) that name a vault envelope are
+    replaced by the copy open_file makes, each copy recorded for removal; a file in clear, a missing one and any
+    other option are left as given, and the task's own arguments are not changed."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+    envelope = VaultLib([('default', VaultSecret(b'typed'))]).encrypt(b'apiVersion: v1\n')
+    encrypted = {}
+    for name in ('kubeconfig', 'talosconfig', 'cp-1.yaml', 'other'):
+        encrypted[name] = tmp_path / name
+        encrypted[name].write_bytes(envelope)
+    clear = tmp_path / 'clear.yaml'
+    clear.write_text('apiVersion: v1\n')
+    args = {'kubeconfig': str(encrypted['kubeconfig']), 'talosconfig': str(encrypted['talosconfig']),
+            'dest': str(encrypted['other']), 'mode': 'auto',
+            'nodes': [{'name': 'cp-1', 'config_path': str(encrypted['cp-1.yaml'])},
+                      {'name': 'w-1', 'config_path': str(clear)},
+                      {'name': 'w-2', 'config_path': str(tmp_path / 'missing.yaml')}]}
+    given = json.loads(json.dumps(args))
+    opened = []
+
+    def open_file(path, option):
+        opened.append(option)
+        return path + '.copy'
+
+    copies = []
+    new = _in_process.open_vaulted_inputs(args, open_file, copies)
+    assert args == given
+    assert sorted(opened) == ['kubeconfig', 'nodes[0].config_path', 'talosconfig']
+    assert sorted(copies) == sorted(path + '.copy' for path in (args['kubeconfig'], args['talosconfig'],
+                                                                args['nodes'][0]['config_path']))
+    assert new['kubeconfig'] == args['kubeconfig'] + '.copy' and new['talosconfig'] == args['talosconfig'] + '.copy'
+    assert new['nodes'][0]['config_path'] == args['nodes'][0]['config_path'] + '.copy'
+    assert new['nodes'][1:] == args['nodes'][1:] and new['dest'] == args['dest'] and new['mode'] == 'auto'
+
+    plain = {'kubeconfig': str(clear), 'nodes': [{'config_path': str(clear)}]}
+    assert _in_process.open_vaulted_inputs(plain, open_file, []) is plain
