@@ -83,7 +83,6 @@ class TalosFleet(object):
         self._unreachable = set()
         self._apply_reject = {}
         self._reboot_hang = set()
-        self._upgrade_pull = set()
         self._kubelet_volume = {}
         self._etcd_unhealthy = {}   # node key -> the health message of its etcd (fault talos-etcd-unhealthy)
         self._etcd_join_timed_out = set()   # node keys whose etcd join timeout ran out (fault or scaled time)
@@ -141,7 +140,6 @@ class TalosFleet(object):
         self._unreachable.clear()
         self._apply_reject.clear()
         self._reboot_hang.clear()
-        self._upgrade_pull.clear()
         self._kubelet_volume.clear()
         self._etcd_unhealthy.clear()
         self._etcd_join_timed_out.clear()
@@ -325,23 +323,7 @@ class TalosFleet(object):
                           'it stays so across reboots until cleared', 'node', apply=self.fault_etcd_unhealthy,
                           clear=self.clear_etcd_unhealthy,
                           params=[Param('message', str, DEFAULT_ETCD_UNHEALTHY_MESSAGE, 'the health check message')])
-        registry.register('talos-upgrade-pull', 'the node cannot pull an installer image: Upgrade answers UNKNOWN '
-                          '"error validating installer image ..."', 'node', apply=self.fault_upgrade_pull,
-                          clear=self.clear_upgrade_pull)
         self.expire_faults_with(registry)
-
-    def fault_upgrade_pull(self, target):
-        node = self._target(target)
-        self._upgrade_pull.add(node.key)
-        return 'installer image pulls of %s fail' % node.name
-
-    def clear_upgrade_pull(self, target):
-        node = self.node(target)
-        if node is not None:
-            self._upgrade_pull.discard(node.key)
-
-    def upgrade_image_fails(self, node):
-        return node.key in self._upgrade_pull
 
     def _target(self, target):
         node = self.node(target)

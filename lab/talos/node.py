@@ -888,9 +888,6 @@ class TalosNode(object):
             # colon is the lab's own (guess)
             raise RpcError('UNKNOWN', 'error validating installer image %s: the lab has no installer image for this '
                                       'reference (its tag must be a Talos version)' % _go_quote(image))
-        if self.fleet.upgrade_image_fails(self):
-            raise RpcError('UNKNOWN', 'error validating installer image %s: failed to pull image: lab fault '
-                                      'talos-upgrade-pull' % _go_quote(image))
         if self.phase == 'running' and self.control_plane and not force and not preserve:
             # :539-558: the upgrade mutex (held only during these checks, never contended in the lab: a check is
             # synchronous here), then Client.ValidateForUpgrade
