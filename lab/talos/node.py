@@ -21,7 +21,8 @@ Life cycle (each delay from the lab's timing, kinds in brackets):
     maintenance + ApplyConfiguration -> reply NO_REBOOT, apid turns to mTLS with the new config -[talos_install]->
                                         port closes -[talos_install_reboot]-> configured
     Reboot RPC / apply that needs a reboot -> port closes -[talos_reboot]-> configured (staged config applied)
-    Reset RPC -> port closes -[talos_reset]-> maintenance (reboot=true) or halted
+    Reset RPC -> (graceful control plane: leaves etcd) port closes -[talos_reset]-> maintenance (reboot=true) or halted
+    Upgrade RPC -> kubelet, etcd stop -[talos_upgrade]-> port closes -[talos_reboot]-> configured, the image's version
     Shutdown RPC -> port closes -[talos_shutdown]-> halted (the VM itself keeps running in the lab)
 
 Configured boot: control planes issue apid's certificate from machine.ca (they hold its key).

@@ -4,7 +4,9 @@ site.yml converges; etcd_backup three times with retention 2 (files 0600 in a 07
 newest kept, each a whole snapshot of the cluster's etcd); remove_node without its confirmation refused; remove_node
 of a control plane refused while removing it would lose quorum (nothing changed: three etcd members, the Node still
 there); remove_node of a worker (drain, Talos reset, Node and VM deleted), idempotent on a second run; then site.yml
-with an inventory without that worker is green.
+with an inventory without that worker is green; upgrade_talos to v1.13.10 node by node (every node on it, a second
+run changes nothing), then to v1.13.11 with a worker whose reboot hangs: the run stops naming it; destroy refused without its confirmation, predicted in check mode,
+then every VM deleted with the kept secrets left in place, and those removed only when asked.
 """
 
 import os
@@ -25,6 +27,8 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 ETCD_BACKUP = os.path.join(ROOT, 'playbooks', 'etcd_backup.yml')
 REMOVE_NODE = os.path.join(ROOT, 'playbooks', 'remove_node.yml')
+DESTROY = os.path.join(ROOT, 'playbooks', 'destroy.yml')
+UPGRADE = os.path.join(ROOT, 'playbooks', 'upgrade_talos.yml')
 CONTROL_PLANES = ('lab-cp-1', 'lab-cp-2', 'lab-cp-3')
 
 
@@ -135,3 +139,57 @@ def test_remove_a_worker_then_site_without_it_is_green(workspace):
     site = workspace.run(label='site-without-w-2')
     assert site.ok, site.explain()
     assert node_names(workspace) == ['lab-cp-1', 'lab-cp-2', 'lab-cp-3', 'lab-w-1']
+
+
+def talos_versions(space):
+    return dict((node['name'], node['talos_version']) for node in space.lab.status()['talos']['nodes'] if node['name'])
+
+
+def test_upgrade_talos_node_by_node(workspace):
+    run = workspace.run(label='upgrade-1', playbook=UPGRADE, extra_vars={'talos_version': 'v1.13.10'})
+    assert run.ok, run.explain()
+    upgraded = [host for _s, task, host in run.changed() if task.startswith('Upgrade Talos and wait')]
+    # one at a time, control planes first (serial: 1 for both plays here)
+    assert upgraded == ['lab-cp-1', 'lab-cp-2', 'lab-cp-3', 'lab-w-1'], upgraded
+    assert set(talos_versions(workspace).values()) == {'v1.13.10'}, talos_versions(workspace)
+    again = workspace.run(label='upgrade-1-again', playbook=UPGRADE, extra_vars={'talos_version': 'v1.13.10'})
+    assert again.ok and not again.changed(), again.explain()
+
+
+def test_upgrade_talos_stops_at_the_first_node_that_does_not_come_back(workspace):
+    workspace.lab.fault('talos-reboot-hang', 'lab-w-1')
+    run = workspace.run(label='upgrade-hang', playbook=UPGRADE,
+                        extra_vars={'talos_version': 'v1.13.11', 'upgrade_talos_timeout': 15, 'upgrade_talos_wait_sleep': 1})
+    assert not run.ok
+    failures = run.failures()
+    assert len(failures) == 1 and failures[0][2] == 'lab-w-1', run.explain()
+    assert 'lab-w-1' in failures[0][3] and 'back on v1.13.11' in failures[0][3], failures[0][3]
+    versions = talos_versions(workspace)
+    assert [versions[name] for name in CONTROL_PLANES] == ['v1.13.11'] * 3
+    # the worker installed the image, and its reboot hangs: it never answered again
+    worker = next(node for node in workspace.lab.status()['talos']['nodes'] if node['name'] == 'lab-w-1')
+    assert worker['phase'] == 'hung' and worker['mode'] != 'configured', worker
+
+
+def test_destroy_deletes_every_vm_and_the_kept_secrets_only_when_asked(workspace):
+    refused = workspace.run(label='destroy-unconfirmed', playbook=DESTROY)
+    assert not refused.ok and any('confirm_destroy=lab' in m for _s, _t, _h, m in refused.failures()), refused.explain()
+    before = sorted(vm['vmid'] for vm in workspace.lab.vms())
+    assert before
+    check = workspace.run('--check', label='destroy-check', playbook=DESTROY, extra_vars={'confirm_destroy': 'lab'})
+    assert check.ok, check.explain()
+    assert sorted(vm['vmid'] for vm in workspace.lab.vms()) == before   # check mode deletes nothing
+    run = workspace.run(label='destroy', playbook=DESTROY, extra_vars={'confirm_destroy': 'lab'})
+    assert run.ok, run.explain()
+    assert workspace.lab.vms() == []
+    assert os.path.isfile(workspace.bundle) and os.path.isfile(workspace.talosconfig)   # kept unless asked
+    again = workspace.run(label='destroy-again', playbook=DESTROY,
+                          extra_vars={'confirm_destroy': 'lab', 'destroy_remove_secrets': True,
+                                      'destroy_remove_artifacts': True})
+    assert again.ok, again.explain()
+    assert [task for _s, task, _h in again.changed()] == [
+        'Delete the kept secrets (Talos secrets bundle, sealed-secrets keypair)',
+        'Delete the artifacts folder (talosconfig, kubeconfig, machine configs, reports, etcd backups)']
+    assert not os.path.exists(workspace.secrets_dir)
+    # the folder went; what is there now is this run's own report, which the timeline callback writes at its end
+    assert set(os.listdir(workspace.artifacts)) <= {'report.json', 'report.html', 'timeline.md'}, os.listdir(workspace.artifacts)

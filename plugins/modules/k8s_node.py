@@ -6,14 +6,16 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: k8s_node_remove
-short_description: Cordon and drain a Kubernetes Node, or delete it
+module: k8s_node
+short_description: Cordon and drain a Kubernetes Node, make it schedulable again, or delete it
 version_added: 0.1.0
 description:
   - O(state=drained) - marks the Node unschedulable (cordon), then evicts its pods (the C(pods/eviction) subresource,
     which honours PodDisruptionBudgets; an eviction a budget refuses is asked again until the deadline) and waits
-    until they are gone. DaemonSet pods and static (mirror) pods stay, as with C(kubectl drain
+    until each of them is gone. A pod its controller puts on the node again afterwards (one that tolerates the
+    unschedulable taint, such as the Cilium operator) is not waited for, as with C(kubectl drain). DaemonSet pods and static (mirror) pods stay, as with C(kubectl drain
     --ignore-daemonsets). An API server without the eviction subresource gets a plain delete of the pod.
+  - O(state=uncordoned) - marks the Node schedulable again (after a drain for an upgrade).
   - O(state=absent) - deletes the Node object and waits until it is gone. Meant for a node whose machine was
     reset or deleted; drain it first.
   - A Node that does not exist reports C(ok) for both states.
@@ -38,15 +40,15 @@ options:
     required: true
   state:
     description:
-      - V(drained) or V(absent), see above.
+      - V(drained), V(uncordoned) or V(absent), see above.
     type: str
-    choices: [drained, absent]
+    choices: [drained, uncordoned, absent]
     default: drained
 """
 
 EXAMPLES = r"""
 - name: Drain lab-w-2
-  proxtalos.cluster.k8s_node_remove:
+  proxtalos.cluster.k8s_node:
     kubeconfig: "artifacts/lab/kubeconfig"
     name: lab-w-2
     state: drained
@@ -56,6 +58,10 @@ EXAMPLES = r"""
 RETURN = r"""
 cordoned:
   description: Whether this run marked the Node unschedulable.
+  returned: always
+  type: bool
+uncordoned:
+  description: Whether this run marked the Node schedulable again.
   returned: always
   type: bool
 evicted:
@@ -82,7 +88,7 @@ def argument_spec():
     return _argspec.spec(
         _argspec.K8S_AUTH_SPEC, _argspec.WAIT_SPEC,
         name=dict(type='str', required=True),
-        state=dict(type='str', choices=['drained', 'absent'], default='drained'),
+        state=dict(type='str', choices=['drained', 'uncordoned', 'absent'], default='drained'),
     )
 
 
@@ -131,7 +137,19 @@ def evict(kube, pod):
                            service='Kubernetes API', status=status)
 
 
+def pod_key(pod):
+    return '%s/%s' % (pod['metadata']['namespace'], pod['metadata']['name'])
+
+
+def still_there(kube, pod):
+    """True while the pod (this very pod: same uid) exists."""
+    now = kube.get_json(pod_path(pod))
+    return now is not None and (now.get('metadata') or {}).get('uid') == pod['metadata'].get('uid')
+
+
 def drain(module, kube, name, result, deadline, interval):
+    """Cordon, then evict the pods on the node now and wait until each of them is gone (as kubectl drain does: a pod
+    its controller puts on the node again - one that tolerates the unschedulable taint - is not waited for)."""
     node = kube.get('v1', 'Node', name)
     if node is None:
         return
@@ -140,31 +158,41 @@ def drain(module, kube, name, result, deadline, interval):
         if not module.check_mode:
             kube.send_json('PATCH', node_path(name), {'spec': {'unschedulable': True}},
                            content_type='application/merge-patch+json')
+    pods = pods_on(kube, name)
+    result['evicted'] = sorted(pod_key(pod) for pod in pods)
+    if module.check_mode or not pods:
+        return
     asked = set()
 
     def probe():
-        left = pods_on(kube, name)
         refused = []
-        for pod in left:
-            key = '%s/%s' % (pod['metadata']['namespace'], pod['metadata']['name'])
-            if key in asked:
+        for pod in pods:
+            if pod_key(pod) in asked:
                 continue
-            if module.check_mode or evict(kube, pod):
-                asked.add(key)
-                result['evicted'].append(key)
+            if evict(kube, pod):
+                asked.add(pod_key(pod))
             else:
-                refused.append(key)
-        if module.check_mode:
-            return True, 'check mode'
+                refused.append(pod_key(pod))
+        left = sorted(pod_key(pod) for pod in pods if still_there(kube, pod))
         if not left:
-            return True, 'no pods left'
-        return False, '%d pod(s) still on the node: %s%s' % (
-            len(left), ', '.join(sorted('%s/%s' % (p['metadata']['namespace'], p['metadata']['name']) for p in left)[:10]),
+            return True, 'every evicted pod is gone'
+        return False, '%d pod(s) not gone yet: %s%s' % (
+            len(left), ', '.join(left[:10]),
             ('; a disruption budget refuses the eviction of ' + ', '.join(refused)) if refused else '')
     waited = _wait.wait_for(probe, deadline.remaining(), interval=interval, transient=(_errors.TransientApiError,))
     if not waited.ok:
         raise _errors.WaitTimeout('Node %s: gave up after %gs draining it; last seen: %s'
                                   % (name, deadline.timeout, waited.observation), waited, node=name)
+
+
+def uncordon(module, kube, name, result):
+    node = kube.get('v1', 'Node', name)
+    if node is None or not (node.get('spec') or {}).get('unschedulable'):
+        return
+    result['uncordoned'] = True
+    if not module.check_mode:
+        kube.send_json('PATCH', node_path(name), {'spec': {'unschedulable': None}},
+                       content_type='application/merge-patch+json')
 
 
 def delete(module, kube, name, result, deadline, interval):
@@ -184,7 +212,7 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
                            mutually_exclusive=_argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'])
     params = module.params
-    result = dict(changed=False, cordoned=False, evicted=[], deleted=False)
+    result = dict(changed=False, cordoned=False, uncordoned=False, evicted=[], deleted=False)
     try:
         kube = k8s_client.build_client(params, module=module, warn=module.warn)
         timeout, interval = _argspec.wait_params(params)
@@ -192,12 +220,14 @@ def main():
         kube.deadline = deadline
         if params['state'] == 'drained':
             drain(module, kube, params['name'], result, deadline, interval)
+        elif params['state'] == 'uncordoned':
+            uncordon(module, kube, params['name'], result)
         else:
             delete(module, kube, params['name'], result, deadline, interval)
     except _errors.ProxtalosError as exc:
-        result['changed'] = bool(result['cordoned'] or result['evicted'] or result['deleted'])
+        result['changed'] = bool(result['cordoned'] or result['uncordoned'] or result['evicted'] or result['deleted'])
         module.fail_json(msg=str(exc), **dict(exc.details, **result))
-    result['changed'] = bool(result['cordoned'] or result['evicted'] or result['deleted'])
+    result['changed'] = bool(result['cordoned'] or result['uncordoned'] or result['evicted'] or result['deleted'])
     module.exit_json(**result)
 
 
