@@ -13,8 +13,8 @@ description:
   - O(state=drained) - marks the Node unschedulable (cordon), then evicts its pods (the C(pods/eviction) subresource,
     which honours PodDisruptionBudgets; an eviction a budget refuses is asked again until the deadline) and waits
     until each of them is gone. A pod its controller puts on the node again afterwards (one that tolerates the
-    unschedulable taint, such as the Cilium operator) is not waited for, as with C(kubectl drain). DaemonSet pods and static (mirror) pods stay, as with C(kubectl drain
-    --ignore-daemonsets). An API server without the eviction subresource gets a plain delete of the pod.
+    unschedulable taint, such as the Cilium operator) is not waited for, as with C(kubectl drain). DaemonSet pods
+    and static (mirror) pods stay, as with C(kubectl drain --ignore-daemonsets). An API server without the eviction subresource gets a plain delete of the pod.
   - O(state=uncordoned) - marks the Node schedulable again (after a drain for an upgrade).
   - O(state=absent) - deletes the Node object and waits until it is gone. Meant for a node whose machine was
     reset or deleted; drain it first.

@@ -190,8 +190,8 @@ def remove_member(module, params, credentials, node_session, result, deadline, i
         node_session.call('etcd_leave_cluster')
         result['removed_by'] = 'leave'
     except TALOS_FAILURES as exc:
-        module.warn('%s did not leave etcd itself (%s); removing its member through %s' % (node_session.display, exc,
-                                                                                          via_session.name))
+        module.warn('%s did not leave etcd itself (%s); removing its member through %s'
+                    % (node_session.display, exc, via_session.name))
         try:
             via_session.call('etcd_remove_member_by_id', member['id'])
         except talos_errors.TalosApiError as gone:

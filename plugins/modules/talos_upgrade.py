@@ -148,8 +148,8 @@ def observe(node_session, required, etcd_members):
         members = node_session.call('etcd_member_list')
         pending = [m['hostname'] or '%016x' % m['id'] for m in members if m['is_learner'] or not m['hostname']]
         if len(members) != etcd_members or pending:
-            problems.append('etcd lists %d of %d members%s' % (len(members), etcd_members,
-                                                              (', not yet voting or started: ' + ', '.join(pending)) if pending else ''))
+            waiting = (', not yet voting or started: ' + ', '.join(pending)) if pending else ''
+            problems.append('etcd lists %d of %d members%s' % (len(members), etcd_members, waiting))
     return version, health.boot_marker(services), problems
 
 

@@ -5,8 +5,9 @@ newest kept, each a whole snapshot of the cluster's etcd); remove_node without i
 of a control plane refused while removing it would lose quorum (nothing changed: three etcd members, the Node still
 there); remove_node of a worker (drain, Talos reset, Node and VM deleted), idempotent on a second run; then site.yml
 with an inventory without that worker is green; upgrade_talos to v1.13.10 node by node (every node on it, a second
-run changes nothing), then to v1.13.11 with a worker whose reboot hangs: the run stops naming it; destroy refused without its confirmation, predicted in check mode,
-then every VM deleted with the kept secrets left in place, and those removed only when asked.
+run changes nothing), then to v1.13.11 with a worker whose reboot hangs: the run stops naming it; destroy refused
+without its confirmation, predicted in check mode, then every VM deleted with the kept secrets left in place, and
+those removed only when asked.
 """
 
 import os

@@ -581,8 +581,8 @@ class AsyncTalosClient(object):
         if not image or not isinstance(image, str):
             raise ValidationError('image', 'must be an installer image reference, got %r' % (image,))
         if reboot_mode not in UPGRADE_REBOOT_MODES:
-            raise ValidationError('reboot_mode', 'must be one of %s, got %r' % (', '.join(sorted(UPGRADE_REBOOT_MODES)),
-                                                                              reboot_mode))
+            choices = ', '.join(sorted(UPGRADE_REBOOT_MODES))
+            raise ValidationError('reboot_mode', 'must be one of %s, got %r' % (choices, reboot_mode))
         request_class = api.machine.UpgradeRequest
         request = request_class(image=image, stage=bool(stage), preserve=bool(preserve), force=bool(force),
                                 reboot_mode=request_class.RebootMode.Value(UPGRADE_REBOOT_MODES[reboot_mode]))
