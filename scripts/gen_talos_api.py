@@ -274,7 +274,12 @@ def render(files):
                 if method.server_streaming:
                     flags += ', reply_stream=True'
                 out.append("    %s = Method('/%s/%s', %s, %s%s)\n" % (method.name, full, method.name, request, reply, flags))
-            out.append('    METHODS = (%s,)\n' % ', '.join(method.name for method in service.method))
+            names = [method.name for method in service.method]
+            line = '    METHODS = (%s,)\n' % ', '.join(names)
+            if len(line) > 120:
+                # one name a line once the tuple no longer fits the line length the collection keeps
+                line = '    METHODS = (\n%s    )\n' % ''.join('        %s,\n' % name for name in names)
+            out.append(line)
     out.append('\n\nSERVICES = (%s,)\n' % ', '.join(service_names))
     return ''.join(out)
 

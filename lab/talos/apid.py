@@ -40,7 +40,10 @@ ETCD_BACKUP = 'os:etcd:backup'
 RULES = {
     '/machine.MachineService/ApplyConfiguration': {ADMIN, READER},
     '/machine.MachineService/Bootstrap': {ADMIN},
+    '/machine.MachineService/EtcdLeaveCluster': {ADMIN},
     '/machine.MachineService/EtcdMemberList': {ADMIN, OPERATOR, READER, ETCD_BACKUP},
+    '/machine.MachineService/EtcdRemoveMemberByID': {ADMIN},
+    '/machine.MachineService/EtcdSnapshot': {ADMIN, OPERATOR, ETCD_BACKUP},
     '/machine.MachineService/EtcdStatus': {ADMIN, OPERATOR, READER, ETCD_BACKUP},
     '/machine.MachineService/Hostname': {ADMIN, OPERATOR, READER},
     '/machine.MachineService/Kubeconfig': {ADMIN},
@@ -48,6 +51,7 @@ RULES = {
     '/machine.MachineService/Reset': {ADMIN},
     '/machine.MachineService/ServiceList': {ADMIN, OPERATOR, READER},
     '/machine.MachineService/Shutdown': {ADMIN, OPERATOR},
+    '/machine.MachineService/Upgrade': {ADMIN},
     '/machine.MachineService/Version': {ADMIN, OPERATOR, READER},
     '/storage.StorageService/Disks': {ADMIN, OPERATOR, READER},
 }
@@ -315,6 +319,21 @@ class MachineService(_Base):
                               client_urls=member.client_urls, is_learner=member.is_learner)
         return [reply]
 
+    async def rpc_EtcdLeaveCluster(self, request, roles, defer):
+        await self.node.etcd_leave_cluster()
+        reply = proto.machine.EtcdLeaveClusterResponse()
+        reply.messages.add()
+        return [reply]
+
+    async def rpc_EtcdRemoveMemberByID(self, request, roles, defer):
+        await self.node.etcd_remove_member_by_id(request.member_id)
+        reply = proto.machine.EtcdRemoveMemberByIDResponse()
+        reply.messages.add()
+        return [reply]
+
+    async def rpc_EtcdSnapshot(self, request, roles, defer):
+        return [proto.common.Data(bytes=chunk) for chunk in await self.node.etcd_snapshot()]
+
     def rpc_EtcdStatus(self, request, roles, defer):
         status = self.node.etcd_status()
         reply = proto.machine.EtcdStatusResponse()
@@ -354,6 +373,14 @@ class MachineService(_Base):
     def rpc_Shutdown(self, request, roles, defer):
         reply = proto.machine.ShutdownResponse()
         reply.messages.add(actor_id=self.node.shutdown(defer))
+        return [reply]
+
+    def rpc_Upgrade(self, request, roles, defer):
+        reboot_mode = proto.machine.UpgradeRequest.RebootMode.Name(request.reboot_mode)
+        actor = self.node.upgrade(request.image, request.preserve, request.stage, request.force, reboot_mode, defer)
+        reply = proto.machine.UpgradeResponse()
+        # v1alpha1_server.go:604-611
+        reply.messages.add(ack='Upgrade request received', actor_id=actor)
         return [reply]
 
     def rpc_Version(self, request, roles, defer):

@@ -56,6 +56,7 @@ DELAY_KINDS = {
     'kubelet_start': ((5.0, 15.0), 'kubelet becoming Running and healthy on a Talos node'),
     'talos_reset': (30.0, 'a Talos node wiping its disk after a Reset call'),
     'talos_shutdown': (5.0, 'a Talos node shutting down after a Shutdown call'),
+    'talos_upgrade': (40.0, 'a Talos node running the installer of an Upgrade call before its reboot'),
 }
 DEFAULT_REJECT_MESSAGE = ('1 error occurred:\n\t* configuration validation failed: the node rejected the config '
                           '(lab fault talos-apply-reject)\n\n')

@@ -21,7 +21,8 @@ Life cycle (each delay from the lab's timing, kinds in brackets):
     maintenance + ApplyConfiguration -> reply NO_REBOOT, apid turns to mTLS with the new config -[talos_install]->
                                         port closes -[talos_install_reboot]-> configured
     Reboot RPC / apply that needs a reboot -> port closes -[talos_reboot]-> configured (staged config applied)
-    Reset RPC -> port closes -[talos_reset]-> maintenance (reboot=true) or halted
+    Reset RPC -> (graceful control plane: leaves etcd) port closes -[talos_reset]-> maintenance (reboot=true) or halted
+    Upgrade RPC -> kubelet, etcd stop -[talos_upgrade]-> port closes -[talos_reboot]-> configured, the image's version
     Shutdown RPC -> port closes -[talos_shutdown]-> halted (the VM itself keeps running in the lab)
 
 Configured boot: control planes issue apid's certificate from machine.ca (they hold its key).
@@ -77,7 +78,8 @@ class NodeDisk(object):
         self.staged = None          # (MachineConfig, bytes) persisted by STAGED: the next boot runs it
         self.persisted = None       # (MachineConfig, bytes) the next boot runs while a TRY config (not persisted) runs
         self.installed = False
-        self.installed_version = None   # the Talos the disk boots: the installer image's tag (lab.talos.versions)
+        # the Talos the disk boots: the installer image's tag at the install or an upgrade (lab.talos.versions)
+        self.installed_version = None
         self.etcd_data = False
         # This node bootstrapped an etcd cluster of its own while another control plane of the same cluster had
         # bootstrapped one already: a split etcd (Talos' Bootstrap looks only at the node's own data directory,
@@ -146,6 +148,7 @@ class TalosNode(object):
         self.try_revert = None
         self.media_version = None    # the Talos of the ISO the VM boots from when the disk has none (fleet)
         self.running_version = versions.DEFAULT_VERSION   # what booted (lab.talos.versions)
+        self.last_sequence_error = None   # a reset/upgrade sequence that stopped after its reply (logged by Talos)
         self._tasks = set()
 
     # ------------------------------------------------------------------ state as others see it
@@ -754,37 +757,260 @@ class TalosNode(object):
             defer(self._reboot, 'reboot')
         return self._actor_id()
 
+    # System volumes a ResetPartitionSpec may name (the labels Talos' VolumeStatus resources carry on a VM's disk).
+    SYSTEM_VOLUMES = ('EFI', 'BOOT', 'META', 'STATE', 'EPHEMERAL')
+
     def reset(self, graceful, reboot, partitions, user_disks, wipe_mode, defer):
-        if wipe_mode == 'USER_DISKS' and partitions:
-            raise RpcError('INVALID_ARGUMENT', 'wipe mode USER_DISKS cannot be combined with system partitions to wipe')
-        if wipe_mode == 'SYSTEM_DISK' and user_disks:
-            raise RpcError('INVALID_ARGUMENT', 'wipe mode SYSTEM_DISK cannot be combined with user disks to wipe')
-        labels = dict((label, wipe) for label, wipe in partitions)
-        wipe_all = not labels and wipe_mode != 'USER_DISKS'
-        wipe_state = wipe_all or labels.get('STATE', False)
-        wipe_ephemeral = wipe_all or labels.get('EPHEMERAL', False)
-        if graceful and self.control_plane and wipe_ephemeral:
-            cluster = self.fleet.etcd_cluster(self.cluster_id)
-            if cluster.bootstrapped and len(cluster.members) == 1 and cluster.member_for(self.key) is not None:
-                raise RpcError('FAILED_PRECONDITION', 'etcd: this node is the last member of the cluster; '
-                                                      'use --graceful=false to reset it')
+        """Reset's checks in its order (siderolabs/talos v1.13.9 v1alpha1_server.go:654-750); the sequence runs after the reply.
+
+        Plain Go errors reach the caller as UNKNOWN (grpc-go status.FromError). Nothing here refuses a reset of
+        the last etcd member: that fails later, in the sequence's leave phase (see _reset).
+        """
+        if user_disks:
+            if wipe_mode == 'SYSTEM_DISK':
+                # :677-680
+                raise RpcError('UNKNOWN', "reset failed: invalid input, wipe mode SYSTEM_DISK doesn't support "
+                                          'UserDisksToWipe parameter')
+            known = dict((disk['device_name'], disk) for disk in self.disks())
+            for device in user_disks:
+                # :694-706, in this order: unknown, read-only, the system disk
+                if device not in known:
+                    raise RpcError('UNKNOWN', "reset user disk failed: device %s wasn't found" % device)
+                if known[device]['readonly']:
+                    raise RpcError('UNKNOWN', 'reset user disk failed: device %s is readonly' % device)
+                if known[device]['system_disk']:
+                    raise RpcError('UNKNOWN', 'reset user disk failed: device %s is the system disk' % device)
+        if partitions:
+            if wipe_mode == 'USER_DISKS':
+                # :710-712
+                raise RpcError('UNKNOWN', "reset failed: invalid input, wipe mode USER_DISKS doesn't support "
+                                          'SystemPartitionsToWipe parameter')
+            for label, dummy_wipe in partitions:
+                if label not in self.SYSTEM_VOLUMES:
+                    # :714-718; the text after the colon is COSI's not-found error: guess
+                    raise RpcError('UNKNOWN', 'failed to get volume status with label %r: resource '
+                                              'VolumeStatuses.block.talos.dev(runtime/%s) doesn\'t exist' % (label, label))
+        # Sequencer.Reset (runtime/v1alpha1/v1alpha1_sequencer.go:260-330): a whole-system-disk wipe unless
+        # partitions are named or the mode is USER_DISKS; named partitions are wiped only when `wipe` is set.
+        labels = set(label for label, wipe in partitions if wipe)
+        wipe_disk = not partitions and wipe_mode != 'USER_DISKS'
         self.reboot_pending = True
-        defer(lambda: self._reset(reboot, wipe_state, wipe_ephemeral), 'reset')
+        defer(lambda: self._reset(graceful, reboot, wipe_disk, labels), 'reset')
         return self._actor_id()
 
-    async def _reset(self, reboot, wipe_state, wipe_ephemeral):
-        cluster_id = self.cluster_id
-        control_plane = self.control_plane
+    async def _reset(self, graceful, reboot, wipe_disk, labels):
+        """The reset sequence (v1alpha1_sequencer.go:260-330): drain and pod cleanup, then on a graceful reset of a
+        control plane the leave phase (LeaveEtcd, v1alpha1_sequencer_tasks.go:901-954), then the services stop and the
+        disk is wiped, then reboot or shutdown.
+
+        The leave phase has no error handler: when etcd refuses to let the member go, the sequence stops there and
+        the node keeps running (its pods were removed; the lab does not model pods: kubelet keeps running).
+        """
+        if graceful and self.control_plane:
+            error = await self._leave_etcd(retry_seconds=self._scaled(300.0))
+            if error is not None:
+                self.reboot_pending = False
+                self.last_sequence_error = 'reset failed: leave: failed to leave cluster: %s' % error
+                LOG.info('talos node %s: %s', self.name, self.last_sequence_error)
+                self.fleet.changed()
+                return
         await self._go_down('resetting')
-        if control_plane and wipe_ephemeral:
-            self.fleet.etcd_cluster(cluster_id).remove(self.key)
-        self.disk.wipe(state=wipe_state, ephemeral=wipe_ephemeral)
+        if wipe_disk:
+            # ResetSystemDisk: the whole system disk, META included, so Talos is no longer installed there
+            self.disk.wipe(state=True, ephemeral=True)
+            self.disk.installed = False
+        else:
+            self.disk.wipe(state='STATE' in labels, ephemeral='EPHEMERAL' in labels)
         await self.fleet.delay('talos_reset', self.name)
         if reboot:
             await self._boot(first_delay=None)
         else:
             self.phase = 'halted'
             self.fleet.changed()
+
+    def _scaled(self, seconds):
+        """Talos' own wait of `seconds` in the lab's real seconds (the time scale of the realistic profile, else 0)."""
+        scale = getattr(self.fleet.timing, 'scale', 0.0) or 0.0
+        return seconds * scale if getattr(self.fleet.timing, 'profile', 'instant') == 'realistic' else 0.0
+
+    def _running_etcd_keys(self):
+        return set(node.key for node in self.fleet.nodes.values()
+                   if node.service('etcd') is not None and node.service('etcd').state == 'Running')
+
+    async def _leave_etcd(self, retry_seconds):
+        """Client.LeaveCluster (siderolabs/talos v1.13.9 internal/pkg/etcd/etcd.go:154-196): remove this node's own
+        member, retrying `etcdserver: unhealthy cluster` (every 10 s for 5 minutes; other refusals at once, a member
+        already gone is fine), then stop etcd and remove its data directory. None, or the error text.
+
+        LeaveEtcd (v1alpha1_sequencer_tasks.go:901-937) does nothing when there is no etcd data or etcd is not
+        Running, Stopping or Failed.
+        """
+        from lab.talos import etcd as etcd_model  # pylint: disable=import-outside-toplevel
+        etcd = self.services.get('etcd')
+        if not self.disk.etcd_data or etcd is None or etcd.state not in ('Running', 'Stopping', 'Failed'):
+            return None
+        cluster = self.own_etcd_cluster()
+        member = cluster.member_for(self.key)
+        if member is not None:
+            def refusal():
+                return cluster.removal_refusal(member.id, self._running_etcd_keys(), self.key)
+            if refusal() == etcd_model.UNHEALTHY_CLUSTER:
+                try:
+                    await asyncio.wait_for(self.fleet.wait_for(lambda: refusal() != etcd_model.UNHEALTHY_CLUSTER),
+                                           retry_seconds or 0.001)
+                except asyncio.TimeoutError:
+                    pass
+            error = refusal()
+            if error not in (None, etcd_model.MEMBER_NOT_FOUND):
+                return 'failed to remove member %d: %s' % (member.id, error)
+            cluster.remove_by_id(member.id)
+        # etcd stopped (system.go:191: Finished "Service finished successfully"), data directory removed (:188-193)
+        etcd.event('Finished', 'Service finished successfully')
+        etcd.clear_health()
+        self.disk.etcd_data = False
+        self.disk.etcd_split = False
+        self.fleet.changed()
+        return None
+
+    async def etcd_leave_cluster(self):
+        """EtcdLeaveCluster (siderolabs/talos v1.13.9 v1alpha1_server.go:1895-1919): control planes only (:1897,
+        "etcd leave"); an etcd client on the control-plane endpoints (:1901-1904); then Client.LeaveCluster, whose
+        failure is "failed to leave cluster: ..." (:1910-1912), UNKNOWN. Its member id is the local etcd.Member
+        resource (internal/pkg/etcd/local.go:19-34), which the node has once its etcd ran: until then the call waits
+        (the lab: until the caller's deadline)."""
+        self._check_control_plane('etcd leave')
+        if self.fleet.etcd_endpoints_unknown(self):
+            raise RpcError('UNKNOWN', 'failed to create etcd client: no controlplane endpoints discovered yet')
+        await self.fleet.wait_for(lambda: self.phase != 'running' or (
+            self.disk.etcd_data and self.services.get('etcd') is not None
+            and self.services['etcd'].state in ('Running', 'Finished', 'Failed')))
+        if self.phase != 'running':
+            raise RpcError('UNAVAILABLE', 'the node is going down')
+        # the caller's deadline bounds LeaveCluster's 5-minute retry
+        error = await self._leave_etcd(retry_seconds=3600.0)
+        if error is not None:
+            raise RpcError('UNKNOWN', 'failed to leave cluster: %s' % error)
+
+    async def etcd_remove_member_by_id(self, member_id):
+        """EtcdRemoveMemberByID (siderolabs/talos v1.13.9 v1alpha1_server.go:1865-1892): control planes only (:1867,
+        "etcd remove member"); an etcd client on the control-plane endpoints (:1871-1874), which waits for a member to
+        answer (as EtcdMemberList); MemberRemove (internal/pkg/etcd/etcd.go:209-216: "failed to remove member %d: %w");
+        etcd's "member not found" is NOT_FOUND with that text (:1879-1881), any other refusal UNKNOWN
+        "failed to remove member: ..." (:1883). Whether etcd lets the member go: EtcdCluster.removal_refusal.
+
+        A removed member whose node still runs etcd is not modelled further (etcd on that node would stop on its own).
+        """
+        self._check_control_plane('etcd remove member')
+        if self.fleet.etcd_endpoints_unknown(self):
+            raise RpcError('UNKNOWN', 'failed to create etcd client: no controlplane endpoints discovered yet')
+        await self.fleet.wait_for(lambda: self._answering_etcd() is not None or self.phase != 'running')
+        cluster = self._answering_etcd()
+        if cluster is None:
+            raise RpcError('UNAVAILABLE', 'the node is going down')
+        from lab.talos import etcd as etcd_model  # pylint: disable=import-outside-toplevel
+        local = self.key if cluster.member_for(self.key) is not None else None
+        refusal = cluster.removal_refusal(member_id, self._running_etcd_keys(), local)
+        inner = 'failed to remove member %d: %s' % (member_id, refusal)
+        if refusal == etcd_model.MEMBER_NOT_FOUND:
+            raise RpcError('NOT_FOUND', inner)
+        if refusal is not None:
+            raise RpcError('UNKNOWN', 'failed to remove member: %s' % inner)
+        cluster.remove_by_id(member_id)
+        self.fleet.changed()
+
+    async def etcd_snapshot(self):
+        """EtcdSnapshot (siderolabs/talos v1.13.9 v1alpha1_server.go:1955-1992): control planes only (:1957,
+        "etcd snapshot"); the snapshot of the node's local etcd (:1964-1975, NewLocalClient: this node's member), sent
+        in common.Data chunks of 1024 bytes (the stream chunker's default size, pkg/chunker/stream/stream.go:51).
+        The local client waits for etcd to answer (WaitForReady, as EtcdMemberList): before this node's etcd runs the
+        call waits until the caller's deadline. The content is the lab's own format (etcd.EtcdCluster.snapshot)."""
+        self._check_control_plane('etcd snapshot')
+        await self.fleet.wait_for(lambda: self.phase != 'running' or (
+            self.services.get('etcd') is not None and self.services['etcd'].state == 'Running'))
+        if self.phase != 'running':
+            raise RpcError('UNAVAILABLE', 'the node is going down')
+        data = self.own_etcd_cluster().snapshot(self.hostname)
+        return [data[offset:offset + 1024] for offset in range(0, len(data), 1024)]
+
+    def upgrade(self, image, preserve, stage, force, reboot_mode, defer):
+        """Upgrade's checks (siderolabs/talos v1.13.9 v1alpha1_server.go:508-612), then its sequence after the reply."""
+        if not self.disk.installed:
+            # :523-525
+            raise RpcError('FAILED_PRECONDITION', 'Talos is not installed')
+        tag = versions.from_installer_image(image)
+        if tag is None:
+            # :529-536; the lab "pulls" any reference whose tag is a Talos version (vX.Y.Z[-pre]); the reason after the
+            # colon is the lab's own (guess)
+            raise RpcError('UNKNOWN', 'error validating installer image %s: the lab has no installer image for this '
+                                      'reference (its tag must be a Talos version)' % _go_quote(image))
+        if self.phase == 'running' and self.control_plane and not force and not preserve:
+            # :539-558: the upgrade mutex (held only during these checks, never contended in the lab: a check is
+            # synchronous here), then Client.ValidateForUpgrade
+            problem = self._etcd_upgrade_problem()
+            if problem is not None:
+                raise RpcError('UNKNOWN', 'error validating etcd for upgrade: %s' % problem)
+        if self.reboot_pending:
+            # The sequence runs in a goroutine (:562-601); another sequence in progress makes it fail there, logged
+            # only: the reply is still the acknowledgement.
+            LOG.info('talos node %s: upgrade to %s not started, another sequence runs', self.name, image)
+            return self._actor_id()
+        self.reboot_pending = True
+        defer(lambda: self._upgrade(tag, stage), 'upgrade')
+        return self._actor_id()
+
+    def _etcd_upgrade_problem(self):
+        """Client.ValidateForUpgrade (internal/pkg/etcd/etcd.go:95-121): None, or its error text.
+
+        Two members refuse; a member without a name is not started; a member whose etcd does not answer its
+        quorum check is unhealthy (the lab: its node's etcd is not Running and healthy; the text after the colon,
+        Go's context deadline error, is a guess)."""
+        cluster = self._answering_etcd()
+        if cluster is None:
+            return 'context deadline exceeded'
+        members = list(cluster.members)
+        if len(members) == 2:
+            return 'etcd member count(2) is insufficient to maintain quorum if upgrade commences'
+        for member in members:
+            if not member.hostname:
+                return 'etcd member %016x is not started, all members must be running to perform an upgrade' % member.id
+            node = self.fleet.nodes.get(member.node_key)
+            etcd = node.service('etcd') if node is not None else None
+            if etcd is None or not etcd.is_healthy:
+                return ('etcd member %016x is not healthy; all members must be healthy to perform an upgrade: '
+                        'context deadline exceeded' % member.id)
+        return None
+
+    async def _upgrade(self, tag, stage):
+        """Sequencer.Upgrade (runtime/v1alpha1/v1alpha1_sequencer.go:425-470): drain, pods and the services on
+        EPHEMERAL stop (kubelet, etcd), the installer runs, then reboot; apid answers until the reboot. Staged
+        (StageUpgrade, :370-392): the node reboots first; the boot finds the staged image in META
+        (v1alpha1_state.go:204-222) and runs the install sequence with it (v1alpha1_sequencer.go:160-185,
+        v1alpha1_sequencer_tasks.go:1590-1620), which reboots again into the new version. Cordon and drain of the
+        Kubernetes Node are not modelled by the Talos node."""
+        if stage:
+            await self._go_down('rebooting')
+            await self.fleet.delay('talos_reboot', self.name)
+            self.phase = 'upgrading'
+            self.fleet.changed()
+            await self.fleet.delay('talos_upgrade', self.name)
+            self.disk.installed_version = tag
+            await self.fleet.delay('talos_reboot', self.name)
+            await self._boot(first_delay=None)
+            return
+        self.phase = 'upgrading'
+        for service_id in ('kubelet', 'etcd'):
+            service = self.services.get(service_id)
+            if service is not None and service.state == 'Running':
+                if service_id == 'kubelet':
+                    self.fleet.notify('on_kubelet_stopped', self)
+                service.event('Finished', 'Service finished successfully')
+                service.clear_health()
+        for task in [task for task in self._tasks if getattr(task, 'lab_name', '').endswith((':etcd', ':kubelet'))]:
+            task.cancel()
+        self.fleet.changed()
+        await self.fleet.delay('talos_upgrade', self.name)
+        self.disk.installed_version = tag
+        await self._reboot()
 
     def shutdown(self, defer):
         self.reboot_pending = True
@@ -845,7 +1071,7 @@ class TalosNode(object):
         cluster.tick()
         return {'member_id': member.id, 'leader': cluster.leader or 0, 'raft_index': cluster.raft_index,
                 'raft_term': cluster.raft_term, 'raft_applied_index': cluster.raft_index,
-                'db_size': 20480 + 4096 * cluster.raft_index, 'db_size_in_use': 16384 + 2048 * cluster.raft_index,
+                'db_size': cluster.db_size(), 'db_size_in_use': 16384 + 2048 * cluster.raft_index,
                 'protocol_version': '3.6.0', 'storage_version': '3.6.0'}
 
     def kubeconfig_archive(self):
@@ -907,13 +1133,20 @@ class TalosNode(object):
                 member['split'] = True
         return {
             'name': self.name, 'address': self.address, 'mode': self.mode, 'phase': self.phase,
-            'version': self.running_version if self.powered else None, 'machine_type': self.machine_type, 'hostname': self.hostname if self.powered else None,
+            'version': self.running_version if self.powered else None, 'machine_type': self.machine_type,
+            'hostname': self.hostname if self.powered else None,
             'installed': self.disk.installed, 'staged_config': self.disk.staged is not None,
             'try_revert_pending': self.try_revert is not None,
             'running_config_persisted': self.disk.persisted is None,
             'services': services, 'etcd_member': member, 'boot_count': self.boot_count,
+            'talos_version': self.disk.installed_version, 'last_sequence_error': self.last_sequence_error,
             'fingerprint': self.identity.fingerprint if self.identity is not None and self.phase == 'maintenance' else None,
         }
+
+
+def _go_quote(text):
+    """Go's %q of a plain printable string."""
+    return '"%s"' % text.replace('\\', '\\\\').replace('"', '\\"')
 
 
 def _duration_text(seconds):

@@ -21,6 +21,8 @@ A row:
   during     ('clear_after', source, path end, count): clear the fault once the lab has answered that many such
              requests in the run (count 2: the first attempt met the fault and was retried; what follows shows whether
              the run rides it out)
+  playbook   the playbook the run uses, by its name under playbooks/ (default: site.yml at the repository's root);
+             its plays' stage is their first play-level tag
   run        the tags of the run that meets the fault (plus short deadlines in extra_vars for failing rows, and
              environment variables in env: the PVE modules read PROXMOX_API_TIMEOUT)
   expect     `recovered` (the run converges, and the evidence shows the fault did bite) or `failed`
@@ -42,7 +44,7 @@ BEGIN = '<!-- fault-matrix:begin (rendered by tests/integration/fault_matrix.py;
 END = '<!-- fault-matrix:end -->'
 
 Row = collections.namedtuple('Row', 'id layer fault target params stage start before after during run extra_vars env expect names note '
-                                    'attempts')
+                                    'attempts playbook')
 
 # Short deadlines, so that a failing row fails in seconds (each stage's defaults are minutes).
 VMS_SHORT = {'proxmox_vms_timeout': 4, 'proxmox_vms_address_timeout': 4, 'proxmox_vms_image_timeout': 4,
@@ -62,11 +64,11 @@ REMEDIATE = {'cni_remediate_detect_timeout': 3, 'cni_remediate_wait_timeout': 10
 
 
 def row(id, layer, fault, stage, start, run, expect, names, note, target=None, params=None, before=(), after=(),  # pylint: disable=redefined-builtin
-        during=None, extra_vars=None, env=None, attempts=1):
+        during=None, extra_vars=None, env=None, attempts=1, playbook=None):
     """attempts: for a fault that comes and goes on its own clock (a flap), how many runs may converge without
     meeting it before the row fails for showing no sign of it (the fault stays on between them)."""
     return Row(id, layer, fault, target, params or {}, stage, start, tuple(before), tuple(after), during, run,
-               extra_vars or {}, env or {}, expect, tuple(names), note, attempts)
+               extra_vars or {}, env or {}, expect, tuple(names), note, attempts, playbook)
 
 
 ROWS = [
@@ -157,6 +159,16 @@ ROWS = [
         ['{addr:lab-cp-2}', 'etcd is Failed', 'Failed to run pre stage'], 'etcd on one control plane gave up joining before '
         'the bootstrap: the bootstrap still happens (an etcd Failed in its pre stage never held data), and the quorum '
         'gate names the node whose etcd stays Failed until it reboots', target='lab-cp-2', extra_vars=TALOS_SHORT),
+    row('remove-node-quorum', 'Talos', 'talos-etcd-unhealthy', 'remove_node', 'converged', 'all', 'failed',
+        ['refusing to remove the etcd member of lab-cp-1', 'would lose quorum', 'lab-cp-2 not healthy'],
+        'remove_node of a control plane is refused before any change when the members that would stay have no healthy '
+        'majority, naming each member and its state', target='lab-cp-2', playbook='remove_node',
+        extra_vars={'remove_node': 'lab-cp-1', 'confirm_remove_node': 'lab-cp-1'}),
+    row('upgrade-talos-refused', 'Talos', 'talos-etcd-unhealthy', 'upgrade_talos', 'converged', 'all', 'failed',
+        ['lab-cp-1', 'error validating etcd for upgrade', 'all members must be healthy to perform an upgrade'],
+        'Talos refuses the first control plane\'s upgrade while an etcd member is unhealthy: the run stops there naming '
+        'the node and Talos\' reason, the drained Node is made schedulable again, no node is upgraded',
+        target='lab-cp-2', playbook='upgrade_talos', extra_vars={'talos_version': 'v1.13.10', 'upgrade_talos_timeout': 60}),
     row('talos-no-etcd-endpoints', 'Talos', 'talos-no-etcd-endpoints', 'bootstrap', 'converged', 'bootstrap', 'failed',
         ['{addr:lab-cp-2}', 'no controlplane endpoints discovered yet'], 'the quorum gate names the control plane that '
         'cannot list the etcd members, with Talos\' answer', target='lab-cp-2', extra_vars=TALOS_SHORT),

@@ -137,10 +137,22 @@ class PlaybookRun(object):
 _PLAY_STAGES = None
 
 
+def other_plays():
+    """[(play name, first play-level tag)] of the other playbooks under playbooks/ (remove_node, etcd_backup...)."""
+    plays = []
+    folder = os.path.dirname(SITE_PLAYS)
+    for name in sorted(os.listdir(folder)):
+        if name.endswith('.yml') and os.path.join(folder, name) != SITE_PLAYS:
+            with open(os.path.join(folder, name), encoding='utf-8') as handle:
+                plays += [(play['name'], (play.get('tags') or [name[:-len('.yml')]])[0]) for play in yaml.safe_load(handle)]
+    return plays
+
+
 def play_stage(play_name):
     global _PLAY_STAGES  # pylint: disable=global-statement
     if _PLAY_STAGES is None:
-        _PLAY_STAGES = dict(site_plays())
+        _PLAY_STAGES = dict(other_plays())
+        _PLAY_STAGES.update(site_plays())
     return _PLAY_STAGES.get(play_name, play_name)
 
 

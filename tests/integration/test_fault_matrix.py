@@ -24,7 +24,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fault_matrix as matrix  # noqa: E402  pylint: disable=wrong-import-position,import-error
-from reliability_lab import PLAYBOOK_BIN, Workspace, wait_until  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from reliability_lab import PLAYBOOK_BIN, SITE, Workspace, wait_until  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow,
               pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')]
@@ -178,6 +178,13 @@ def evidence(row, run, workspace, since, faults_at_end):
     return not missing, 'remediation: %s' % ('; '.join(steps) or 'none')
 
 
+def playbook_of(row):
+    """The playbook a row's run uses: site.yml, or playbooks/<row.playbook>.yml."""
+    if row.playbook is None:
+        return SITE
+    return os.path.join(os.path.dirname(SITE), 'playbooks', '%s.yml' % row.playbook)
+
+
 def failure_text(failure):
     stage, task, host, message = failure
     return '[%s] %s / %s: %s' % (host, stage, task, message)
@@ -233,7 +240,7 @@ def test_fault(row, request, session_workspace, lab_factory, tmp_path, matrix_re
         names = resolve_names(row.names, lab.status()) if row.expect == 'failed' else list(row.names)
         for attempt in range(1, row.attempts + 1):
             since = lab.last_seq('requests')
-            running = workspace.start('--tags', row.run, extra_vars=row.extra_vars, env=row.env,
+            running = workspace.start('--tags', row.run, extra_vars=row.extra_vars, env=row.env, playbook=playbook_of(row),
                                       label=row.id if attempt == 1 else '%s-%d' % (row.id, attempt))
             if row.during:
                 clear_after(row, lab, since, running)

@@ -79,63 +79,79 @@ _FILES = (
         'cmFwUmVxdWVzdBIhCgxyZWNvdmVyX2V0Y2QYASABKAhSC3JlY292ZXJFdGNkEjUKF3JlY292ZXJfc2tpcF9oYXNoX2NoZWNr'
         'GAIgASgIUhRyZWNvdmVyU2tpcEhhc2hDaGVjayI5CglCb290c3RyYXASLAoIbWV0YWRhdGEYASABKAsyEC5jb21tb24uTWV0'
         'YWRhdGFSCG1ldGFkYXRhIkMKEUJvb3RzdHJhcFJlc3BvbnNlEi4KCG1lc3NhZ2VzGAEgAygLMhIubWFjaGluZS5Cb290c3Ry'
-        'YXBSCG1lc3NhZ2VzIjgKFUV0Y2RNZW1iZXJMaXN0UmVxdWVzdBIfCgtxdWVyeV9sb2NhbBgBIAEoCFIKcXVlcnlMb2NhbCKV'
-        'AQoKRXRjZE1lbWJlchIOCgJpZBgCIAEoBFICaWQSGgoIaG9zdG5hbWUYAyABKAlSCGhvc3RuYW1lEhsKCXBlZXJfdXJscxgE'
-        'IAMoCVIIcGVlclVybHMSHwoLY2xpZW50X3VybHMYBSADKAlSCmNsaWVudFVybHMSHQoKaXNfbGVhcm5lchgGIAEoCFIJaXNM'
-        'ZWFybmVyIpEBCgtFdGNkTWVtYmVycxIsCghtZXRhZGF0YRgBIAEoCzIQLmNvbW1vbi5NZXRhZGF0YVIIbWV0YWRhdGESJQoO'
-        'bGVnYWN5X21lbWJlcnMYAiADKAlSDWxlZ2FjeU1lbWJlcnMSLQoHbWVtYmVycxgDIAMoCzITLm1hY2hpbmUuRXRjZE1lbWJl'
-        'clIHbWVtYmVycyJKChZFdGNkTWVtYmVyTGlzdFJlc3BvbnNlEjAKCG1lc3NhZ2VzGAEgAygLMhQubWFjaGluZS5FdGNkTWVt'
-        'YmVyc1IIbWVzc2FnZXMi+gIKEEV0Y2RNZW1iZXJTdGF0dXMSKQoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoCVIPcHJvdG9jb2xW'
-        'ZXJzaW9uEhcKB2RiX3NpemUYAiABKANSBmRiU2l6ZRIjCg5kYl9zaXplX2luX3VzZRgDIAEoA1ILZGJTaXplSW5Vc2USFgoG'
-        'bGVhZGVyGAQgASgEUgZsZWFkZXISHQoKcmFmdF9pbmRleBgFIAEoBFIJcmFmdEluZGV4EhsKCXJhZnRfdGVybRgGIAEoBFII'
-        'cmFmdFRlcm0SLAoScmFmdF9hcHBsaWVkX2luZGV4GAcgASgEUhByYWZ0QXBwbGllZEluZGV4EhYKBmVycm9ycxgIIAMoCVIG'
-        'ZXJyb3JzEh0KCmlzX2xlYXJuZXIYCSABKAhSCWlzTGVhcm5lchIbCgltZW1iZXJfaWQYCiABKARSCG1lbWJlcklkEicKD3N0'
-        'b3JhZ2VfdmVyc2lvbhgLIAEoCVIOc3RvcmFnZVZlcnNpb24iegoKRXRjZFN0YXR1cxIsCghtZXRhZGF0YRgBIAEoCzIQLmNv'
-        'bW1vbi5NZXRhZGF0YVIIbWV0YWRhdGESPgoNbWVtYmVyX3N0YXR1cxgCIAEoCzIZLm1hY2hpbmUuRXRjZE1lbWJlclN0YXR1'
-        'c1IMbWVtYmVyU3RhdHVzIkUKEkV0Y2RTdGF0dXNSZXNwb25zZRIvCghtZXNzYWdlcxgBIAMoCzITLm1hY2hpbmUuRXRjZFN0'
-        'YXR1c1IIbWVzc2FnZXMiVAoISG9zdG5hbWUSLAoIbWV0YWRhdGEYASABKAsyEC5jb21tb24uTWV0YWRhdGFSCG1ldGFkYXRh'
-        'EhoKCGhvc3RuYW1lGAIgASgJUghob3N0bmFtZSJBChBIb3N0bmFtZVJlc3BvbnNlEi0KCG1lc3NhZ2VzGAEgAygLMhEubWFj'
-        'aGluZS5Ib3N0bmFtZVIIbWVzc2FnZXMicAoNUmVib290UmVxdWVzdBIvCgRtb2RlGAEgASgOMhsubWFjaGluZS5SZWJvb3RS'
-        'ZXF1ZXN0Lk1vZGVSBG1vZGUiLgoETW9kZRILCgdERUZBVUxUEAASDgoKUE9XRVJDWUNMRRABEgkKBUZPUkNFEAIiUQoGUmVi'
-        'b290EiwKCG1ldGFkYXRhGAEgASgLMhAuY29tbW9uLk1ldGFkYXRhUghtZXRhZGF0YRIZCghhY3Rvcl9pZBgCIAEoCVIHYWN0'
-        'b3JJZCI9Cg5SZWJvb3RSZXNwb25zZRIrCghtZXNzYWdlcxgBIAMoCzIPLm1hY2hpbmUuUmVib290UghtZXNzYWdlcyI+ChJS'
-        'ZXNldFBhcnRpdGlvblNwZWMSFAoFbGFiZWwYASABKAlSBWxhYmVsEhIKBHdpcGUYAiABKAhSBHdpcGUisQIKDFJlc2V0UmVx'
-        'dWVzdBIaCghncmFjZWZ1bBgBIAEoCFIIZ3JhY2VmdWwSFgoGcmVib290GAIgASgIUgZyZWJvb3QSVgoZc3lzdGVtX3BhcnRp'
-        'dGlvbnNfdG9fd2lwZRgDIAMoCzIbLm1hY2hpbmUuUmVzZXRQYXJ0aXRpb25TcGVjUhZzeXN0ZW1QYXJ0aXRpb25zVG9XaXBl'
-        'EisKEnVzZXJfZGlza3NfdG9fd2lwZRgEIAMoCVIPdXNlckRpc2tzVG9XaXBlEjIKBG1vZGUYBSABKA4yHi5tYWNoaW5lLlJl'
-        'c2V0UmVxdWVzdC5XaXBlTW9kZVIEbW9kZSI0CghXaXBlTW9kZRIHCgNBTEwQABIPCgtTWVNURU1fRElTSxABEg4KClVTRVJf'
-        'RElTS1MQAiJQCgVSZXNldBIsCghtZXRhZGF0YRgBIAEoCzIQLmNvbW1vbi5NZXRhZGF0YVIIbWV0YWRhdGESGQoIYWN0b3Jf'
-        'aWQYAiABKAlSB2FjdG9ySWQiOwoNUmVzZXRSZXNwb25zZRIqCghtZXNzYWdlcxgBIAMoCzIOLm1hY2hpbmUuUmVzZXRSCG1l'
-        'c3NhZ2VzIicKD1NodXRkb3duUmVxdWVzdBIUCgVmb3JjZRgBIAEoCFIFZm9yY2UiUwoIU2h1dGRvd24SLAoIbWV0YWRhdGEY'
-        'ASABKAsyEC5jb21tb24uTWV0YWRhdGFSCG1ldGFkYXRhEhkKCGFjdG9yX2lkGAIgASgJUgdhY3RvcklkIkEKEFNodXRkb3du'
-        'UmVzcG9uc2USLQoIbWVzc2FnZXMYASADKAsyES5tYWNoaW5lLlNodXRkb3duUghtZXNzYWdlcyJiCgxTZXJ2aWNlRXZlbnQS'
-        'EAoDbXNnGAEgASgJUgNtc2cSFAoFc3RhdGUYAiABKAlSBXN0YXRlEioKAnRzGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRp'
-        'bWVzdGFtcFICdHMiPgoNU2VydmljZUV2ZW50cxItCgZldmVudHMYASADKAsyFS5tYWNoaW5lLlNlcnZpY2VFdmVudFIGZXZl'
-        'bnRzIqMBCg1TZXJ2aWNlSGVhbHRoEhgKB3Vua25vd24YASABKAhSB3Vua25vd24SGAoHaGVhbHRoeRgCIAEoCFIHaGVhbHRo'
-        'eRIhCgxsYXN0X21lc3NhZ2UYAyABKAlSC2xhc3RNZXNzYWdlEjsKC2xhc3RfY2hhbmdlGAQgASgLMhouZ29vZ2xlLnByb3Rv'
-        'YnVmLlRpbWVzdGFtcFIKbGFzdENoYW5nZSKTAQoLU2VydmljZUluZm8SDgoCaWQYASABKAlSAmlkEhQKBXN0YXRlGAIgASgJ'
-        'UgVzdGF0ZRIuCgZldmVudHMYAyABKAsyFi5tYWNoaW5lLlNlcnZpY2VFdmVudHNSBmV2ZW50cxIuCgZoZWFsdGgYBCABKAsy'
-        'Fi5tYWNoaW5lLlNlcnZpY2VIZWFsdGhSBmhlYWx0aCJtCgtTZXJ2aWNlTGlzdBIsCghtZXRhZGF0YRgBIAEoCzIQLmNvbW1v'
-        'bi5NZXRhZGF0YVIIbWV0YWRhdGESMAoIc2VydmljZXMYAiADKAsyFC5tYWNoaW5lLlNlcnZpY2VJbmZvUghzZXJ2aWNlcyJH'
-        'ChNTZXJ2aWNlTGlzdFJlc3BvbnNlEjAKCG1lc3NhZ2VzGAEgAygLMhQubWFjaGluZS5TZXJ2aWNlTGlzdFIIbWVzc2FnZXMi'
-        'igEKC1ZlcnNpb25JbmZvEhAKA3RhZxgBIAEoCVIDdGFnEhAKA3NoYRgCIAEoCVIDc2hhEhQKBWJ1aWx0GAMgASgJUgVidWls'
-        'dBIdCgpnb192ZXJzaW9uGAQgASgJUglnb1ZlcnNpb24SDgoCb3MYBSABKAlSAm9zEhIKBGFyY2gYBiABKAlSBGFyY2giNgoM'
-        'UGxhdGZvcm1JbmZvEhIKBG5hbWUYASABKAlSBG5hbWUSEgoEbW9kZRgCIAEoCVIEbW9kZSIiCgxGZWF0dXJlc0luZm8SEgoE'
-        'cmJhYxgBIAEoCFIEcmJhYyLNAQoHVmVyc2lvbhIsCghtZXRhZGF0YRgBIAEoCzIQLmNvbW1vbi5NZXRhZGF0YVIIbWV0YWRh'
-        'dGESLgoHdmVyc2lvbhgCIAEoCzIULm1hY2hpbmUuVmVyc2lvbkluZm9SB3ZlcnNpb24SMQoIcGxhdGZvcm0YAyABKAsyFS5t'
-        'YWNoaW5lLlBsYXRmb3JtSW5mb1IIcGxhdGZvcm0SMQoIZmVhdHVyZXMYBCABKAsyFS5tYWNoaW5lLkZlYXR1cmVzSW5mb1II'
-        'ZmVhdHVyZXMiPwoPVmVyc2lvblJlc3BvbnNlEiwKCG1lc3NhZ2VzGAEgAygLMhAubWFjaGluZS5WZXJzaW9uUghtZXNzYWdl'
-        'czL0BQoOTWFjaGluZVNlcnZpY2USXQoSQXBwbHlDb25maWd1cmF0aW9uEiIubWFjaGluZS5BcHBseUNvbmZpZ3VyYXRpb25S'
-        'ZXF1ZXN0GiMubWFjaGluZS5BcHBseUNvbmZpZ3VyYXRpb25SZXNwb25zZRJCCglCb290c3RyYXASGS5tYWNoaW5lLkJvb3Rz'
-        'dHJhcFJlcXVlc3QaGi5tYWNoaW5lLkJvb3RzdHJhcFJlc3BvbnNlElEKDkV0Y2RNZW1iZXJMaXN0Eh4ubWFjaGluZS5FdGNk'
-        'TWVtYmVyTGlzdFJlcXVlc3QaHy5tYWNoaW5lLkV0Y2RNZW1iZXJMaXN0UmVzcG9uc2USQQoKRXRjZFN0YXR1cxIWLmdvb2ds'
-        'ZS5wcm90b2J1Zi5FbXB0eRobLm1hY2hpbmUuRXRjZFN0YXR1c1Jlc3BvbnNlEj0KCEhvc3RuYW1lEhYuZ29vZ2xlLnByb3Rv'
-        'YnVmLkVtcHR5GhkubWFjaGluZS5Ib3N0bmFtZVJlc3BvbnNlEjQKCkt1YmVjb25maWcSFi5nb29nbGUucHJvdG9idWYuRW1w'
-        'dHkaDC5jb21tb24uRGF0YTABEjkKBlJlYm9vdBIWLm1hY2hpbmUuUmVib290UmVxdWVzdBoXLm1hY2hpbmUuUmVib290UmVz'
-        'cG9uc2USNgoFUmVzZXQSFS5tYWNoaW5lLlJlc2V0UmVxdWVzdBoWLm1hY2hpbmUuUmVzZXRSZXNwb25zZRJDCgtTZXJ2aWNl'
-        'TGlzdBIWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRocLm1hY2hpbmUuU2VydmljZUxpc3RSZXNwb25zZRI/CghTaHV0ZG93bhIY'
-        'Lm1hY2hpbmUuU2h1dGRvd25SZXF1ZXN0GhkubWFjaGluZS5TaHV0ZG93blJlc3BvbnNlEjsKB1ZlcnNpb24SFi5nb29nbGUu'
-        'cHJvdG9idWYuRW1wdHkaGC5tYWNoaW5lLlZlcnNpb25SZXNwb25zZWIGcHJvdG8z'
+        'YXBSCG1lc3NhZ2VzIhkKF0V0Y2RMZWF2ZUNsdXN0ZXJSZXF1ZXN0IkAKEEV0Y2RMZWF2ZUNsdXN0ZXISLAoIbWV0YWRhdGEY'
+        'ASABKAsyEC5jb21tb24uTWV0YWRhdGFSCG1ldGFkYXRhIlEKGEV0Y2RMZWF2ZUNsdXN0ZXJSZXNwb25zZRI1CghtZXNzYWdl'
+        'cxgBIAMoCzIZLm1hY2hpbmUuRXRjZExlYXZlQ2x1c3RlclIIbWVzc2FnZXMiOgobRXRjZFJlbW92ZU1lbWJlckJ5SURSZXF1'
+        'ZXN0EhsKCW1lbWJlcl9pZBgBIAEoBFIIbWVtYmVySWQiRAoURXRjZFJlbW92ZU1lbWJlckJ5SUQSLAoIbWV0YWRhdGEYASAB'
+        'KAsyEC5jb21tb24uTWV0YWRhdGFSCG1ldGFkYXRhIlkKHEV0Y2RSZW1vdmVNZW1iZXJCeUlEUmVzcG9uc2USOQoIbWVzc2Fn'
+        'ZXMYASADKAsyHS5tYWNoaW5lLkV0Y2RSZW1vdmVNZW1iZXJCeUlEUghtZXNzYWdlcyIVChNFdGNkU25hcHNob3RSZXF1ZXN0'
+        'IjgKFUV0Y2RNZW1iZXJMaXN0UmVxdWVzdBIfCgtxdWVyeV9sb2NhbBgBIAEoCFIKcXVlcnlMb2NhbCKVAQoKRXRjZE1lbWJl'
+        'chIOCgJpZBgCIAEoBFICaWQSGgoIaG9zdG5hbWUYAyABKAlSCGhvc3RuYW1lEhsKCXBlZXJfdXJscxgEIAMoCVIIcGVlclVy'
+        'bHMSHwoLY2xpZW50X3VybHMYBSADKAlSCmNsaWVudFVybHMSHQoKaXNfbGVhcm5lchgGIAEoCFIJaXNMZWFybmVyIpEBCgtF'
+        'dGNkTWVtYmVycxIsCghtZXRhZGF0YRgBIAEoCzIQLmNvbW1vbi5NZXRhZGF0YVIIbWV0YWRhdGESJQoObGVnYWN5X21lbWJl'
+        'cnMYAiADKAlSDWxlZ2FjeU1lbWJlcnMSLQoHbWVtYmVycxgDIAMoCzITLm1hY2hpbmUuRXRjZE1lbWJlclIHbWVtYmVycyJK'
+        'ChZFdGNkTWVtYmVyTGlzdFJlc3BvbnNlEjAKCG1lc3NhZ2VzGAEgAygLMhQubWFjaGluZS5FdGNkTWVtYmVyc1IIbWVzc2Fn'
+        'ZXMi+gIKEEV0Y2RNZW1iZXJTdGF0dXMSKQoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoCVIPcHJvdG9jb2xWZXJzaW9uEhcKB2Ri'
+        'X3NpemUYAiABKANSBmRiU2l6ZRIjCg5kYl9zaXplX2luX3VzZRgDIAEoA1ILZGJTaXplSW5Vc2USFgoGbGVhZGVyGAQgASgE'
+        'UgZsZWFkZXISHQoKcmFmdF9pbmRleBgFIAEoBFIJcmFmdEluZGV4EhsKCXJhZnRfdGVybRgGIAEoBFIIcmFmdFRlcm0SLAoS'
+        'cmFmdF9hcHBsaWVkX2luZGV4GAcgASgEUhByYWZ0QXBwbGllZEluZGV4EhYKBmVycm9ycxgIIAMoCVIGZXJyb3JzEh0KCmlz'
+        'X2xlYXJuZXIYCSABKAhSCWlzTGVhcm5lchIbCgltZW1iZXJfaWQYCiABKARSCG1lbWJlcklkEicKD3N0b3JhZ2VfdmVyc2lv'
+        'bhgLIAEoCVIOc3RvcmFnZVZlcnNpb24iegoKRXRjZFN0YXR1cxIsCghtZXRhZGF0YRgBIAEoCzIQLmNvbW1vbi5NZXRhZGF0'
+        'YVIIbWV0YWRhdGESPgoNbWVtYmVyX3N0YXR1cxgCIAEoCzIZLm1hY2hpbmUuRXRjZE1lbWJlclN0YXR1c1IMbWVtYmVyU3Rh'
+        'dHVzIkUKEkV0Y2RTdGF0dXNSZXNwb25zZRIvCghtZXNzYWdlcxgBIAMoCzITLm1hY2hpbmUuRXRjZFN0YXR1c1IIbWVzc2Fn'
+        'ZXMiVAoISG9zdG5hbWUSLAoIbWV0YWRhdGEYASABKAsyEC5jb21tb24uTWV0YWRhdGFSCG1ldGFkYXRhEhoKCGhvc3RuYW1l'
+        'GAIgASgJUghob3N0bmFtZSJBChBIb3N0bmFtZVJlc3BvbnNlEi0KCG1lc3NhZ2VzGAEgAygLMhEubWFjaGluZS5Ib3N0bmFt'
+        'ZVIIbWVzc2FnZXMicAoNUmVib290UmVxdWVzdBIvCgRtb2RlGAEgASgOMhsubWFjaGluZS5SZWJvb3RSZXF1ZXN0Lk1vZGVS'
+        'BG1vZGUiLgoETW9kZRILCgdERUZBVUxUEAASDgoKUE9XRVJDWUNMRRABEgkKBUZPUkNFEAIiUQoGUmVib290EiwKCG1ldGFk'
+        'YXRhGAEgASgLMhAuY29tbW9uLk1ldGFkYXRhUghtZXRhZGF0YRIZCghhY3Rvcl9pZBgCIAEoCVIHYWN0b3JJZCI9Cg5SZWJv'
+        'b3RSZXNwb25zZRIrCghtZXNzYWdlcxgBIAMoCzIPLm1hY2hpbmUuUmVib290UghtZXNzYWdlcyI+ChJSZXNldFBhcnRpdGlv'
+        'blNwZWMSFAoFbGFiZWwYASABKAlSBWxhYmVsEhIKBHdpcGUYAiABKAhSBHdpcGUisQIKDFJlc2V0UmVxdWVzdBIaCghncmFj'
+        'ZWZ1bBgBIAEoCFIIZ3JhY2VmdWwSFgoGcmVib290GAIgASgIUgZyZWJvb3QSVgoZc3lzdGVtX3BhcnRpdGlvbnNfdG9fd2lw'
+        'ZRgDIAMoCzIbLm1hY2hpbmUuUmVzZXRQYXJ0aXRpb25TcGVjUhZzeXN0ZW1QYXJ0aXRpb25zVG9XaXBlEisKEnVzZXJfZGlz'
+        'a3NfdG9fd2lwZRgEIAMoCVIPdXNlckRpc2tzVG9XaXBlEjIKBG1vZGUYBSABKA4yHi5tYWNoaW5lLlJlc2V0UmVxdWVzdC5X'
+        'aXBlTW9kZVIEbW9kZSI0CghXaXBlTW9kZRIHCgNBTEwQABIPCgtTWVNURU1fRElTSxABEg4KClVTRVJfRElTS1MQAiJQCgVS'
+        'ZXNldBIsCghtZXRhZGF0YRgBIAEoCzIQLmNvbW1vbi5NZXRhZGF0YVIIbWV0YWRhdGESGQoIYWN0b3JfaWQYAiABKAlSB2Fj'
+        'dG9ySWQiOwoNUmVzZXRSZXNwb25zZRIqCghtZXNzYWdlcxgBIAMoCzIOLm1hY2hpbmUuUmVzZXRSCG1lc3NhZ2VzIicKD1No'
+        'dXRkb3duUmVxdWVzdBIUCgVmb3JjZRgBIAEoCFIFZm9yY2UiUwoIU2h1dGRvd24SLAoIbWV0YWRhdGEYASABKAsyEC5jb21t'
+        'b24uTWV0YWRhdGFSCG1ldGFkYXRhEhkKCGFjdG9yX2lkGAIgASgJUgdhY3RvcklkIkEKEFNodXRkb3duUmVzcG9uc2USLQoI'
+        'bWVzc2FnZXMYASADKAsyES5tYWNoaW5lLlNodXRkb3duUghtZXNzYWdlcyLeAQoOVXBncmFkZVJlcXVlc3QSFAoFaW1hZ2UY'
+        'ASABKAlSBWltYWdlEhoKCHByZXNlcnZlGAIgASgIUghwcmVzZXJ2ZRIUCgVzdGFnZRgDIAEoCFIFc3RhZ2USFAoFZm9yY2UY'
+        'BCABKAhSBWZvcmNlEkMKC3JlYm9vdF9tb2RlGAUgASgOMiIubWFjaGluZS5VcGdyYWRlUmVxdWVzdC5SZWJvb3RNb2RlUgpy'
+        'ZWJvb3RNb2RlIikKClJlYm9vdE1vZGUSCwoHREVGQVVMVBAAEg4KClBPV0VSQ1lDTEUQASJkCgdVcGdyYWRlEiwKCG1ldGFk'
+        'YXRhGAEgASgLMhAuY29tbW9uLk1ldGFkYXRhUghtZXRhZGF0YRIQCgNhY2sYAiABKAlSA2FjaxIZCghhY3Rvcl9pZBgDIAEo'
+        'CVIHYWN0b3JJZCI/Cg9VcGdyYWRlUmVzcG9uc2USLAoIbWVzc2FnZXMYASADKAsyEC5tYWNoaW5lLlVwZ3JhZGVSCG1lc3Nh'
+        'Z2VzImIKDFNlcnZpY2VFdmVudBIQCgNtc2cYASABKAlSA21zZxIUCgVzdGF0ZRgCIAEoCVIFc3RhdGUSKgoCdHMYAyABKAsy'
+        'Gi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wUgJ0cyI+Cg1TZXJ2aWNlRXZlbnRzEi0KBmV2ZW50cxgBIAMoCzIVLm1hY2hp'
+        'bmUuU2VydmljZUV2ZW50UgZldmVudHMiowEKDVNlcnZpY2VIZWFsdGgSGAoHdW5rbm93bhgBIAEoCFIHdW5rbm93bhIYCgdo'
+        'ZWFsdGh5GAIgASgIUgdoZWFsdGh5EiEKDGxhc3RfbWVzc2FnZRgDIAEoCVILbGFzdE1lc3NhZ2USOwoLbGFzdF9jaGFuZ2UY'
+        'BCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wUgpsYXN0Q2hhbmdlIpMBCgtTZXJ2aWNlSW5mbxIOCgJpZBgBIAEo'
+        'CVICaWQSFAoFc3RhdGUYAiABKAlSBXN0YXRlEi4KBmV2ZW50cxgDIAEoCzIWLm1hY2hpbmUuU2VydmljZUV2ZW50c1IGZXZl'
+        'bnRzEi4KBmhlYWx0aBgEIAEoCzIWLm1hY2hpbmUuU2VydmljZUhlYWx0aFIGaGVhbHRoIm0KC1NlcnZpY2VMaXN0EiwKCG1l'
+        'dGFkYXRhGAEgASgLMhAuY29tbW9uLk1ldGFkYXRhUghtZXRhZGF0YRIwCghzZXJ2aWNlcxgCIAMoCzIULm1hY2hpbmUuU2Vy'
+        'dmljZUluZm9SCHNlcnZpY2VzIkcKE1NlcnZpY2VMaXN0UmVzcG9uc2USMAoIbWVzc2FnZXMYASADKAsyFC5tYWNoaW5lLlNl'
+        'cnZpY2VMaXN0UghtZXNzYWdlcyKKAQoLVmVyc2lvbkluZm8SEAoDdGFnGAEgASgJUgN0YWcSEAoDc2hhGAIgASgJUgNzaGES'
+        'FAoFYnVpbHQYAyABKAlSBWJ1aWx0Eh0KCmdvX3ZlcnNpb24YBCABKAlSCWdvVmVyc2lvbhIOCgJvcxgFIAEoCVICb3MSEgoE'
+        'YXJjaBgGIAEoCVIEYXJjaCI2CgxQbGF0Zm9ybUluZm8SEgoEbmFtZRgBIAEoCVIEbmFtZRISCgRtb2RlGAIgASgJUgRtb2Rl'
+        'IiIKDEZlYXR1cmVzSW5mbxISCgRyYmFjGAEgASgIUgRyYmFjIs0BCgdWZXJzaW9uEiwKCG1ldGFkYXRhGAEgASgLMhAuY29t'
+        'bW9uLk1ldGFkYXRhUghtZXRhZGF0YRIuCgd2ZXJzaW9uGAIgASgLMhQubWFjaGluZS5WZXJzaW9uSW5mb1IHdmVyc2lvbhIx'
+        'CghwbGF0Zm9ybRgDIAEoCzIVLm1hY2hpbmUuUGxhdGZvcm1JbmZvUghwbGF0Zm9ybRIxCghmZWF0dXJlcxgEIAEoCzIVLm1h'
+        'Y2hpbmUuRmVhdHVyZXNJbmZvUghmZWF0dXJlcyI/Cg9WZXJzaW9uUmVzcG9uc2USLAoIbWVzc2FnZXMYASADKAsyEC5tYWNo'
+        'aW5lLlZlcnNpb25SCG1lc3NhZ2VzMq4ICg5NYWNoaW5lU2VydmljZRJdChJBcHBseUNvbmZpZ3VyYXRpb24SIi5tYWNoaW5l'
+        'LkFwcGx5Q29uZmlndXJhdGlvblJlcXVlc3QaIy5tYWNoaW5lLkFwcGx5Q29uZmlndXJhdGlvblJlc3BvbnNlEkIKCUJvb3Rz'
+        'dHJhcBIZLm1hY2hpbmUuQm9vdHN0cmFwUmVxdWVzdBoaLm1hY2hpbmUuQm9vdHN0cmFwUmVzcG9uc2USVwoQRXRjZExlYXZl'
+        'Q2x1c3RlchIgLm1hY2hpbmUuRXRjZExlYXZlQ2x1c3RlclJlcXVlc3QaIS5tYWNoaW5lLkV0Y2RMZWF2ZUNsdXN0ZXJSZXNw'
+        'b25zZRJRCg5FdGNkTWVtYmVyTGlzdBIeLm1hY2hpbmUuRXRjZE1lbWJlckxpc3RSZXF1ZXN0Gh8ubWFjaGluZS5FdGNkTWVt'
+        'YmVyTGlzdFJlc3BvbnNlEmMKFEV0Y2RSZW1vdmVNZW1iZXJCeUlEEiQubWFjaGluZS5FdGNkUmVtb3ZlTWVtYmVyQnlJRFJl'
+        'cXVlc3QaJS5tYWNoaW5lLkV0Y2RSZW1vdmVNZW1iZXJCeUlEUmVzcG9uc2USPAoMRXRjZFNuYXBzaG90EhwubWFjaGluZS5F'
+        'dGNkU25hcHNob3RSZXF1ZXN0GgwuY29tbW9uLkRhdGEwARJBCgpFdGNkU3RhdHVzEhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5'
+        'GhsubWFjaGluZS5FdGNkU3RhdHVzUmVzcG9uc2USPQoISG9zdG5hbWUSFi5nb29nbGUucHJvdG9idWYuRW1wdHkaGS5tYWNo'
+        'aW5lLkhvc3RuYW1lUmVzcG9uc2USNAoKS3ViZWNvbmZpZxIWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRoMLmNvbW1vbi5EYXRh'
+        'MAESOQoGUmVib290EhYubWFjaGluZS5SZWJvb3RSZXF1ZXN0GhcubWFjaGluZS5SZWJvb3RSZXNwb25zZRI2CgVSZXNldBIV'
+        'Lm1hY2hpbmUuUmVzZXRSZXF1ZXN0GhYubWFjaGluZS5SZXNldFJlc3BvbnNlEkMKC1NlcnZpY2VMaXN0EhYuZ29vZ2xlLnBy'
+        'b3RvYnVmLkVtcHR5GhwubWFjaGluZS5TZXJ2aWNlTGlzdFJlc3BvbnNlEj8KCFNodXRkb3duEhgubWFjaGluZS5TaHV0ZG93'
+        'blJlcXVlc3QaGS5tYWNoaW5lLlNodXRkb3duUmVzcG9uc2USPAoHVXBncmFkZRIXLm1hY2hpbmUuVXBncmFkZVJlcXVlc3Qa'
+        'GC5tYWNoaW5lLlVwZ3JhZGVSZXNwb25zZRI7CgdWZXJzaW9uEhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5GhgubWFjaGluZS5W'
+        'ZXJzaW9uUmVzcG9uc2ViBnByb3RvMw=='
     )),
 )
 
@@ -261,6 +277,25 @@ class machine(object):
     # fields: messages=1 repeated machine.Bootstrap
     BootstrapResponse = _message('machine.BootstrapResponse')
 
+    EtcdLeaveClusterRequest = _message('machine.EtcdLeaveClusterRequest')
+
+    # fields: metadata=1 common.Metadata
+    EtcdLeaveCluster = _message('machine.EtcdLeaveCluster')
+
+    # fields: messages=1 repeated machine.EtcdLeaveCluster
+    EtcdLeaveClusterResponse = _message('machine.EtcdLeaveClusterResponse')
+
+    # fields: member_id=1 uint64
+    EtcdRemoveMemberByIDRequest = _message('machine.EtcdRemoveMemberByIDRequest')
+
+    # fields: metadata=1 common.Metadata
+    EtcdRemoveMemberByID = _message('machine.EtcdRemoveMemberByID')
+
+    # fields: messages=1 repeated machine.EtcdRemoveMemberByID
+    EtcdRemoveMemberByIDResponse = _message('machine.EtcdRemoveMemberByIDResponse')
+
+    EtcdSnapshotRequest = _message('machine.EtcdSnapshotRequest')
+
     # fields: query_local=1 bool
     EtcdMemberListRequest = _message('machine.EtcdMemberListRequest')
 
@@ -326,6 +361,17 @@ class machine(object):
     # fields: messages=1 repeated machine.Shutdown
     ShutdownResponse = _message('machine.ShutdownResponse')
 
+    # fields: image=1 string, preserve=2 bool, stage=3 bool, force=4 bool, reboot_mode=5
+    #   machine.UpgradeRequest.RebootMode
+    # nested: RebootMode
+    UpgradeRequest = _message('machine.UpgradeRequest')
+
+    # fields: metadata=1 common.Metadata, ack=2 string, actor_id=3 string
+    Upgrade = _message('machine.Upgrade')
+
+    # fields: messages=1 repeated machine.Upgrade
+    UpgradeResponse = _message('machine.UpgradeResponse')
+
     # fields: msg=1 string, state=2 string, ts=3 google.protobuf.Timestamp
     ServiceEvent = _message('machine.ServiceEvent')
 
@@ -378,7 +424,10 @@ class MachineService(object):
     NAME = 'machine.MachineService'
     ApplyConfiguration = Method('/machine.MachineService/ApplyConfiguration', machine.ApplyConfigurationRequest, machine.ApplyConfigurationResponse)
     Bootstrap = Method('/machine.MachineService/Bootstrap', machine.BootstrapRequest, machine.BootstrapResponse)
+    EtcdLeaveCluster = Method('/machine.MachineService/EtcdLeaveCluster', machine.EtcdLeaveClusterRequest, machine.EtcdLeaveClusterResponse)
     EtcdMemberList = Method('/machine.MachineService/EtcdMemberList', machine.EtcdMemberListRequest, machine.EtcdMemberListResponse)
+    EtcdRemoveMemberByID = Method('/machine.MachineService/EtcdRemoveMemberByID', machine.EtcdRemoveMemberByIDRequest, machine.EtcdRemoveMemberByIDResponse)
+    EtcdSnapshot = Method('/machine.MachineService/EtcdSnapshot', machine.EtcdSnapshotRequest, common.Data, reply_stream=True)
     EtcdStatus = Method('/machine.MachineService/EtcdStatus', protobuf.Empty, machine.EtcdStatusResponse)
     Hostname = Method('/machine.MachineService/Hostname', protobuf.Empty, machine.HostnameResponse)
     Kubeconfig = Method('/machine.MachineService/Kubeconfig', protobuf.Empty, common.Data, reply_stream=True)
@@ -386,8 +435,25 @@ class MachineService(object):
     Reset = Method('/machine.MachineService/Reset', machine.ResetRequest, machine.ResetResponse)
     ServiceList = Method('/machine.MachineService/ServiceList', protobuf.Empty, machine.ServiceListResponse)
     Shutdown = Method('/machine.MachineService/Shutdown', machine.ShutdownRequest, machine.ShutdownResponse)
+    Upgrade = Method('/machine.MachineService/Upgrade', machine.UpgradeRequest, machine.UpgradeResponse)
     Version = Method('/machine.MachineService/Version', protobuf.Empty, machine.VersionResponse)
-    METHODS = (ApplyConfiguration, Bootstrap, EtcdMemberList, EtcdStatus, Hostname, Kubeconfig, Reboot, Reset, ServiceList, Shutdown, Version,)
+    METHODS = (
+        ApplyConfiguration,
+        Bootstrap,
+        EtcdLeaveCluster,
+        EtcdMemberList,
+        EtcdRemoveMemberByID,
+        EtcdSnapshot,
+        EtcdStatus,
+        Hostname,
+        Kubeconfig,
+        Reboot,
+        Reset,
+        ServiceList,
+        Shutdown,
+        Upgrade,
+        Version,
+    )
 
 
 SERVICES = (StorageService, MachineService,)

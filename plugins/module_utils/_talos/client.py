@@ -83,6 +83,7 @@ APPLY_MODES = {
 }
 REBOOT_MODES = {'default': 'DEFAULT', 'powercycle': 'POWERCYCLE', 'force': 'FORCE'}
 RESET_WIPE_MODES = {'all': 'ALL', 'system-disk': 'SYSTEM_DISK', 'user-disks': 'USER_DISKS'}
+UPGRADE_REBOOT_MODES = {'default': 'DEFAULT', 'powercycle': 'POWERCYCLE'}
 
 # OpenSSL reasons seen on a TLS connection, and what they mean for a Talos client.
 _TLS_REASON_BY_OPENSSL = (
@@ -343,8 +344,12 @@ class AsyncTalosClient(object):
             return ('client_certificate_required' if self.insecure else 'client_certificate_rejected'), detail
         return None, None
 
-    async def _invoke(self, method, request):
-        """One RPC with the deadline; gRPC/TLS/connection failures become _talos.errors types."""
+    async def _invoke(self, method, request, sink=None):
+        """One RPC with the deadline; gRPC/TLS/connection failures become _talos.errors types.
+
+        sink: for a streaming reply, called with each message as it arrives (nothing is kept); the
+        call then returns None.
+        """
         if method.reply_stream:
             stub = UnaryStreamMethod(self._get_channel(), method.path, method.request, method.reply)
         else:
@@ -352,7 +357,13 @@ class AsyncTalosClient(object):
 
         async def call():
             await self._connect(method)
-            return await stub(request, timeout=self.timeout)
+            if sink is None:
+                return await stub(request, timeout=self.timeout)
+            async with stub.open(timeout=self.timeout) as stream:
+                await stream.send_message(request, end=True)
+                async for message in stream:
+                    sink(message)
+            return None
 
         lost = None
         try:
@@ -524,6 +535,61 @@ class AsyncTalosClient(object):
             'errors': list(status.errors), 'is_learner': status.is_learner,
         }
 
+    async def etcd_remove_member_by_id(self, member_id):
+        """EtcdRemoveMemberByID: removes the member `member_id` (an int) from the etcd cluster this node is in.
+
+        NOT_FOUND when there is no such member. Meant for members whose node is gone; a node that still
+        runs leaves with etcd_leave_cluster on itself.
+        """
+        if not isinstance(member_id, int) or isinstance(member_id, bool) or member_id <= 0:
+            raise ValidationError('member_id', 'must be a positive integer, got %r' % (member_id,))
+        method = api.MachineService.EtcdRemoveMemberByID
+        self._first(method, await self._invoke(method, api.machine.EtcdRemoveMemberByIDRequest(member_id=member_id)))
+        return {}
+
+    async def etcd_leave_cluster(self):
+        """EtcdLeaveCluster: this node's member leaves the etcd cluster; its etcd stops and its data is removed."""
+        method = api.MachineService.EtcdLeaveCluster
+        self._first(method, await self._invoke(method, api.machine.EtcdLeaveClusterRequest()))
+        return {}
+
+    async def etcd_snapshot(self, handle):
+        """EtcdSnapshot: the node's etcd snapshot, written chunk by chunk to the binary file object `handle`.
+
+        Returns {size, sha256} of what was written. An empty stream is an error (no snapshot).
+        """
+        method = api.MachineService.EtcdSnapshot
+        digest = hashlib.sha256()
+        written = [0]
+
+        def sink(chunk):
+            error = errors.from_metadata(self.node, method.path, chunk.metadata if chunk.HasField('metadata') else None)
+            if error is not None:
+                raise error
+            handle.write(chunk.bytes)
+            digest.update(chunk.bytes)
+            written[0] += len(chunk.bytes)
+
+        await self._invoke(method, api.machine.EtcdSnapshotRequest(), sink=sink)
+        if not written[0]:
+            raise errors.TalosApiError('talos node %s: EtcdSnapshot returned no data' % self.node, node=self.node,
+                                       method=method.path, code='DATA_LOSS')
+        return {'size': written[0], 'sha256': digest.hexdigest()}
+
+    async def upgrade(self, image, stage=False, preserve=False, force=False, reboot_mode='default'):
+        """Upgrade to the installer `image`: {ack, actor_id}. The node drains, installs and reboots after the reply."""
+        if not image or not isinstance(image, str):
+            raise ValidationError('image', 'must be an installer image reference, got %r' % (image,))
+        if reboot_mode not in UPGRADE_REBOOT_MODES:
+            choices = ', '.join(sorted(UPGRADE_REBOOT_MODES))
+            raise ValidationError('reboot_mode', 'must be one of %s, got %r' % (choices, reboot_mode))
+        request_class = api.machine.UpgradeRequest
+        request = request_class(image=image, stage=bool(stage), preserve=bool(preserve), force=bool(force),
+                                reboot_mode=request_class.RebootMode.Value(UPGRADE_REBOOT_MODES[reboot_mode]))
+        method = api.MachineService.Upgrade
+        reply = self._first(method, await self._invoke(method, request))
+        return {'ack': reply.ack, 'actor_id': reply.actor_id}
+
     async def hostname(self):
         method = api.MachineService.Hostname
         return self._first(method, await self._invoke(method, api.protobuf.Empty())).hostname
@@ -640,6 +706,18 @@ class TalosClient(object):
 
     def etcd_status(self):
         return self._run(self._client.etcd_status())
+
+    def etcd_remove_member_by_id(self, member_id):
+        return self._run(self._client.etcd_remove_member_by_id(member_id))
+
+    def etcd_leave_cluster(self):
+        return self._run(self._client.etcd_leave_cluster())
+
+    def etcd_snapshot(self, handle):
+        return self._run(self._client.etcd_snapshot(handle))
+
+    def upgrade(self, image, stage=False, preserve=False, force=False, reboot_mode='default'):
+        return self._run(self._client.upgrade(image, stage=stage, preserve=preserve, force=force, reboot_mode=reboot_mode))
 
     def hostname(self):
         return self._run(self._client.hostname())

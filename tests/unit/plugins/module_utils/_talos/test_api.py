@@ -33,6 +33,9 @@ def test_generated_module_keeps_lines_short():
     (api.machine.ApplyConfigurationRequest, {'data': 1, 'mode': 4, 'dry_run': 5, 'try_mode_timeout': 6}),
     (api.machine.ApplyConfiguration, {'metadata': 1, 'warnings': 2, 'mode': 3, 'mode_details': 4}),
     (api.machine.BootstrapRequest, {'recover_etcd': 1, 'recover_skip_hash_check': 2}),
+    (api.machine.UpgradeRequest, {'image': 1, 'preserve': 2, 'stage': 3, 'force': 4, 'reboot_mode': 5}),
+    (api.machine.Upgrade, {'metadata': 1, 'ack': 2, 'actor_id': 3}),
+    (api.machine.EtcdRemoveMemberByIDRequest, {'member_id': 1}),
     (api.machine.EtcdMember, {'id': 2, 'hostname': 3, 'peer_urls': 4, 'client_urls': 5, 'is_learner': 6}),
     (api.machine.EtcdMembers, {'metadata': 1, 'legacy_members': 2, 'members': 3}),
     (api.machine.EtcdMemberStatus, {'protocol_version': 1, 'db_size': 2, 'db_size_in_use': 3, 'leader': 4, 'raft_index': 5,
@@ -80,8 +83,11 @@ def test_etcd_member_id_is_field_2_on_the_wire():
 
 def test_method_table():
     paths = dict((method.name, method) for method in api.MachineService.METHODS)
-    assert set(paths) == {'ApplyConfiguration', 'Bootstrap', 'EtcdMemberList', 'EtcdStatus', 'Hostname', 'Kubeconfig',
-                          'Reboot', 'Reset', 'ServiceList', 'Shutdown', 'Version'}
+    assert set(paths) == {'ApplyConfiguration', 'Bootstrap', 'EtcdLeaveCluster', 'EtcdMemberList', 'EtcdRemoveMemberByID',
+                          'EtcdSnapshot', 'EtcdStatus', 'Hostname', 'Kubeconfig', 'Reboot', 'Reset', 'ServiceList',
+                          'Shutdown', 'Upgrade', 'Version'}
+    assert api.MachineService.EtcdSnapshot.reply is api.common.Data and api.MachineService.EtcdSnapshot.reply_stream
+    assert not api.MachineService.Upgrade.reply_stream
     assert api.MachineService.Version.path == '/machine.MachineService/Version'
     assert api.MachineService.Version.request is api.protobuf.Empty
     assert api.MachineService.Kubeconfig.reply is api.common.Data
