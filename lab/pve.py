@@ -707,6 +707,16 @@ class LabPve(FakePve):
                 path += '/' + props['tag']
             self.require(user, path, 'SDN.Use')
 
+    def _qm_free(self, volid):
+        """fakepve frees every drive of a destroyed VM, its ISO included; PVE frees only the volumes the VM owns:
+        destroy_vm skips CD-ROM drives other than the cloud-init one and any volume whose owner is not the VM
+        (qemu-server 9.2.6 src/PVE/QemuServer.pm:1873-1889). An ISO image (`<storage>:iso/...`) has no owner, so it
+        stays for the next VM (a rebuilt node boots it again)."""
+        name = str(volid).partition(':')[2]
+        if name.startswith('iso/'):
+            return
+        super()._qm_free(volid)
+
     def _missing_iso(self, vm):
         """The first ISO volume of the VM's drives that its storage does not hold, or None."""
         for key in sorted(vm.config):
