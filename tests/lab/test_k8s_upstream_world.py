@@ -35,6 +35,12 @@ def test_cluster_bootstrap_starts_the_upstream_control_plane_and_kubelets_regist
         assert [a.address for a in worker.status.addresses if a.type == 'InternalIP'] == [worker_address]
         assert worker.status.node_info.os_image == 'Talos (%s)' % TALOS_VERSION
         assert worker.status.node_info.kubelet_version == 'v1.36.3'
+        # no CNI yet: NotReady as kubelet reports it, and Talos's manifests applied as Talos applies them
+        wait_until(lambda: ([c.reason for c in core.read_node('worker-1').status.conditions or () if c.type == 'Ready'] == ['KubeletNotReady'],
+                            core.read_node('worker-1').status.conditions), 'worker-1 NotReady for its network')
+        apps = kube_client.AppsV1Api(core.api_client)
+        coredns = wait_until(lambda: _found(apps.read_namespaced_deployment, 'coredns', 'kube-system'), 'CoreDNS applied by Talos')
+        assert coredns.metadata.managed_fields[0].manager == 'talos'
         status = running.call(world.status())['k8s_upstream']
         cluster = next(iter(status.values()))
         assert cluster['api'] == 'https://%s:6443' % world.net.endpoint_host
@@ -51,6 +57,15 @@ def test_cluster_bootstrap_starts_the_upstream_control_plane_and_kubelets_regist
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def _found(read, *args):
+    try:
+        return True, read(*args)
+    except kube_client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        return False, 'HTTP 404'
 
 
 class _Config:  # pylint: disable=too-few-public-methods

@@ -1,0 +1,157 @@
+"""What a Talos node's kubelet writes about its node's network, for the kwok Nodes of the upstream world.
+
+A kubelet reports its Node `Ready=False` until the container runtime says its network is ready, which containerd says
+once a CNI config is on the node (on a Talos cluster with Cilium: once the cilium agent runs there and has written it):
+
+- kubelet: k8s.io/kubernetes@v1.36.3 pkg/kubelet/kubelet.go:3260-3263 (updateRuntimeUp: a NetworkReady runtime
+  condition that is false becomes the network error `container runtime network not ready: <condition>`, the condition
+  printed as pkg/kubelet/container/runtime.go:665-666 `%s=%t reason:%s message:%s`), and
+  pkg/kubelet/nodestatus/setters.go:480-516 (ReadyCondition: any such error makes Ready False, reason
+  `KubeletNotReady`, message the errors; none: True, `KubeletReady`, `kubelet is posting ready status`); the other
+  conditions it reports as not under pressure (setters.go:603, 665, 727 reasons). It writes them with a strategic merge
+  patch of nodes/<name>/status (pkg/kubelet/kubelet_node_status.go:595, nodeutil.PatchNodeStatus).
+- the runtime's NetworkReady condition: containerd's CRI Status answers reason `NetworkPluginNotReady`, message
+  `Network plugin returns error: <err>` while its CNI plugin has no config, the error being go-cni's
+  ErrCNINotInitialized, `cni plugin not initialized` (github.com/containerd/go-cni@v1.1.13 errors.go:24). (The CRI
+  Status code was read in containerd's internal/cri/server/status.go, not at the exact containerd release Talos
+  v1.13.9 ships: that source is not in the lab's module cache.)
+
+How the lab does it: kwok's node-initialize stage (sigs.k8s.io/kwok@v0.8.0 kustomize/stage/node/fast/
+node-initialize.yaml), taken from the kwok module, with its conditions replaced by the NotReady ones above and its
+selector narrowed to a Node whose Ready is neither True nor False (a new Node, or one whose kubelet came back after
+kube-controller-manager marked it Unknown); then CniReadiness, the small bridge, patches Ready True as kubelet does
+once a Ready pod labelled k8s-app=cilium is bound to the node (the agent has written the CNI config there).
+"""
+
+import datetime
+import json
+import logging
+import threading
+
+import requests
+import yaml
+
+LOG = logging.getLogger('lab.k8s_upstream.kubelet')
+
+NETWORK_NOT_READY = ('container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady '
+                     'message:Network plugin returns error: cni plugin not initialized')
+CNI_AGENT_SELECTOR = 'k8s-app=cilium'
+STAGE_NAME = 'lab-node-initialize-network-not-ready'
+# setters.go: type, reason, message of the conditions kubelet reports beside Ready (not under pressure)
+_PRESSURE = (('MemoryPressure', 'KubeletHasSufficientMemory', 'kubelet has sufficient memory available'),
+             ('DiskPressure', 'KubeletHasNoDiskPressure', 'kubelet has no disk pressure'),
+             ('PIDPressure', 'KubeletHasSufficientPID', 'kubelet has sufficient PID available'))
+
+
+def _condition_template(kind, status, reason, message):
+    return ('- lastHeartbeatTime: {{ $now | Quote }}\n'
+            '  lastTransitionTime: {{ $now | Quote }}\n'
+            '  message: %s\n  reason: %s\n  status: "%s"\n  type: %s\n' % (json.dumps(message), reason, status, kind))
+
+
+def network_not_ready_stage(node_initialize_text):
+    """kwok's node-initialize Stage (its YAML text) made into the NotReady-until-CNI stage described above."""
+    stage = yaml.safe_load(node_initialize_text)
+    template = stage['spec']['next']['statusTemplate']
+    start = template.index('conditions:\n')
+    end = template.index('{{ end }}\n', start) + len('{{ end }}\n')
+    conditions = 'conditions:\n' + ''.join(_condition_template(*c[:1], 'False', *c[1:]) for c in _PRESSURE)
+    conditions += _condition_template('Ready', 'False', 'KubeletNotReady', NETWORK_NOT_READY)
+    stage['spec']['next']['statusTemplate'] = template[:start] + conditions + template[end:]
+    stage['metadata']['name'] = STAGE_NAME
+    stage['spec']['selector'] = {'matchExpressions': [
+        {'key': '.status.conditions.[] | select( .type == "Ready" ) | .status', 'operator': 'NotIn', 'values': ['True', 'False']}]}
+    return yaml.safe_dump(stage, sort_keys=False, width=1 << 16)
+
+
+def _ready(pod):
+    conditions = (pod.get('status') or {}).get('conditions') or []
+    return any(c.get('type') == 'Ready' and c.get('status') == 'True' for c in conditions)
+
+
+def _node_ready(node):
+    return next((c for c in (node.get('status') or {}).get('conditions') or () if c.get('type') == 'Ready'), {})
+
+
+class CniReadiness:
+    """The kubelets' side: a Node NotReady for its network becomes Ready once a Ready CNI agent pod is bound to it.
+
+    Watches the agent pods and the Nodes (each a watch with a deadline per request, renewed until stop()); every event
+    reconciles all kwok-managed Nodes.
+    """
+
+    def __init__(self, plane, managed_label):
+        self.plane = plane
+        self.managed_label = managed_label
+        self._stop = threading.Event()
+        self._threads = []
+        self._lock = threading.Lock()
+
+    def start(self):
+        for path in ('/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR, '/api/v1/nodes?labelSelector=%s%%3D%s' % self.managed_label):
+            thread = threading.Thread(target=self._watch, args=(path,), name='lab-kubelet-cni ' + path, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self, timeout=10.0):
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads = []
+
+    def _watch(self, path):
+        """list, reconcile, then watch from the list's resourceVersion; any event reconciles. Until stop()."""
+        session = requests.Session()
+        auth = {'verify': self.plane.pki_file('ca.crt'), 'cert': (self.plane.pki_file('admin.crt'), self.plane.pki_file('admin.key'))}
+        version = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self.plane.api('GET', path)['metadata']['resourceVersion']
+                    self.reconcile()
+                response = session.get(self.plane.api_url + path + '&watch=1&timeoutSeconds=5&allowWatchBookmarks=true&resourceVersion=' + version,
+                                       stream=True, timeout=15, **auth)
+                if response.status_code != 200:
+                    version = None  # 410 Gone or another refusal: list again
+                    continue
+                for line in response.iter_lines():
+                    if self._stop.is_set():
+                        break
+                    if not line:
+                        continue
+                    event = yaml.safe_load(line)
+                    if event.get('type') == 'ERROR':
+                        version = None
+                        break
+                    version = event['object']['metadata'].get('resourceVersion', version)
+                    if event.get('type') != 'BOOKMARK':
+                        self.reconcile()
+            except Exception as exc:  # pylint: disable=broad-except
+                if self._stop.is_set():
+                    break
+                LOG.debug('kubelet CNI watch %s: %s; listing again', path, exc)
+                version = None
+                # the API went away (the lab stopping it): wait for the stop or a second, whichever comes first
+                self._stop.wait(1.0)
+        session.close()
+
+    def reconcile(self):
+        with self._lock:
+            pods = self.plane.api('GET', '/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR)['items']
+            with_agent = {p['spec'].get('nodeName') for p in pods if _ready(p) and not p['metadata'].get('deletionTimestamp')}
+            nodes = self.plane.api('GET', '/api/v1/nodes?labelSelector=%s%%3D%s' % self.managed_label)['items']
+            for node in nodes:
+                ready = _node_ready(node)
+                name = node['metadata']['name']
+                if name in with_agent and ready.get('status') == 'False' and ready.get('message') == NETWORK_NOT_READY:
+                    self.set_ready(name)
+
+    def set_ready(self, name):
+        """Ready True as kubelet writes it when its runtime's network is ready (setters.go:484-490)."""
+        now = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')
+        condition = {'type': 'Ready', 'status': 'True', 'reason': 'KubeletReady', 'message': 'kubelet is posting ready status',
+                     'lastHeartbeatTime': now, 'lastTransitionTime': now}
+        self.plane.api('PATCH', '/api/v1/nodes/%s/status' % name, {'status': {'conditions': [condition]}},
+                       content_type='application/strategic-merge-patch+json')
+        LOG.info('node %s: Ready (a CNI agent runs on it)', name)

@@ -1,0 +1,127 @@
+"""What a Talos cluster adds to the upstream control plane (lab/k8s_upstream): the manifests Talos applies, rendered by
+Talos's own templates (tools/talos-manifests) and applied as its ManifestApplyController does, and Nodes NotReady as
+kubelet reports them until a CNI agent runs on them. One control plane serves the module. Select with `-m upstream`."""
+
+import json
+
+import pytest
+from lab.k8s_upstream import ControlPlane
+from lab.k8s_upstream import kubelet, manifests
+from lab.talos import testing
+from lab.testing import Lab
+
+pytestmark = pytest.mark.upstream
+WAIT = 60.0
+
+WIDGET_CRD = {
+    'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition', 'metadata': {'name': 'widgets.lab.example'},
+    'spec': {'group': 'lab.example', 'scope': 'Namespaced',
+             'names': {'kind': 'Widget', 'plural': 'widgets', 'singular': 'widget', 'listKind': 'WidgetList'},
+             'versions': [{'name': 'v1', 'served': True, 'storage': True,
+                           'schema': {'openAPIV3Schema': {'type': 'object', 'properties': {
+                               'spec': {'type': 'object', 'properties': {'size': {'type': 'integer'}}}}}}}]},
+}
+# the custom resource first and its namespace last: Talos sorts Namespaces and CRDs to the front
+INLINE = '\n---\n'.join(json.dumps(doc) for doc in (
+    {'apiVersion': 'lab.example/v1', 'kind': 'Widget', 'metadata': {'name': 'w1', 'namespace': 'widgets'}, 'spec': {'size': 3}},
+    WIDGET_CRD,
+    {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': 'widgets'}},
+))
+
+
+@pytest.fixture(scope='module')
+def cp(tmp_path_factory):
+    plane = ControlPlane(str(tmp_path_factory.mktemp('controlplane')), nodes_wait_for_cni=True)
+    plane.start()
+    yield plane
+    plane.stop()
+
+
+def _config(**cluster):
+    secrets = testing.ClusterSecrets()
+    return testing.render_config(secrets, 'controlplane', 'https://10.5.0.10:6443', hostname='cp-1', extra_cluster=cluster)
+
+
+def _apply_until_done(applier, objects):
+    """Passes until one has no errors, as the lab's World runs them; the errors of every pass."""
+    seen = []
+
+    def done():
+        errors = applier.apply_pass(objects)
+        seen.append(errors)
+        return not errors, errors
+    Lab.wait_until(done, WAIT, what='the Talos manifests applied')
+    return seen
+
+
+def test_talos_templates_render_what_talos_applies_and_proxy_disabled_leaves_kube_proxy_out():
+    ids = [m['id'] for m in manifests.render(_config())['manifests']]
+    assert ids == ['00-kubelet-bootstrapping-token', '01-csr-approver-role-binding', '01-csr-node-bootstrap',
+                   '01-csr-renewal-role-binding', '10-kube-proxy', '11-core-dns', '11-core-dns-svc',
+                   '11-kube-config-in-cluster', '11-talos-node-rbac-template']
+    rendered = manifests.render(_config(proxy={'disabled': True}, inlineManifests=[{'name': 'widgets', 'contents': INLINE}]))
+    ids = [m['id'] for m in rendered['manifests']]
+    assert '10-kube-proxy' not in ids and ids[-1] == '99-widgets'
+    order = [(o['kind'], o['metadata']['name']) for o in manifests.apply_order(rendered['manifests'])]
+    assert order[:2] == [('Namespace', 'widgets'), ('CustomResourceDefinition', 'widgets.lab.example')]
+    with pytest.raises(manifests.ManifestError, match='decoding the machine config'):
+        manifests.render('version: v1alpha1\nmachine: {type: controlplane, unknownField: 1}\n')
+
+
+def test_manifests_are_applied_as_talos_applies_them(cp):
+    rendered = manifests.render(_config(inlineManifests=[{'name': 'widgets', 'contents': INLINE}]))
+    applier = manifests.ManifestApplier(cp)
+    _apply_until_done(applier, manifests.apply_order(rendered['manifests']))
+    coredns = cp.api('GET', '/apis/apps/v1/namespaces/kube-system/deployments/coredns')
+    assert coredns['spec']['template']['spec']['containers'][0]['image'].startswith('registry.k8s.io/coredns/coredns:')
+    assert coredns['metadata']['annotations']['config.k8s.io/owning-inventory'] == 'talos-bootstrap-manifests-inventory'
+    assert [(f['manager'], f['operation']) for f in coredns['metadata']['managedFields']][0] == ('talos', 'Apply')
+    assert cp.api('GET', '/api/v1/namespaces/kube-system/services/kube-dns')['spec']['clusterIP'] == '10.96.0.10'
+    assert cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy')['metadata']['name'] == 'kube-proxy'
+    widget = cp.api('GET', '/apis/lab.example/v1/namespaces/widgets/widgets/w1')
+    assert widget['spec'] == {'size': 3}
+    # Talos creates what is missing and never updates: a changed object stays as it is after another pass
+    cp.api('PATCH', '/apis/lab.example/v1/namespaces/widgets/widgets/w1', {'spec': {'size': 5}},
+           content_type='application/merge-patch+json')
+    assert manifests.ManifestApplier(cp).apply_pass(manifests.apply_order(rendered['manifests'])) == []
+    assert cp.api('GET', '/apis/lab.example/v1/namespaces/widgets/widgets/w1')['spec'] == {'size': 5}
+
+
+def test_a_custom_resource_before_its_crd_fails_the_pass_and_is_applied_once_the_crd_is_served(cp):
+    crd = json.loads(json.dumps(WIDGET_CRD).replace('widget', 'gadget').replace('Widget', 'Gadget'))
+    gadget = {'apiVersion': 'lab.example/v1', 'kind': 'Gadget', 'metadata': {'name': 'g1'}, 'spec': {'size': 1}}
+    applier = manifests.ManifestApplier(cp)
+    errors = applier.apply_pass([gadget])
+    assert errors == ['error creating mapping for object lab.example/v1/Gadget/g1: no matches for kind "Gadget" in version "lab.example/v1"']
+    _apply_until_done(applier, [crd, gadget])
+    # no namespace in the document: Talos puts a namespaced object in default
+    assert cp.api('GET', '/apis/lab.example/v1/namespaces/default/gadgets/g1')['spec'] == {'size': 1}
+
+
+def _ready(cp, name):
+    return next(c for c in cp.api('GET', '/api/v1/nodes/' + name)['status'].get('conditions') or [{'type': 'Ready'}]
+                if c['type'] == 'Ready')
+
+
+def test_a_node_is_not_ready_for_its_network_until_a_cni_agent_runs_on_it(cp):
+    cp.register_node('cni-1', addresses=['127.0.0.31'])
+    cp.register_node('cni-2', addresses=['127.0.0.32'])
+    for name in ('cni-1', 'cni-2'):
+        Lab.wait_until(lambda name=name: (_ready(cp, name).get('status') == 'False', _ready(cp, name)), WAIT,
+                       what='%s NotReady as kubelet reports it' % name)
+    ready = _ready(cp, 'cni-1')
+    assert (ready['reason'], ready['message']) == ('KubeletNotReady', kubelet.NETWORK_NOT_READY)
+    # kube-controller-manager's own reaction to it: the not-ready NoSchedule taint
+    Lab.wait_until(lambda: ('node.kubernetes.io/not-ready' in [t['key'] for t in cp.api('GET', '/api/v1/nodes/cni-1')['spec'].get('taints', [])],
+                            cp.api('GET', '/api/v1/nodes/cni-1')['spec'].get('taints')), WAIT, what='the not-ready taint on cni-1')
+    agent = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'cilium-cni-1', 'labels': {'k8s-app': 'cilium'}},
+             'spec': {'nodeName': 'cni-1', 'tolerations': [{'operator': 'Exists'}],
+                      'containers': [{'name': 'cilium-agent', 'image': 'quay.io/cilium/cilium:v1.18.0'}]}}
+    # a pod is refused until kube-controller-manager has made the namespace's default ServiceAccount
+    Lab.wait_until(lambda: (any(sa['metadata']['name'] == 'default' for sa in cp.api('GET', '/api/v1/namespaces/kube-system/serviceaccounts')['items']),
+                            'no kube-system/default yet'), WAIT, what='ServiceAccount kube-system/default')
+    cp.api('POST', '/api/v1/namespaces/kube-system/pods', agent, expect=(201,))
+    Lab.wait_until(lambda: (_ready(cp, 'cni-1').get('status') == 'True', _ready(cp, 'cni-1')), WAIT, what='cni-1 Ready once its agent is')
+    assert (_ready(cp, 'cni-1')['reason'], _ready(cp, 'cni-1')['message']) == ('KubeletReady', 'kubelet is posting ready status')
+    # the node without an agent stays NotReady
+    assert _ready(cp, 'cni-2')['status'] == 'False'
