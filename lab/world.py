@@ -45,6 +45,35 @@ from lab.timing import PROFILES, Timing
 LOG = logging.getLogger('lab')
 
 EXTENSIONS = ('lab.talos', 'lab.k8s', 'lab.flux')
+# Which Kubernetes a lab runs: the hand-written lab/k8s (the default, still needed by the Flux simulation) or the upstream
+# control plane of lab/k8s_upstream (docs/lab-kubernetes.md). `python -m lab up --kubernetes NAME`, else this variable.
+KUBERNETES_ENV = 'PROXTALOS_LAB_KUBERNETES'
+KUBERNETES_WORLDS = {'lab': 'lab.k8s', 'upstream': 'lab.k8s_upstream'}
+# lab.flux with upstream Kubernetes: its Git server and the lab's repository serve (the preflight reads them), its Flux
+# simulation does not attach (it works on lab/k8s's store only; lab/flux/lab.py on_etcd_bootstrapped says so in the log)
+UPSTREAM_EXTENSIONS = ('lab.talos', 'lab.k8s_upstream', 'lab.flux')
+
+
+def kubernetes_world(name=None, environ=None):
+    """The Kubernetes a lab runs: name (from --kubernetes), else $PROXTALOS_LAB_KUBERNETES, else 'lab'.
+
+    ValueError naming where a wrong value came from."""
+    where = '--kubernetes'
+    if name is None:
+        name = (os.environ if environ is None else environ).get(KUBERNETES_ENV) or 'lab'
+        where = KUBERNETES_ENV
+    if name not in KUBERNETES_WORLDS:
+        raise ValueError('%s must be one of %s, got %r' % (where, ', '.join(KUBERNETES_WORLDS), name))
+    return name
+
+
+def extensions_for(kubernetes, extensions=None):
+    """The extensions of a lab running `kubernetes` ('lab' or 'upstream'): the default set for it, or the given ones
+    with its Kubernetes extension in place of the other's."""
+    if extensions is None:
+        return EXTENSIONS if kubernetes == 'lab' else UPSTREAM_EXTENSIONS
+    other = {v for k, v in KUBERNETES_WORLDS.items() if k != kubernetes}
+    return tuple(KUBERNETES_WORLDS[kubernetes] if name in other else name for name in extensions)
 MAX_EVENTS = 10000
 MAX_REQUESTS_KEPT = 20000
 

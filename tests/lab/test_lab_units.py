@@ -222,3 +222,25 @@ def test_repo_inventory_is_written_only_for_the_default_run_dir(tmp_path):
     assert LabOptions(run_dir=DEFAULT_RUN_DIR + '/').writes_repo_inventory is True
     assert LabOptions(run_dir=str(tmp_path)).writes_repo_inventory is False
     assert LabOptions(run_dir=str(tmp_path), repo_inventory=True).writes_repo_inventory is True
+
+
+# ---- which Kubernetes a lab runs: --kubernetes, else $PROXTALOS_LAB_KUBERNETES, else lab ------------------------------
+
+def _up_options(argv, monkeypatch, env=None):
+    from lab import cli  # pylint: disable=import-outside-toplevel
+    monkeypatch.delenv('PROXTALOS_LAB_KUBERNETES', raising=False)
+    if env is not None:
+        monkeypatch.setenv('PROXTALOS_LAB_KUBERNETES', env)
+    return cli.options_from(cli.build_parser().parse_args(['up'] + argv))
+
+
+def test_the_kubernetes_switch_selects_the_upstream_world(monkeypatch):
+    assert _up_options([], monkeypatch).extensions == ('lab.talos', 'lab.k8s', 'lab.flux')
+    upstream_set = ('lab.talos', 'lab.k8s_upstream', 'lab.flux')
+    assert _up_options(['--kubernetes', 'upstream'], monkeypatch).extensions == upstream_set
+    assert _up_options([], monkeypatch, env='upstream').extensions == upstream_set
+    # the option wins over the variable; given extensions get the chosen Kubernetes in place of the other
+    assert _up_options(['--kubernetes', 'lab'], monkeypatch, env='upstream').extensions == ('lab.talos', 'lab.k8s', 'lab.flux')
+    assert _up_options(['--extensions', 'talos,k8s'], monkeypatch, env='upstream').extensions == ('lab.talos', 'lab.k8s_upstream')
+    with pytest.raises(ValueError, match="PROXTALOS_LAB_KUBERNETES must be one of lab, upstream, got 'k3s'"):
+        _up_options([], monkeypatch, env='k3s')
