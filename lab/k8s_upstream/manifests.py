@@ -145,7 +145,7 @@ class ManifestApplier:
             except ControlPlaneError as exc:
                 if ' HTTP 404 ' not in str(exc):
                     raise
-            annotations = meta.setdefault('annotations', {})
+            annotations = meta['annotations'] = meta.get('annotations') or {}  # `annotations: null` in a document too
             if annotations.get(INVENTORY_ANNOTATION, INVENTORY_NAME) != INVENTORY_NAME:
                 errors.append('unexpected foreign inventory annotation on %s' % label)
                 continue

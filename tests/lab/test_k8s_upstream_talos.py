@@ -125,3 +125,46 @@ def test_a_node_is_not_ready_for_its_network_until_a_cni_agent_runs_on_it(cp):
     assert (_ready(cp, 'cni-1')['reason'], _ready(cp, 'cni-1')['message']) == ('KubeletReady', 'kubelet is posting ready status')
     # the node without an agent stays NotReady
     assert _ready(cp, 'cni-2')['status'] == 'False'
+
+
+# the cni role's Cilium values (roles/cni/defaults/main.yml cni_cilium_values) for a cluster named lab, id 1
+CILIUM_VALUES = {
+    'cluster': {'name': 'lab', 'id': 1}, 'ipam': {'mode': 'kubernetes'}, 'kubeProxyReplacement': True,
+    'k8sServiceHost': 'localhost', 'k8sServicePort': 7445, 'routingMode': 'native', 'autoDirectNodeRoutes': True,
+    'ipv4NativeRoutingCIDR': '10.244.0.0/16', 'cgroup': {'autoMount': {'enabled': False}, 'hostRoot': '/sys/fs/cgroup'},
+    'securityContext': {'capabilities': {
+        'ciliumAgent': ['CHOWN', 'KILL', 'NET_ADMIN', 'NET_RAW', 'IPC_LOCK', 'SYS_ADMIN', 'SYS_RESOURCE', 'DAC_OVERRIDE',
+                        'FOWNER', 'SETGID', 'SETUID'],
+        'cleanCiliumState': ['NET_ADMIN', 'SYS_ADMIN', 'SYS_RESOURCE']}},
+    'operator': {'replicas': 2},
+}
+
+
+def test_the_real_cilium_chart_inline_makes_every_node_ready(cp, tmp_path):
+    """`helm template` of the upstream chart (the cilium-chart component) as a Talos inline manifest: the real DaemonSet
+    controller makes an agent pod per node, kwok makes it Ready, and each Node's kubelet reports Ready."""
+    import os  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    from lab import upstream  # pylint: disable=import-outside-toplevel
+    helm = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), '.tools', 'bin', 'helm')
+    if not os.access(helm, os.X_OK):
+        pytest.skip('no helm in .tools/bin (make setup)')
+    values = tmp_path / 'values.json'
+    values.write_text(json.dumps(CILIUM_VALUES))
+    rendered = subprocess.run([helm, 'template', 'cilium', upstream.chart('cilium-chart'), '--namespace', 'kube-system',
+                               '-f', str(values)], capture_output=True, text=True, check=True, timeout=120).stdout
+    cp.register_node('cni-3', addresses=['127.0.0.33'])
+    objects = manifests.apply_order(manifests.render(_config(inlineManifests=[{'name': 'cilium', 'contents': rendered}]))['manifests'])
+    assert ('DaemonSet', 'cilium') in [(o['kind'], o['metadata']['name']) for o in objects]
+    _apply_until_done(manifests.ManifestApplier(cp), objects)
+    nodes = [n['metadata']['name'] for n in cp.api('GET', '/api/v1/nodes')['items']]
+
+    def every_node_ready():
+        seen = {name: _ready(cp, name).get('status') for name in nodes}
+        return set(seen.values()) == {'True'}, seen
+    Lab.wait_until(every_node_ready, WAIT, what='every Node Ready once the chart\'s agents are')
+    agents = cp.api('GET', '/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3Dcilium')['items']
+    assert {p['spec']['nodeName'] for p in agents if p['metadata']['name'].startswith('cilium-')} >= set(nodes)
+    daemonset = cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/cilium')
+    Lab.wait_until(lambda: (cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/cilium')['status'].get('numberReady')
+                            == len(nodes), daemonset['status']), WAIT, what='the cilium DaemonSet ready on every node')
