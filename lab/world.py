@@ -327,12 +327,27 @@ class World(object):
         self._control = ControlServer(self.paths.control, self.control, errors=(ValueError, KeyError, FaultError, LabError))
         await self._control.start()
         text = inventory.render(self.net, self.run_dir, self.options.control_planes, self.options.workers,
-                                list(self.options.pve_nodes))
+                                list(self.options.pve_nodes), extra_vars=self._inventory_vars())
         inventory.write(self.paths.hosts, text)
         if self.options.writes_repo_inventory:
             inventory.write(REPO_INVENTORY, text)
         write_file(self.paths.state, json.dumps(self.state(), indent=2) + '\n', 0o644)
         LOG.info('lab up: net %s, PVE %s, pid %d', self.net, self.pve.url, os.getpid())
+
+    def _inventory_vars(self):
+        """Vars of the cluster group that depend on the lab's Kubernetes. On upstream Kubernetes the cni stage uses the
+        upstream Cilium chart (`make setup` fetches it: lab.upstream.chart): Helm mode installs it, and inline mode reads
+        its `helm template` output from <run dir>/cilium-manifest.yaml, which the cni role's render_manifest entry point
+        writes (docs/lab-kubernetes.md). The lab/k8s world keeps the stand-in chart of inventories/lab/files."""
+        if 'lab.k8s_upstream' not in self.options.extensions:
+            return {}
+        from lab import upstream  # pylint: disable=import-outside-toplevel
+        try:
+            chart = upstream.chart('cilium-chart')
+        except upstream.UpstreamError as exc:
+            raise LabError('--kubernetes upstream: %s' % exc) from None
+        # inventories/lab/group_vars/all/cni.yml takes these over its stand-in files
+        return {'lab_cilium_chart': chart, 'lab_cilium_manifest': os.path.join(self.run_dir, 'cilium-manifest.yaml')}
 
     async def _install(self, name):
         try:
