@@ -169,6 +169,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         # before its CNI (lab/k8s_upstream/kubelet.py); False: kwok's own node-initialize stage makes it Ready at once
         self.nodes_wait_for_cni = nodes_wait_for_cni
         self._cni = None
+        self._crashloops = None  # lab/k8s_upstream/kubelet.py CrashLoops, started with the first crash-loop fault
         self.pki_dir = os.path.join(self.workdir, 'pki')
         self.log_dir = os.path.join(self.workdir, 'logs')
         self.processes = {}
@@ -472,9 +473,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM every process (the reverse order), wait for each with a deadline, SIGKILL what is left."""
-        if self._cni is not None:
-            self._cni.stop()
-            self._cni = None
+        for watcher in (self._cni, self._crashloops):
+            if watcher is not None:
+                watcher.stop()
+        self._cni = self._crashloops = None
         for name in reversed(self.ORDER):
             proc = self.processes.get(name)
             if proc is None or not proc.running:
@@ -593,6 +595,20 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         node lifecycle controller marks it Ready=Unknown (NodeStatusUnknown) with the unreachable taints after its
         grace period."""
         return self._kwok_label(name, None)
+
+    def crash_loop(self, node, workload='kube-system/cilium'):
+        """The pod of DaemonSet workload (NAMESPACE/NAME) on node crash-loops, as its kubelet reports it, until
+        clear_crash_loop(node) (lab/k8s_upstream/kubelet.py CrashLoops)."""
+        namespace, _slash, daemonset = workload.partition('/')
+        if not namespace or not daemonset or '/' in daemonset:
+            raise ControlPlaneError('workload must be NAMESPACE/DAEMONSET, got %r' % workload)
+        if self._crashloops is None:
+            self._crashloops = kubelet.CrashLoops(self).start()
+        self._crashloops.set(node, namespace, daemonset)
+
+    def clear_crash_loop(self, node):
+        if self._crashloops is not None:
+            self._crashloops.clear(node)
 
     def start_kubelet(self, name):
         """The node's kubelet runs again: kwok takes it back and reports it Ready."""

@@ -73,23 +73,25 @@ def _node_ready(node):
     return next((c for c in (node.get('status') or {}).get('conditions') or () if c.get('type') == 'Ready'), {})
 
 
-class CniReadiness:
-    """The kubelets' side: a Node NotReady for its network becomes Ready once a Ready CNI agent pod is bound to it.
+class _Watcher:
+    """Watches some lists of the API (each a watch with a deadline per request, renewed until stop()); every event calls
+    reconcile(), which a subclass defines, under one lock."""
 
-    Watches the agent pods and the Nodes (each a watch with a deadline per request, renewed until stop()); every event
-    reconciles all kwok-managed Nodes.
-    """
-
-    def __init__(self, plane, managed_label):
+    def __init__(self, plane):
         self.plane = plane
-        self.managed_label = managed_label
         self._stop = threading.Event()
         self._threads = []
         self._lock = threading.Lock()
 
+    def paths(self):
+        raise NotImplementedError
+
+    def reconcile(self):
+        raise NotImplementedError
+
     def start(self):
-        for path in ('/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR, '/api/v1/nodes?labelSelector=%s%%3D%s' % self.managed_label):
-            thread = threading.Thread(target=self._watch, args=(path,), name='lab-kubelet-cni ' + path, daemon=True)
+        for path in self.paths():
+            thread = threading.Thread(target=self._watch, args=(path,), name='lab-kubelet ' + path, daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
@@ -136,6 +138,18 @@ class CniReadiness:
                 self._stop.wait(1.0)
         session.close()
 
+
+class CniReadiness(_Watcher):
+    """The kubelets' side: a Node NotReady for its network becomes Ready once a Ready CNI agent pod is bound to it.
+    Watches the agent pods and the kwok Nodes; every event reconciles all kwok-managed Nodes."""
+
+    def __init__(self, plane, managed_label):
+        super().__init__(plane)
+        self.managed_label = managed_label
+
+    def paths(self):
+        return ('/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR, '/api/v1/nodes?labelSelector=%s%%3D%s' % self.managed_label)
+
     def reconcile(self):
         with self._lock:
             pods = self.plane.api('GET', '/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR)['items']
@@ -155,3 +169,95 @@ class CniReadiness:
         self.plane.api('PATCH', '/api/v1/nodes/%s/status' % name, {'status': {'conditions': [condition]}},
                        content_type='application/strategic-merge-patch+json')
         LOG.info('node %s: Ready (a CNI agent runs on it)', name)
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')
+
+
+def _pod_ready_conditions(ready, now):
+    return [{'type': kind, 'status': 'True' if ready else 'False', 'lastTransitionTime': now}
+            for kind in ('Ready', 'ContainersReady')]
+
+
+class CrashLoops(_Watcher):
+    """Fault k8s-crashloop: the pod of a DaemonSet on one node crash-loops, as its kubelet reports it.
+
+    kubelet's status of a container it keeps restarting: waiting, reason CrashLoopBackOff
+    (k8s.io/kubernetes@v1.36.3 pkg/kubelet/container/sync_result.go:77), message `back-off <delay> restarting failed
+    container=<name> pod=<name>_<namespace>(<uid>)` (pkg/kubelet/kuberuntime/kuberuntime_manager.go:1933, the pod as
+    pkg/kubelet/util/format/pod.go:28-40 prints it), the last run terminated with an error, a restart count, and the pod
+    Running but not Ready. Written as a patch of pods/<name>/status, as kubelet's status manager does. kwok leaves such
+    a pod alone (its pod-ready stage takes only Pending pods). When the fault is cleared the container runs: Ready.
+    Lab differences: the back-off shown is kubelet's maximum (5m0s) and the restart count is 1, not counting on.
+    """
+
+    def __init__(self, plane):
+        super().__init__(plane)
+        self.faults = {}      # node name -> (namespace, daemonset)
+        self.recovering = {}  # node name -> (namespace, daemonset) whose pod runs again on the next reconcile
+
+    def paths(self):
+        return ('/api/v1/pods?fieldSelector=status.phase%3DRunning',)
+
+    def set(self, node, namespace, daemonset):
+        with self._lock:
+            self.faults[node] = (namespace, daemonset)
+            self.recovering.pop(node, None)
+        self.reconcile()
+
+    def clear(self, node):
+        with self._lock:
+            gone = self.faults.pop(node, None)
+            if gone is not None:
+                self.recovering[node] = gone
+        self.reconcile()
+
+    @staticmethod
+    def _owned_by(pod, namespace, daemonset):
+        return pod['metadata']['namespace'] == namespace and any(
+            ref.get('kind') == 'DaemonSet' and ref.get('name') == daemonset for ref in pod['metadata'].get('ownerReferences') or ())
+
+    def reconcile(self):
+        with self._lock:
+            if not self.faults and not self.recovering:
+                return
+            pods = self.plane.api('GET', '/api/v1/pods?fieldSelector=status.phase%3DRunning')['items']
+            for pod in pods:
+                node = pod['spec'].get('nodeName')
+                if node in self.faults and self._owned_by(pod, *self.faults[node]):
+                    self._crash(pod)
+                elif node in self.recovering and self._owned_by(pod, *self.recovering[node]):
+                    self._run(pod)
+            self.recovering.clear()
+
+    def _patch(self, pod, status):
+        meta = pod['metadata']
+        self.plane.api('PATCH', '/api/v1/namespaces/%s/pods/%s/status' % (meta['namespace'], meta['name']), {'status': status},
+                       content_type='application/strategic-merge-patch+json')
+
+    def _crash(self, pod):
+        meta = pod['metadata']
+        previous = {c['name']: c for c in pod['status'].get('containerStatuses') or ()}
+        if all(((previous.get(c['name']) or {}).get('state') or {}).get('waiting', {}).get('reason') == 'CrashLoopBackOff'
+               for c in pod['spec']['containers']):
+            return  # reported already
+        now = _now()
+        statuses = []
+        for container in pod['spec']['containers']:
+            before = previous.get(container['name']) or {}
+            statuses.append({
+                'name': container['name'], 'image': container.get('image', ''), 'imageID': before.get('imageID', ''),
+                'ready': False, 'started': False, 'restartCount': max(1, before.get('restartCount', 0)),
+                'state': {'waiting': {'reason': 'CrashLoopBackOff', 'message': 'back-off 5m0s restarting failed container=%s pod=%s_%s(%s)'
+                                      % (container['name'], meta['name'], meta['namespace'], meta['uid'])}},
+                'lastState': {'terminated': {'exitCode': 1, 'reason': 'Error', 'startedAt': now, 'finishedAt': now}}})
+        self._patch(pod, {'conditions': _pod_ready_conditions(False, now), 'containerStatuses': statuses})
+        LOG.info('pod %s/%s: CrashLoopBackOff (fault k8s-crashloop)', meta['namespace'], meta['name'])
+
+    def _run(self, pod):
+        now = _now()
+        statuses = []
+        for status in pod['status'].get('containerStatuses') or ():
+            statuses.append(dict(status, ready=True, started=True, state={'running': {'startedAt': now}}))
+        self._patch(pod, {'conditions': _pod_ready_conditions(True, now), 'containerStatuses': statuses})

@@ -19,7 +19,9 @@ this one): with it, a lab cluster's Kubernetes is etcd + kube-apiserver + kube-c
   control plane whose etcd was bootstrapped, and again from a control plane's config when its kubelet runs (Talos's
   manifest controllers run on every control plane); applied as Talos's ManifestApplyController applies them, retried
   with its backoff until a pass has no errors (a custom resource waits for its CRD).
-Not yet: faults, the Flux simulation (which works on lab/k8s's store).
+- fault k8s-crashloop (node; workload NAMESPACE/DAEMONSET): that pod crash-loops as kubelet reports it
+  (lab/k8s_upstream/kubelet.py CrashLoops).
+Not yet: the other kubelet faults (image pull, volume mount), the Flux simulation (which works on lab/k8s's store).
 """
 
 import asyncio
@@ -79,6 +81,7 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.waiting = {}    # cluster id -> [talos nodes whose kubelet ran before the API]
         self.nodes = {}      # talos node key -> (cluster id, Node name) of the kubelets that run
         self.appliers = {}   # cluster id -> ManifestApplier (its inventory lives as long as the control plane)
+        self.crashloop = {}  # node name -> NAMESPACE/DAEMONSET of the fault k8s-crashloop (applied to planes that start later too)
         self.applying = {}   # cluster id -> (config text, the asyncio task applying Talos's manifests from it)
 
     async def _blocking(self, function, *args, **kwargs):
@@ -114,6 +117,8 @@ class LabUpstreamKubernetes(KubeletVmHooks):
             return
         self.planes[cluster_id] = plane
         self.world.add_endpoint('k8s-api-%s' % endpoint, endpoint, API_PORT, 'https')
+        for target, workload in self.crashloop.items():
+            plane.crash_loop(target, workload)
         self.appliers[cluster_id] = talos_manifests.ManifestApplier(plane)
         self._apply_manifests(cluster_id, config)
         for waiting in self.waiting.pop(cluster_id, []):
@@ -189,6 +194,31 @@ class LabUpstreamKubernetes(KubeletVmHooks):
     async def on_node_shutdown(self, node):
         await self._kubelet_gone(node.key)
 
+    # --- faults (the names and targets lab/k8s registers, so the fault matrix can name either world) ------------------
+
+    def fault_crashloop(self, target, workload='kube-system/cilium'):
+        from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
+        if '/' not in workload:
+            raise FaultError('fault k8s-crashloop: workload must be NAMESPACE/DAEMONSET, got %r' % workload)
+        self.crashloop[target] = workload
+        for plane in self.planes.values():
+            try:
+                plane.crash_loop(target, workload)
+            except ControlPlaneError as exc:
+                raise FaultError('fault k8s-crashloop: %s' % exc) from None
+        return 'the %s pod on %s crash-loops' % (workload, target)
+
+    def clear_crashloop(self, target):
+        self.crashloop.pop(target, None)
+        for plane in self.planes.values():
+            plane.clear_crash_loop(target)
+
+    def register_faults(self, registry):
+        from lab.faults import Param  # pylint: disable=import-outside-toplevel
+        registry.register('k8s-crashloop', 'a DaemonSet pod (default: the Cilium agent) crash-loops on one node: CrashLoopBackOff '
+                          'as kubelet reports it, not Ready', 'node', self.fault_crashloop, self.clear_crashloop,
+                          params=[Param('workload', str, 'kube-system/cilium', 'NAMESPACE/DAEMONSET whose pod crash-loops')])
+
     async def close(self):
         for _text, task in self.applying.values():
             task.cancel()
@@ -220,6 +250,7 @@ def install(world):
     for source in (getattr(world, 'talos', None), world):
         if source is not None:
             source.add_listener(k8s)
+    k8s.register_faults(world.faults)
     world.add_status_section('k8s_upstream', k8s.status)
     world.add_shutdown_hook(k8s.close)
     return k8s

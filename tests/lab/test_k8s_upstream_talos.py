@@ -168,3 +168,33 @@ def test_the_real_cilium_chart_inline_makes_every_node_ready(cp, tmp_path):
     daemonset = cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/cilium')
     Lab.wait_until(lambda: (cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/cilium')['status'].get('numberReady')
                             == len(nodes), daemonset['status']), WAIT, what='the cilium DaemonSet ready on every node')
+
+
+def _agent_on(cp, node):
+    return next(p for p in cp.api('GET', '/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3Dcilium')['items']
+                if p['spec'].get('nodeName') == node and any(r['kind'] == 'DaemonSet' for r in p['metadata'].get('ownerReferences') or ()))
+
+
+def test_a_crash_looping_agent_is_reported_as_kubelet_reports_it_and_the_daemonset_counts_it_unready(cp):
+    """Runs after the real chart made every node Ready: the agent on cni-1 crash-loops, then runs again."""
+    ready_before = cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/cilium')['status']['numberReady']
+    cp.crash_loop('cni-1')
+
+    def crashing():
+        agent = _agent_on(cp, 'cni-1')
+        states = [s.get('state', {}).get('waiting', {}).get('reason') for s in agent['status'].get('containerStatuses') or ()]
+        return bool(states) and set(states) == {'CrashLoopBackOff'}, agent['status']
+    status = Lab.wait_until(crashing, WAIT, what='the agent on cni-1 in CrashLoopBackOff')
+    agent = _agent_on(cp, 'cni-1')
+    waiting = status['containerStatuses'][0]
+    assert waiting['state']['waiting']['message'] == 'back-off 5m0s restarting failed container=%s pod=%s_kube-system(%s)' % (
+        waiting['name'], agent['metadata']['name'], agent['metadata']['uid'])
+    assert waiting['restartCount'] >= 1 and waiting['lastState']['terminated']['reason'] == 'Error'
+    assert status['phase'] == 'Running'
+    assert [c['status'] for c in status['conditions'] if c['type'] == 'Ready'] == ['False']
+    # the real DaemonSet controller counts it
+    Lab.wait_until(lambda: (cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/cilium')['status'].get('numberReady')
+                            == ready_before - 1, ready_before), WAIT, what='numberReady one less')
+    cp.clear_crash_loop('cni-1')
+    Lab.wait_until(lambda: (cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/cilium')['status'].get('numberReady')
+                            == ready_before, ready_before), WAIT, what='numberReady back once the agent runs')

@@ -47,6 +47,10 @@ def test_cluster_bootstrap_starts_the_upstream_control_plane_and_kubelets_regist
         assert [(p['name'], p['healthy']) for p in cluster['processes']] == [
             ('etcd', True), ('kube-apiserver', True), ('kube-controller-manager', True), ('kube-scheduler', True), ('kwok', True)]
         pids = [p['pid'] for p in cluster['processes']]
+        # the kubelet fault of the upstream world, under lab/k8s's name (its effect: tests/lab/test_k8s_upstream_talos.py)
+        assert running.call(world.faults.apply('k8s-crashloop', 'worker-1')) is not None
+        assert world.k8s_upstream.crashloop == {'worker-1': 'kube-system/cilium'}
+        running.call(world.faults.clear('k8s-crashloop', 'worker-1'))
         # the worker's VM stops: its kubelet with it - kwok lets the Node go (kube-controller-manager then marks it
         # Unknown when its Lease runs out: tests/lab/test_k8s_upstream.py shows that part on a shorter clock)
         _ok(api, api.nodes('pve1').qemu(402).status.stop.post())
