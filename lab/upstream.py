@@ -165,15 +165,17 @@ def chart(name, declarations=DECLARATIONS):
 
 
 def module_dir(name, declarations=DECLARATIONS):
-    """The Go module cache directory of a go_module component's module, for files it ships (kwok's stages).
+    """The Go module cache directory of a go_module or chart component's module, for files it ships (kwok's stages,
+    Cilium's CRDs).
 
     `go mod download -json MODULE@VERSION`: instant when the setup build left the module in the module cache,
     else fetched from the Go module proxy.
     """
     spec = components(declarations).get(name)
-    if spec is None or 'go_module' not in spec:
-        raise UpstreamError('%s: not a go_module component in upstream/' % name)
-    ref = '%s@%s' % (spec['go_module']['module'], spec['go_module']['version'])
+    source = (spec or {}).get('go_module') or (spec or {}).get('chart')
+    if source is None:
+        raise UpstreamError('%s: not a go_module or chart component in upstream/' % name)
+    ref = '%s@%s' % (source['module'], source['version'])
     try:
         done = subprocess.run(['go', 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False, timeout=300,
                               env=dict(os.environ, GOTOOLCHAIN='local', GOFLAGS='-mod=mod'), cwd=str(ROOT))

@@ -170,6 +170,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         self.nodes_wait_for_cni = nodes_wait_for_cni
         self._cni = None
         self._crashloops = None  # lab/k8s_upstream/kubelet.py CrashLoops, started with the first crash-loop fault
+        self._cilium_nodes = None  # lab/k8s_upstream/kubelet.py CiliumNodes, with nodes_wait_for_cni
         self.pki_dir = os.path.join(self.workdir, 'pki')
         self.log_dir = os.path.join(self.workdir, 'logs')
         self.processes = {}
@@ -436,6 +437,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                 self._start_one(name, args, health_url, deadline)
             if self.with_kwok and self.nodes_wait_for_cni:
                 self._cni = kubelet.CniReadiness(self, KWOK_NODE_LABEL).start()
+                self._cilium_nodes = kubelet.CiliumNodes(self).start()
         except BaseException:
             self.stop()
             raise
@@ -473,10 +475,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM every process (the reverse order), wait for each with a deadline, SIGKILL what is left."""
-        for watcher in (self._cni, self._crashloops):
+        for watcher in (self._cni, self._crashloops, self._cilium_nodes):
             if watcher is not None:
                 watcher.stop()
-        self._cni = self._crashloops = None
+        self._cni = self._crashloops = self._cilium_nodes = None
         for name in reversed(self.ORDER):
             proc = self.processes.get(name)
             if proc is None or not proc.running:

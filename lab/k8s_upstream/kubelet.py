@@ -31,6 +31,8 @@ import threading
 import requests
 import yaml
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
+
 LOG = logging.getLogger('lab.k8s_upstream.kubelet')
 
 NETWORK_NOT_READY = ('container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady '
@@ -261,3 +263,75 @@ class CrashLoops(_Watcher):
         for status in pod['status'].get('containerStatuses') or ():
             statuses.append(dict(status, ready=True, started=True, state={'running': {'startedAt': now}}))
         self._patch(pod, {'conditions': _pod_ready_conditions(True, now), 'containerStatuses': statuses})
+
+
+CILIUM_NODE_CRD_FILE = 'pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnodes.yaml'
+OPERATOR_SELECTOR = 'io.cilium/app=operator'
+CRD_WAIT = 30.0
+
+
+class CiliumNodes(_Watcher):
+    """What the Cilium agent and operator write that the cni stage's world can see (github.com/cilium/cilium v1.18.2,
+    the module of the cilium-chart component):
+
+    - the operator registers Cilium's CRDs when it starts (operator/cmd/root.go:220 apis.RegisterCRDsCell;
+      pkg/k8s/apis/cilium.io/client/register.go:199 CreateCustomResourceDefinitions, the CRD documents embedded from
+      crds/v2/, register.go:228 for ciliumnodes.yaml): the lab creates ciliumnodes.cilium.io from that very file once an
+      operator pod is Ready (only that CRD, the one whose objects it imitates);
+    - each agent creates its node's CiliumNode (pkg/nodediscovery/nodediscovery.go:208-297 UpdateCiliumNodeResource,
+      282 Create) filled by mutateNodeResource (299-331: owner reference to its Node, the Node's labels and annotations,
+      the node's addresses; with ipam mode kubernetes the Node's podCIDRs, nodediscovery.go:324-331): the lab creates it
+      once that node's agent pod is Ready and the CRD is established. Left out: the agent's own addresses
+      (CiliumInternalIP, health, ingress), boot id, encryption; later updates.
+    """
+
+    def __init__(self, plane):
+        super().__init__(plane)
+        self._crd = None
+
+    def paths(self):
+        return ('/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR, '/api/v1/pods?labelSelector=' + OPERATOR_SELECTOR)
+
+    def _crd_document(self):
+        if self._crd is None:
+            from lab import upstream  # pylint: disable=import-outside-toplevel
+            import os  # pylint: disable=import-outside-toplevel
+            with open(os.path.join(upstream.module_dir('cilium-chart'), *CILIUM_NODE_CRD_FILE.split('/')), encoding='utf-8') as handle:
+                self._crd = yaml.safe_load(handle)
+        return self._crd
+
+    def _established(self):
+        try:
+            crd = self.plane.api('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ciliumnodes.cilium.io')
+        except Exception:  # pylint: disable=broad-except
+            return False
+        return any(c.get('type') == 'Established' and c.get('status') == 'True' for c in (crd.get('status') or {}).get('conditions') or ())
+
+    def reconcile(self):
+        with self._lock:
+            operators = self.plane.api('GET', '/api/v1/pods?labelSelector=' + OPERATOR_SELECTOR)['items']
+            if not any(_ready(p) for p in operators):
+                return
+            if not self._established():
+                self.plane.api('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', self._crd_document(), expect=(201, 409))
+                # as the operator, which waits for each CRD it creates to be Established (pkg/k8s/apis/crdhelpers/register.go:181)
+                result = _wait.wait_for(lambda: (self._established(), 'ciliumnodes.cilium.io not Established'), CRD_WAIT,
+                                        interval=0.1, backoff=1.5, max_interval=1.0, sink=None)
+                if not result.ok:
+                    LOG.warning('CRD ciliumnodes.cilium.io not Established within %.0f s; CiliumNodes wait for the next pod event', CRD_WAIT)
+                    return
+            agents = self.plane.api('GET', '/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR)['items']
+            present = {n['metadata']['name'] for n in self.plane.api('GET', '/apis/cilium.io/v2/ciliumnodes')['items']}
+            for node_name in sorted({p['spec'].get('nodeName') for p in agents if _ready(p)} - present - {None}):
+                node = self.plane.api('GET', '/api/v1/nodes/' + node_name)
+                meta, spec = node['metadata'], node.get('spec') or {}
+                resource = {
+                    'apiVersion': 'cilium.io/v2', 'kind': 'CiliumNode',
+                    'metadata': {'name': node_name, 'labels': meta.get('labels') or {}, 'annotations': meta.get('annotations') or {},
+                                 'ownerReferences': [{'apiVersion': 'v1', 'kind': 'Node', 'name': node_name, 'uid': meta['uid']}]},
+                    'spec': {'addresses': [{'type': a['type'], 'ip': a['address']} for a in (node.get('status') or {}).get('addresses') or ()
+                                           if a.get('type') in ('InternalIP', 'ExternalIP')],
+                             'ipam': {'podCIDRs': list(spec.get('podCIDRs') or [])}},
+                }
+                self.plane.api('POST', '/apis/cilium.io/v2/ciliumnodes', resource, expect=(201, 409))
+                LOG.info('CiliumNode %s created (its agent runs)', node_name)

@@ -198,3 +198,19 @@ def test_a_crash_looping_agent_is_reported_as_kubelet_reports_it_and_the_daemons
     cp.clear_crash_loop('cni-1')
     Lab.wait_until(lambda: (cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/cilium')['status'].get('numberReady')
                             == ready_before, ready_before), WAIT, what='numberReady back once the agent runs')
+
+
+def test_the_cilium_agents_and_operator_leave_a_ciliumnode_per_node(cp):
+    """Runs after the real chart made every node Ready: the operator's CRD, and a CiliumNode per node with an agent."""
+    crd = cp.api('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ciliumnodes.cilium.io')
+    assert crd['spec']['names']['kind'] == 'CiliumNode'
+    nodes = {n['metadata']['name']: n for n in cp.api('GET', '/api/v1/nodes')['items']}
+
+    def every_node():
+        found = {c['metadata']['name']: c for c in cp.api('GET', '/apis/cilium.io/v2/ciliumnodes')['items']}
+        return set(found) == set(nodes), sorted(found)
+    Lab.wait_until(every_node, WAIT, what='a CiliumNode per Node')
+    cilium_node = cp.api('GET', '/apis/cilium.io/v2/ciliumnodes/cni-1')
+    assert cilium_node['metadata']['ownerReferences'][0]['uid'] == nodes['cni-1']['metadata']['uid']
+    assert {'type': 'InternalIP', 'ip': '127.0.0.31'} in cilium_node['spec']['addresses']
+    assert cilium_node['spec']['ipam']['podCIDRs'] == nodes['cni-1']['spec'].get('podCIDRs', [])
