@@ -74,6 +74,8 @@ def extensions_for(kubernetes, extensions=None):
         return EXTENSIONS if kubernetes == 'lab' else UPSTREAM_EXTENSIONS
     other = {v for k, v in KUBERNETES_WORLDS.items() if k != kubernetes}
     return tuple(KUBERNETES_WORLDS[kubernetes] if name in other else name for name in extensions)
+
+
 MAX_EVENTS = 10000
 MAX_REQUESTS_KEPT = 20000
 

@@ -26,12 +26,15 @@ once a Ready pod labelled k8s-app=cilium is bound to the node (the agent has wri
 import datetime
 import json
 import logging
+import os
 import threading
 
 import requests
 import yaml
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
+
+from lab import upstream
 
 LOG = logging.getLogger('lab.k8s_upstream.kubelet')
 
@@ -294,8 +297,6 @@ class CiliumNodes(_Watcher):
 
     def _crd_document(self):
         if self._crd is None:
-            from lab import upstream  # pylint: disable=import-outside-toplevel
-            import os  # pylint: disable=import-outside-toplevel
             with open(os.path.join(upstream.module_dir('cilium-chart'), *CILIUM_NODE_CRD_FILE.split('/')), encoding='utf-8') as handle:
                 self._crd = yaml.safe_load(handle)
         return self._crd
