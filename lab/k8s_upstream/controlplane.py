@@ -475,9 +475,9 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM every process (the reverse order), wait for each with a deadline, SIGKILL what is left."""
-        for watcher in (self._cni, self._crashloops, self._cilium_nodes):
-            if watcher is not None:
-                watcher.stop()
+        watchers = [w for w in (self._cni, self._crashloops, self._cilium_nodes) if w is not None]
+        for watcher in watchers:
+            watcher.signal_stop()  # their open watches end when kube-apiserver does, below
         self._cni = self._crashloops = self._cilium_nodes = None
         for name in reversed(self.ORDER):
             proc = self.processes.get(name)
@@ -492,6 +492,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             except subprocess.TimeoutExpired:
                 os.killpg(proc.popen.pid, signal.SIGKILL)
                 proc.popen.wait(timeout=timeout)
+        for watcher in watchers:
+            watcher.stop()
         if self._session is not None:
             self._session.close()
             self._session = None

@@ -101,6 +101,10 @@ class _Watcher:
             self._threads.append(thread)
         return self
 
+    def signal_stop(self):
+        """Ask the watch threads to end (they do once their request returns); stop() then waits for them."""
+        self._stop.set()
+
     def stop(self, timeout=10.0):
         self._stop.set()
         for thread in self._threads:
