@@ -164,11 +164,31 @@ class CniReadiness(_Watcher):
             pods = self.plane.api('GET', '/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR)['items']
             with_agent = {p['spec'].get('nodeName') for p in pods if _ready(p) and not p['metadata'].get('deletionTimestamp')}
             nodes = self.plane.api('GET', '/api/v1/nodes?labelSelector=%s%%3D%s' % self.managed_label)['items']
+            self._pods_ready_again({n['metadata']['name'] for n in nodes if _node_ready(n).get('status') in ('True', 'False')})
             for node in nodes:
                 ready = _node_ready(node)
                 name = node['metadata']['name']
                 if name in with_agent and ready.get('status') == 'False' and ready.get('message') == NETWORK_NOT_READY:
                     self.set_ready(name)
+
+    def _pods_ready_again(self, running):
+        """A kubelet that runs again reports its pods' Ready condition from their containers (k8s.io/kubernetes@v1.36.3
+        pkg/kubelet/status/generate.go:126 GeneratePodReadyCondition: Ready when ContainersReady). While it was away,
+        kube-controller-manager set Ready False on them (pkg/controller/util/node/controller_utils.go:121
+        MarkPodsNotReady) and kwok's stages take only Pending pods, so the lab writes it back for the pods, on the nodes
+        whose kubelet runs (Ready True or False, not Unknown), whose containers are ready."""
+        if not running:
+            return
+        for pod in self.plane.api('GET', '/api/v1/pods')['items']:
+            if pod['spec'].get('nodeName') not in running or pod['metadata'].get('deletionTimestamp'):
+                continue
+            conditions = {c.get('type'): c.get('status') for c in (pod.get('status') or {}).get('conditions') or ()}
+            if conditions.get('ContainersReady') == 'True' and conditions.get('Ready') == 'False':
+                meta = pod['metadata']
+                self.plane.api('PATCH', '/api/v1/namespaces/%s/pods/%s/status' % (meta['namespace'], meta['name']),
+                               {'status': {'conditions': [{'type': 'Ready', 'status': 'True', 'lastTransitionTime': _now()}]}},
+                               content_type='application/strategic-merge-patch+json')
+                LOG.info('pod %s/%s: Ready again (its kubelet runs)', meta['namespace'], meta['name'])
 
     def set_ready(self, name):
         """Ready True as kubelet writes it when its runtime's network is ready (setters.go:484-490)."""

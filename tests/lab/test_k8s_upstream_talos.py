@@ -31,7 +31,9 @@ INLINE = '\n---\n'.join(json.dumps(doc) for doc in (
 
 @pytest.fixture(scope='module')
 def cp(tmp_path_factory):
-    plane = ControlPlane(str(tmp_path_factory.mktemp('controlplane')), nodes_wait_for_cni=True)
+    # a short node lease and node monitor (a time scale, as tests/lab/test_k8s_upstream.py): a stopped kubelet shows in seconds
+    plane = ControlPlane(str(tmp_path_factory.mktemp('controlplane')), nodes_wait_for_cni=True, node_lease_seconds=6,
+                         node_monitor=('1s', '8s'))
     plane.start()
     yield plane
     plane.stop()
@@ -214,3 +216,18 @@ def test_the_cilium_agents_and_operator_leave_a_ciliumnode_per_node(cp):
     assert cilium_node['metadata']['ownerReferences'][0]['uid'] == nodes['cni-1']['metadata']['uid']
     assert {'type': 'InternalIP', 'ip': '127.0.0.31'} in cilium_node['spec']['addresses']
     assert cilium_node['spec']['ipam']['podCIDRs'] == nodes['cni-1']['spec'].get('podCIDRs', [])
+
+
+def test_a_kubelet_that_comes_back_reports_its_pods_ready_again_and_its_node_ready(cp):
+    """Runs after the real chart made every node Ready: cni-2's kubelet stops (kube-controller-manager marks the Node
+    Unknown and its pods not Ready), then runs again: its pods Ready again, the Node NotReady for its network, then Ready."""
+    cp.stop_kubelet('cni-2')
+    Lab.wait_until(lambda: (_ready(cp, 'cni-2').get('status') == 'Unknown', _ready(cp, 'cni-2')), WAIT, what='cni-2 Unknown')
+
+    def agent_ready():
+        conditions = {c['type']: c['status'] for c in _agent_on(cp, 'cni-2')['status'].get('conditions') or ()}
+        return conditions.get('Ready'), conditions
+    Lab.wait_until(lambda: (agent_ready()[0] == 'False', agent_ready()[1]), WAIT, what='the agent on cni-2 marked not Ready')
+    cp.start_kubelet('cni-2')
+    Lab.wait_until(lambda: (agent_ready()[0] == 'True', agent_ready()[1]), WAIT, what='the agent on cni-2 Ready again')
+    Lab.wait_until(lambda: (_ready(cp, 'cni-2').get('status') == 'True', _ready(cp, 'cni-2')), WAIT, what='cni-2 Ready again')
