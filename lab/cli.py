@@ -16,7 +16,7 @@ from lab import DEFAULT_RUN_DIR, ROOT
 from lab.addresses import Net
 from lab.control import ControlError, LabNotRunning, call
 from lab.timing import PROFILES
-from lab.world import EXTENSIONS, LabError, LabOptions, RunPaths, World
+from lab.world import LabError, LabOptions, RunPaths, World, extensions_for, kubernetes_world
 
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
@@ -110,10 +110,13 @@ def wait_gone(pid, timeout):
 
 
 def options_from(args):
-    extensions = EXTENSIONS
+    extensions = None
     if args.extensions is not None:
         names = [n.strip() for n in args.extensions.split(',') if n.strip()]
         extensions = () if names == ['none'] else tuple(n if '.' in n else 'lab.' + n for n in names)
+    kubernetes = kubernetes_world(getattr(args, 'kubernetes', None))
+    if kubernetes == 'upstream' or extensions is None:
+        extensions = extensions_for(kubernetes, extensions)
     options = LabOptions(net=args.net, run_dir=os.path.abspath(args.run_dir), control_planes=args.control_planes,
                          workers=args.workers, profile=args.profile, time_scale=args.time_scale,
                          pve_nodes=tuple(n.strip() for n in args.pve_nodes.split(',') if n.strip()),
@@ -208,7 +211,9 @@ def detach(args, options, paths):
                '--control-planes', str(options.control_planes), '--workers', str(options.workers),
                '--profile', options.profile, '--time-scale', repr(options.time_scale),
                '--pve-nodes', ','.join(options.pve_nodes), '--pve-major', str(options.pve_major),
-               '--extensions', ','.join(options.extensions) or 'none']
+               '--extensions', ','.join(options.extensions) or 'none',
+               # the child must not read another Kubernetes from its environment than the one resolved here
+               '--kubernetes', 'upstream' if 'lab.k8s_upstream' in options.extensions else 'lab']
     if options.seed is not None:
         command += ['--seed', str(options.seed)]
     if options.owner_pid is not None:
@@ -461,6 +466,10 @@ def build_parser():
     up.add_argument('--seed', type=int, default=None, help='seed for the random delays and faults')
     up.add_argument('--extensions', default=None,
                     help='simulations to load: comma-separated (talos, k8s) or "none" (default: all there are)')
+    up.add_argument('--kubernetes', choices=('lab', 'upstream'), default=None,
+                    help='the lab\'s Kubernetes: lab (lab/k8s, with the Flux simulation) or upstream (etcd, kube-apiserver, '
+                         'kube-controller-manager, kube-scheduler, kwok; the Flux simulation does not attach to it); default $PROXTALOS_LAB_KUBERNETES, '
+                         'else lab')
     up.add_argument('--owner-pid', type=int, default=None,
                     help='stop the lab when this process ends (test sessions pass their own pid)')
     up.add_argument('--detach', action='store_true', help='run in the background; return once every listener answers')

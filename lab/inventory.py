@@ -60,8 +60,8 @@ def _flow(values):
     return '{' + ', '.join('%s: %s' % (k, _scalar(v)) for k, v in values.items()) + '}'
 
 
-def render(net, run_dir, control_planes, workers, pve_nodes):
-    """The hosts.yml text."""
+def render(net, run_dir, control_planes, workers, pve_nodes, extra_vars=None):
+    """The hosts.yml text; extra_vars (name -> value) are added to the cluster group's vars."""
     nodes = plan_nodes(net, control_planes, workers, pve_nodes)
     if "'" in run_dir or '"' in run_dir:
         raise ValueError('run dir must not contain quotes (it goes into a Jinja lookup), got %r' % run_dir)
@@ -90,6 +90,7 @@ def render(net, run_dir, control_planes, workers, pve_nodes):
         '    pve_ca_path: %s' % _scalar(os.path.join(run_dir, 'pve-ca.pem')),
         '    cluster_endpoint_host: %s' % net.endpoint_host,
     ]
+    lines += ['    %s: %s' % (name, _scalar(value)) for name, value in (extra_vars or {}).items()]
     return '\n'.join(lines) + '\n'
 
 

@@ -6,9 +6,13 @@ exactly one of
         built in a scratch module from the Go module proxy;
     "go_source": "tools/<dir>"
         a Go main package kept in this repository (own go.mod and go.sum);
+    "chart": {"module", "version", "path", "sum"}
+        a Helm chart shipped inside a Go module (a directory of it), fetched with `go mod download` from the
+        Go module proxy (which sum.golang.org verifies) and pinned by the module's go.sum hash `sum` (h1:...);
 and optionally "download": {"url", "sha256", "member"}, the official release, tried first.
 The binaries live in a per-machine cache outside the work tree:
     ${PROXTALOS_CACHE:-${XDG_CACHE_HOME:-~/.cache}/proxtalos}/bin/<name>/<version>[-<source hash>]/<name>
+and the charts in .../charts/<name>/<version>/<the chart directory's name>.
 A component built from Go source kept in this repository (`go_source`) has the sha256 of its files in
 the key, so an edit of the source is a new key. Standard library only: the setup script imports it.
 """
@@ -24,6 +28,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DECLARATIONS = ROOT / 'upstream'
 _NAME_RE = re.compile(r'^[a-z0-9][a-z0-9._-]*$')
 _SHA256_RE = re.compile(r'^[0-9a-f]{64}$')
+_GO_SUM_RE = re.compile(r'^h1:[A-Za-z0-9+/]{43}=$')
+SOURCES = ('go_module', 'go_source', 'chart')
 
 
 class UpstreamError(Exception):
@@ -60,11 +66,20 @@ def validate(spec, path):
     if pathlib.Path(path).stem != name:
         raise UpstreamError('%s: field name is %r but the file is named %s' % (where, name, pathlib.Path(path).name))
     _field(spec, where, 'version', str)
-    sources = [key for key in ('go_module', 'go_source') if key in spec]
+    sources = [key for key in SOURCES if key in spec]
     if len(sources) != 1:
-        raise UpstreamError('%s: exactly one of the fields go_module, go_source is needed (found: %s)'
-                            % (where, ', '.join(sources) or 'none'))
-    if 'go_module' in spec:
+        raise UpstreamError('%s: exactly one of the fields %s is needed (found: %s)'
+                            % (where, ', '.join(SOURCES), ', '.join(sources) or 'none'))
+    if 'chart' in spec:
+        chart = _field(spec, where, 'chart', dict)
+        for field in ('module', 'version', 'path', 'sum'):
+            if not isinstance(chart.get(field), str) or not chart[field]:
+                raise UpstreamError('%s: field chart.%s must be a non-empty string' % (where, field))
+        if os.path.isabs(chart['path']) or '..' in chart['path'].split('/'):
+            raise UpstreamError('%s: field chart.path must be a directory inside the module, not %r' % (where, chart['path']))
+        if not _GO_SUM_RE.match(chart['sum']):
+            raise UpstreamError('%s: field chart.sum must be the module\'s go.sum hash (h1: and 44 base64 characters)' % where)
+    elif 'go_module' in spec:
         module = _field(spec, where, 'go_module', dict)
         for field in ('module', 'version', 'package'):
             if not isinstance(module.get(field), str) or not module[field]:
@@ -117,7 +132,9 @@ def source_hash(directory, root=ROOT):
 
 
 def binary_path(spec, root=ROOT):
-    """Where a component's binary is (or will be) in the cache."""
+    """Where a component's binary (a chart: its directory) is, or will be, in the cache."""
+    if 'chart' in spec:
+        return cache_root() / 'charts' / spec['name'] / spec['version'] / pathlib.PurePosixPath(spec['chart']['path']).name
     key = spec['version']
     if 'go_source' in spec:
         key += '-' + source_hash(spec['go_source'], root)
@@ -136,16 +153,29 @@ def binary(name, declarations=DECLARATIONS):
     return str(path)
 
 
+def chart(name, declarations=DECLARATIONS):
+    """The directory of a fetched chart component; MissingBinary (saying to run make setup) when it is absent."""
+    spec = components(declarations).get(name)
+    if spec is None or 'chart' not in spec:
+        raise MissingBinary('%s: no upstream/%s.json declares it as a chart' % (name, name))
+    path = binary_path(spec)
+    if not (path / 'Chart.yaml').is_file():
+        raise MissingBinary('chart %s %s is not fetched (%s is missing): run `make setup`' % (name, spec['version'], path))
+    return str(path)
+
+
 def module_dir(name, declarations=DECLARATIONS):
-    """The Go module cache directory of a go_module component's module, for files it ships (kwok's stages).
+    """The Go module cache directory of a go_module or chart component's module, for files it ships (kwok's stages,
+    Cilium's CRDs).
 
     `go mod download -json MODULE@VERSION`: instant when the setup build left the module in the module cache,
     else fetched from the Go module proxy.
     """
     spec = components(declarations).get(name)
-    if spec is None or 'go_module' not in spec:
-        raise UpstreamError('%s: not a go_module component in upstream/' % name)
-    ref = '%s@%s' % (spec['go_module']['module'], spec['go_module']['version'])
+    source = (spec or {}).get('go_module') or (spec or {}).get('chart')
+    if source is None:
+        raise UpstreamError('%s: not a go_module or chart component in upstream/' % name)
+    ref = '%s@%s' % (source['module'], source['version'])
     try:
         done = subprocess.run(['go', 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False, timeout=300,
                               env=dict(os.environ, GOTOOLCHAIN='local', GOFLAGS='-mod=mod'), cwd=str(ROOT))

@@ -45,6 +45,37 @@ from lab.timing import PROFILES, Timing
 LOG = logging.getLogger('lab')
 
 EXTENSIONS = ('lab.talos', 'lab.k8s', 'lab.flux')
+# Which Kubernetes a lab runs: the hand-written lab/k8s (the default, still needed by the Flux simulation) or the upstream
+# control plane of lab/k8s_upstream (docs/lab-kubernetes.md). `python -m lab up --kubernetes NAME`, else this variable.
+KUBERNETES_ENV = 'PROXTALOS_LAB_KUBERNETES'
+KUBERNETES_WORLDS = {'lab': 'lab.k8s', 'upstream': 'lab.k8s_upstream'}
+# lab.flux with upstream Kubernetes: its Git server and the lab's repository serve (the preflight reads them), its Flux
+# simulation does not attach (it works on lab/k8s's store only; lab/flux/lab.py on_etcd_bootstrapped says so in the log)
+UPSTREAM_EXTENSIONS = ('lab.talos', 'lab.k8s_upstream', 'lab.flux')
+
+
+def kubernetes_world(name=None, environ=None):
+    """The Kubernetes a lab runs: name (from --kubernetes), else $PROXTALOS_LAB_KUBERNETES, else 'lab'.
+
+    ValueError naming where a wrong value came from."""
+    where = '--kubernetes'
+    if name is None:
+        name = (os.environ if environ is None else environ).get(KUBERNETES_ENV) or 'lab'
+        where = KUBERNETES_ENV
+    if name not in KUBERNETES_WORLDS:
+        raise ValueError('%s must be one of %s, got %r' % (where, ', '.join(KUBERNETES_WORLDS), name))
+    return name
+
+
+def extensions_for(kubernetes, extensions=None):
+    """The extensions of a lab running `kubernetes` ('lab' or 'upstream'): the default set for it, or the given ones
+    with its Kubernetes extension in place of the other's."""
+    if extensions is None:
+        return EXTENSIONS if kubernetes == 'lab' else UPSTREAM_EXTENSIONS
+    other = {v for k, v in KUBERNETES_WORLDS.items() if k != kubernetes}
+    return tuple(KUBERNETES_WORLDS[kubernetes] if name in other else name for name in extensions)
+
+
 MAX_EVENTS = 10000
 MAX_REQUESTS_KEPT = 20000
 
@@ -302,12 +333,27 @@ class World(object):
         self._control = ControlServer(self.paths.control, self.control, errors=(ValueError, KeyError, FaultError, LabError))
         await self._control.start()
         text = inventory.render(self.net, self.run_dir, self.options.control_planes, self.options.workers,
-                                list(self.options.pve_nodes))
+                                list(self.options.pve_nodes), extra_vars=self._inventory_vars())
         inventory.write(self.paths.hosts, text)
         if self.options.writes_repo_inventory:
             inventory.write(REPO_INVENTORY, text)
         write_file(self.paths.state, json.dumps(self.state(), indent=2) + '\n', 0o644)
         LOG.info('lab up: net %s, PVE %s, pid %d', self.net, self.pve.url, os.getpid())
+
+    def _inventory_vars(self):
+        """Vars of the cluster group that depend on the lab's Kubernetes. On upstream Kubernetes the cni stage uses the
+        upstream Cilium chart (`make setup` fetches it: lab.upstream.chart): Helm mode installs it, and inline mode reads
+        its `helm template` output from <run dir>/cilium-manifest.yaml, which the cni role's render_manifest entry point
+        writes (docs/lab-kubernetes.md). The lab/k8s world keeps the stand-in chart of inventories/lab/files."""
+        if 'lab.k8s_upstream' not in self.options.extensions:
+            return {}
+        from lab import upstream  # pylint: disable=import-outside-toplevel
+        try:
+            chart = upstream.chart('cilium-chart')
+        except upstream.UpstreamError as exc:
+            raise LabError('--kubernetes upstream: %s' % exc) from None
+        # inventories/lab/group_vars/all/cni.yml takes these over its stand-in files
+        return {'lab_cilium_chart': chart, 'lab_cilium_manifest': os.path.join(self.run_dir, 'cilium-manifest.yaml')}
 
     async def _install(self, name):
         try:

@@ -3,7 +3,9 @@
 Reads upstream/<name>.json (see lab/upstream.py and docs/lab-kubernetes.md). For each component
 whose binary is not cached yet: the official release download when the spec has one (short
 timeout, sha256 checked), else a build with Go: `go_module` in a scratch module from the Go module
-proxy, `go_source` from the repository's own directory. Components built from the same module at
+proxy, `go_source` from the repository's own directory; a `chart` is copied out of its Go module, which
+`go mod download` fetches from the proxy (sum.golang.org verifying it), after its hash is checked against
+the pinned go.sum hash. Components built from the same module at
 the same version with the same settings share one scratch module and one `go build`. A binary
 appears in the cache only complete (built into a temporary directory, then renamed).
 
@@ -223,6 +225,48 @@ def build_go_source(spec):
     say('%s: done in %d s' % (label, time.monotonic() - started))
 
 
+def fetch_chart(spec):
+    """A chart out of its Go module: `go mod download -json MODULE@VERSION`, its Sum checked against the pin, then the
+    chart directory copied into the cache (through a temporary directory, renamed into place)."""
+    pin = spec['chart']
+    ref = '%s@%s' % (pin['module'], pin['version'])
+    label = 'chart %s %s (%s %s)' % (spec['name'], spec['version'], ref, pin['path'])
+    say('%s: fetching from the Go module proxy' % label)
+    started = time.monotonic()
+    done = subprocess.run([_go(), 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False,
+                          env=dict(os.environ, GOTOOLCHAIN='local', GOFLAGS='-mod=mod'), cwd=str(ROOT))
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        answer = {}
+    if done.returncode != 0 or not answer.get('Dir'):
+        raise SetupError('%s: go mod download failed: %s' % (label, (answer.get('Error') or done.stderr or done.stdout).strip()[-500:]))
+    if answer.get('Sum') != pin['sum']:
+        raise SetupError('%s: the module\'s hash is %s, the pin (chart.sum) says %s' % (label, answer.get('Sum'), pin['sum']))
+    source = os.path.join(answer['Dir'], *pin['path'].split('/'))
+    if not os.path.isfile(os.path.join(source, 'Chart.yaml')):
+        raise SetupError('%s: %s has no Chart.yaml' % (label, pin['path']))
+    final = str(upstream.binary_path(spec))
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix='.tmp-', dir=parent)
+    try:
+        # the module cache's files are read-only: copy the contents, not the modes
+        shutil.copytree(source, os.path.join(staging, 'chart'), copy_function=shutil.copyfile)
+        for folder, dirs, files in os.walk(os.path.join(staging, 'chart')):
+            os.chmod(folder, 0o755)
+            for name in files:
+                os.chmod(os.path.join(folder, name), 0o644)
+        try:
+            os.rename(os.path.join(staging, 'chart'), final)
+        except OSError:
+            if not os.path.isfile(os.path.join(final, 'Chart.yaml')):  # another setup run put it there first: keep it
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    say('%s: done in %d s' % (label, time.monotonic() - started))
+
+
 # ---- main -------------------------------------------------------------------------------------
 
 def main(argv=None):
@@ -242,7 +286,7 @@ def main(argv=None):
         missing = []
         for name, spec in sorted(specs.items()):
             path = upstream.binary_path(spec)
-            present = path.is_file()
+            present = (path / 'Chart.yaml').is_file() if 'chart' in spec else path.is_file()
             if args.list:
                 say('%-26s %-10s %s%s' % (name, spec['version'], path, '' if present else ' (missing)'))
             elif present:
@@ -254,7 +298,9 @@ def main(argv=None):
         pending = [spec for spec in missing if not ('download' in spec and try_download(spec))]
         groups = {}
         for spec in pending:
-            if 'go_module' in spec:
+            if 'chart' in spec:
+                fetch_chart(spec)
+            elif 'go_module' in spec:
                 groups.setdefault(_group_key(spec), []).append(spec)
             else:
                 build_go_source(spec)

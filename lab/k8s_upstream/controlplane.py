@@ -34,6 +34,8 @@ from lab.cli import log_tail
 from lab.k8s import pki
 from lab.k8s.testing import write_kubeconfig
 
+from . import kubelet
+
 HOST = '127.0.0.1'
 # Talos's defaults for a cluster's networks: pkg/machinery@v1.13.9 constants/constants.go:894,897
 # (DefaultIPv4PodNet, DefaultIPv4ServiceNet); the first service address is the apiserver's Service IP.
@@ -60,7 +62,8 @@ KWOK_NODE_LABEL = ('kwok.x-k8s.io/node', 'fake')
 # The stages kwokctl gives a kwok it runs when none are configured (sigs.k8s.io/kwok@v0.8.0
 # pkg/kwokctl/runtime/cluster.go:185-209, getDefaultNodeStages/getDefaultPodStages 297-336), with the lease heartbeat
 # (kubelet's own: a Lease renewed in kube-node-lease) and its 40 s lease; read from the kwok module itself.
-KWOK_STAGE_FILES = ('kustomize/stage/node/fast/node-initialize.yaml',
+KWOK_NODE_INITIALIZE = 'kustomize/stage/node/fast/node-initialize.yaml'
+KWOK_STAGE_FILES = (KWOK_NODE_INITIALIZE,
                     'kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml',
                     'kustomize/stage/pod/fast/pod-ready.yaml',
                     'kustomize/stage/pod/fast/pod-complete.yaml',
@@ -145,7 +148,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     def __init__(self, workdir, admission_control=None, pod_subnet=DEFAULT_POD_SUBNET, service_subnet=DEFAULT_SERVICE_SUBNET,
                  ca=None, kwok=True, api_host=HOST, api_port=None, api_sans=(), node_lease_seconds=KWOK_NODE_LEASE_SECONDS,
-                 node_monitor=None):
+                 node_monitor=None, nodes_wait_for_cni=False):
         self.workdir = os.path.abspath(workdir)
         self.admission_control = DEFAULT_ADMISSION_CONTROL if admission_control is None else admission_control
         self.pod_subnet = pod_subnet
@@ -162,6 +165,12 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         # v1alpha1/defaults.go:46); shorter ones are a time scale for tests, as the lab's profiles scale its delays
         self.node_lease_seconds = node_lease_seconds
         self.node_monitor = node_monitor
+        # True: a Node is NotReady (NetworkPluginNotReady) until a Ready CNI agent pod runs on it, as on a Talos cluster
+        # before its CNI (lab/k8s_upstream/kubelet.py); False: kwok's own node-initialize stage makes it Ready at once
+        self.nodes_wait_for_cni = nodes_wait_for_cni
+        self._cni = None
+        self._crashloops = None  # lab/k8s_upstream/kubelet.py CrashLoops, started with the first crash-loop fault
+        self._cilium_nodes = None  # lab/k8s_upstream/kubelet.py CiliumNodes, with nodes_wait_for_cni
         self.pki_dir = os.path.join(self.workdir, 'pki')
         self.log_dir = os.path.join(self.workdir, 'logs')
         self.processes = {}
@@ -174,6 +183,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     def _path(self, name):
         return os.path.join(self.pki_dir, name)
+
+    def pki_file(self, name):
+        """The path of a file of <workdir>/pki: ca.crt, admin.crt, admin.key ..."""
+        return self._path(name)
 
     def _leaf(self, ca, name, common_name, organizations=(), server=False, ips=(), dns=()):
         cert, key = pki.issue(ca[0], ca[1], common_name, organizations, dns_names=dns, ip_addresses=ips, server=server)
@@ -240,7 +253,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         documents = []
         for rel in KWOK_STAGE_FILES:
             with open(os.path.join(module, rel), encoding='utf-8') as handle:
-                documents.append(handle.read().strip() + '\n')
+                text = handle.read()
+            if self.nodes_wait_for_cni and rel == KWOK_NODE_INITIALIZE:
+                text = kubelet.network_not_ready_stage(text)
+            documents.append(text.strip() + '\n')
         with open(self._path('kwok-stages.yaml'), 'w', encoding='utf-8') as handle:
             handle.write('---\n'.join(documents))
 
@@ -419,6 +435,9 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                     self._grant_kwok()
                 args, health_url = commands[name]
                 self._start_one(name, args, health_url, deadline)
+            if self.with_kwok and self.nodes_wait_for_cni:
+                self._cni = kubelet.CniReadiness(self, KWOK_NODE_LABEL).start()
+                self._cilium_nodes = kubelet.CiliumNodes(self).start()
         except BaseException:
             self.stop()
             raise
@@ -456,6 +475,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM every process (the reverse order), wait for each with a deadline, SIGKILL what is left."""
+        watchers = [w for w in (self._cni, self._crashloops, self._cilium_nodes) if w is not None]
+        for watcher in watchers:
+            watcher.signal_stop()  # their open watches end when kube-apiserver does, below
+        self._cni = self._crashloops = self._cilium_nodes = None
         for name in reversed(self.ORDER):
             proc = self.processes.get(name)
             if proc is None or not proc.running:
@@ -469,6 +492,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             except subprocess.TimeoutExpired:
                 os.killpg(proc.popen.pid, signal.SIGKILL)
                 proc.popen.wait(timeout=timeout)
+        for watcher in watchers:
+            watcher.stop()
         if self._session is not None:
             self._session.close()
             self._session = None
@@ -574,6 +599,20 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         node lifecycle controller marks it Ready=Unknown (NodeStatusUnknown) with the unreachable taints after its
         grace period."""
         return self._kwok_label(name, None)
+
+    def crash_loop(self, node, workload='kube-system/cilium'):
+        """The pod of DaemonSet workload (NAMESPACE/NAME) on node crash-loops, as its kubelet reports it, until
+        clear_crash_loop(node) (lab/k8s_upstream/kubelet.py CrashLoops)."""
+        namespace, _slash, daemonset = workload.partition('/')
+        if not namespace or not daemonset or '/' in daemonset:
+            raise ControlPlaneError('workload must be NAMESPACE/DAEMONSET, got %r' % workload)
+        if self._crashloops is None:
+            self._crashloops = kubelet.CrashLoops(self).start()
+        self._crashloops.set(node, namespace, daemonset)
+
+    def clear_crash_loop(self, node):
+        if self._crashloops is not None:
+            self._crashloops.clear(node)
 
     def start_kubelet(self, name):
         """The node's kubelet runs again: kwok takes it back and reports it Ready."""

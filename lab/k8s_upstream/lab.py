@@ -12,9 +12,16 @@ this one): with it, a lab cluster's Kubernetes is etcd + kube-apiserver + kube-c
 - a kubelet runs (on_kubelet_running): its Node registers with the Talos hostname, the node address, and the labels
   and taints Talos gives it; a kubelet that stops (Talos reboot, reset, shutdown; VM stop, reset, delete) is let go by
   kwok, so kube-controller-manager's node lifecycle controller marks its Node Unknown when its Lease runs out.
+- a Node is NotReady as its kubelet reports it (NetworkPluginNotReady) until a Ready pod labelled k8s-app=cilium runs
+  on it, then Ready (lab/k8s_upstream/kubelet.py).
 - `lab status` shows, per cluster, each process with its pid and health; the lab stopping stops them.
-Not yet: faults, the manifests Talos applies (CoreDNS, kube-proxy, inline
-manifests), the Flux simulation (which works on lab/k8s's store).
+- the manifests Talos applies (lab/k8s_upstream/manifests.py): rendered by Talos's own templates from the config of the
+  control plane whose etcd was bootstrapped, and again from a control plane's config when its kubelet runs (Talos's
+  manifest controllers run on every control plane); applied as Talos's ManifestApplyController applies them, retried
+  with its backoff until a pass has no errors (a custom resource waits for its CRD).
+- fault k8s-crashloop (node; workload NAMESPACE/DAEMONSET): that pod crash-loops as kubelet reports it
+  (lab/k8s_upstream/kubelet.py CrashLoops).
+Not yet: the other kubelet faults (image pull, volume mount), the Flux simulation (which works on lab/k8s's store).
 """
 
 import asyncio
@@ -23,6 +30,7 @@ import os
 import urllib.parse
 
 from ..kubelet_hooks import KubeletVmHooks
+from . import manifests as talos_manifests
 from .controlplane import DEFAULT_POD_SUBNET, DEFAULT_SERVICE_SUBNET, ControlPlane, ControlPlaneError, _is_ip
 
 LOG = logging.getLogger('lab.k8s_upstream')
@@ -72,6 +80,9 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.waiting = {}    # cluster id -> [talos nodes whose kubelet ran before the API]
         self.nodes = {}      # talos node key -> (cluster id, Node name) of the kubelets that run
         self.plane_listeners = []  # async fn(cluster_id, plane) after a control plane started (lab.flux_upstream)
+        self.appliers = {}   # cluster id -> ManifestApplier (its inventory lives as long as the control plane)
+        self.crashloop = {}  # node name -> NAMESPACE/DAEMONSET of the fault k8s-crashloop (applied to planes that start later too)
+        self.applying = {}   # cluster id -> (config text, the asyncio task applying Talos's manifests from it)
 
     def add_plane_listener(self, listener):
         """listener(cluster_id, plane), a coroutine function, is awaited after each control plane has started."""
@@ -100,7 +111,9 @@ class LabUpstreamKubernetes(KubeletVmHooks):
                              pod_subnet=(network.get('podSubnets') or [DEFAULT_POD_SUBNET])[0],
                              service_subnet=(network.get('serviceSubnets') or [DEFAULT_SERVICE_SUBNET])[0],
                              ca=(_text(ca_crt), _text(ca_key)), api_host=endpoint, api_port=API_PORT,
-                             api_sans=[node.address] + list(config.cert_sans or []))
+                             api_sans=[node.address] + list(config.cert_sans or []),
+                             # a Talos node's kubelet reports NotReady until its CNI agent runs (lab/k8s_upstream/kubelet.py)
+                             nodes_wait_for_cni=True)
         try:
             await self._blocking(plane.start)
         except ControlPlaneError as exc:
@@ -108,10 +121,50 @@ class LabUpstreamKubernetes(KubeletVmHooks):
             return
         self.planes[cluster_id] = plane
         self.world.add_endpoint('k8s-api-%s' % endpoint, endpoint, API_PORT, 'https')
+        for target, workload in self.crashloop.items():
+            plane.crash_loop(target, workload)
+        self.appliers[cluster_id] = talos_manifests.ManifestApplier(plane)
+        self._apply_manifests(cluster_id, config)
         for waiting in self.waiting.pop(cluster_id, []):
             await self.on_kubelet_running(waiting)
         for listener in self.plane_listeners:
             await listener(cluster_id, plane)
+
+    def _apply_manifests(self, cluster_id, config):
+        """Start (or restart, for another config) the cluster's Talos manifest apply in the background. The same config
+        again changes no Manifest resource, so Talos's controllers do not run again for it."""
+        text = config.text()
+        previous = self.applying.get(cluster_id)
+        if previous is not None:
+            if previous[0] == text:
+                return
+            previous[1].cancel()
+        self.applying[cluster_id] = (text, asyncio.get_running_loop().create_task(self._apply_until_done(cluster_id, text)))
+
+    async def _apply_until_done(self, cluster_id, config_text):
+        """Render, then apply passes until one has no errors, waiting between them as the controller runtime's
+        restart backoff does (lab/k8s_upstream/manifests.py cites it); the last errors are in the lab's log."""
+        applier = self.appliers[cluster_id]
+        try:
+            rendered = await self._blocking(talos_manifests.render, config_text)
+        except talos_manifests.ManifestError as exc:
+            LOG.error('cluster %s: Talos manifests not rendered: %s', cluster_id, exc)
+            return
+        for url in rendered['urls']:
+            LOG.warning('cluster %s: manifest %s is a URL the lab cannot fetch; not applied', cluster_id, url['url'])
+        objects = talos_manifests.apply_order(rendered['manifests'])
+        interval = talos_manifests.RETRY_INITIAL
+        while True:
+            try:
+                errors = await self._blocking(applier.apply_pass, objects)
+            except ControlPlaneError as exc:
+                errors = [str(exc)]
+            if not errors:
+                LOG.info('cluster %s: Talos manifests applied', cluster_id)
+                return
+            LOG.info('cluster %s: Talos manifest apply failed, again in %.1f s: %s', cluster_id, interval, '; '.join(errors))
+            await asyncio.sleep(interval)  # the imitated controller's restart backoff, not a wait on a condition
+            interval = min(interval * talos_manifests.RETRY_MULTIPLIER, talos_manifests.RETRY_MAX)
 
     async def on_kubelet_running(self, node):
         plane = self.planes.get(node.cluster_id)
@@ -125,6 +178,8 @@ class LabUpstreamKubernetes(KubeletVmHooks):
                              addresses=[node.address] if node.address else [],
                              node_info={'osImage': 'Talos (%s)' % node.running_version})
         self.nodes[node.key] = (node.cluster_id, name)
+        if config.control_plane:
+            self._apply_manifests(node.cluster_id, config)
 
     async def _kubelet_gone(self, key):
         """A node's kubelet stopped (Talos reboot, reset or shutdown; VM stop, reset or delete): kwok lets its Node go,
@@ -145,7 +200,36 @@ class LabUpstreamKubernetes(KubeletVmHooks):
     async def on_node_shutdown(self, node):
         await self._kubelet_gone(node.key)
 
+    # --- faults (the names and targets lab/k8s registers, so the fault matrix can name either world) ------------------
+
+    def fault_crashloop(self, target, workload='kube-system/cilium'):
+        from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
+        if '/' not in workload:
+            raise FaultError('fault k8s-crashloop: workload must be NAMESPACE/DAEMONSET, got %r' % workload)
+        self.crashloop[target] = workload
+        for plane in self.planes.values():
+            try:
+                plane.crash_loop(target, workload)
+            except ControlPlaneError as exc:
+                raise FaultError('fault k8s-crashloop: %s' % exc) from None
+        return 'the %s pod on %s crash-loops' % (workload, target)
+
+    def clear_crashloop(self, target):
+        self.crashloop.pop(target, None)
+        for plane in self.planes.values():
+            plane.clear_crash_loop(target)
+
+    def register_faults(self, registry):
+        from lab.faults import Param  # pylint: disable=import-outside-toplevel
+        registry.register('k8s-crashloop', 'a DaemonSet pod (default: the Cilium agent) crash-loops on one node: CrashLoopBackOff '
+                          'as kubelet reports it, not Ready', 'node', self.fault_crashloop, self.clear_crashloop,
+                          params=[Param('workload', str, 'kube-system/cilium', 'NAMESPACE/DAEMONSET whose pod crash-loops')])
+
     async def close(self):
+        for _text, task in self.applying.values():
+            task.cancel()
+        self.applying.clear()
+        self.appliers.clear()
         for cluster_id, plane in list(self.planes.items()):
             await self._blocking(plane.stop)
             self.world.remove_endpoint('k8s-api-%s' % plane.api_host)
@@ -172,6 +256,7 @@ def install(world):
     for source in (getattr(world, 'talos', None), world):
         if source is not None:
             source.add_listener(k8s)
+    k8s.register_faults(world.faults)
     world.add_status_section('k8s_upstream', k8s.status)
     world.add_shutdown_hook(k8s.close)
     return k8s

@@ -69,7 +69,28 @@ class StageCluster(object):
 
     @classmethod
     def start(cls, folder, **options):
-        return cls(start_lab(os.path.join(folder, 'lab'), **options), folder)
+        handle = cls(start_lab(os.path.join(folder, 'lab'), **options), folder)
+        try:
+            handle.render_cilium_manifest()
+        except BaseException:
+            handle.stop()
+            raise
+        return handle
+
+    def render_cilium_manifest(self):
+        """A lab on upstream Kubernetes names its inline Cilium manifest in the run dir (the upstream chart's `helm
+        template` output, lab/world.py _inventory_vars); write it with the cni role's render_manifest entry point, as a
+        user does once (docs/stages/cni.md). A lab/k8s lab ships its manifest: nothing to do."""
+        manifest = (self.hosts['cluster'].get('vars') or {}).get('lab_cilium_manifest')
+        if not manifest or os.path.exists(manifest):
+            return
+        playbook = os.path.join(self.folder, 'render-cilium.yml')
+        with open(playbook, 'w', encoding='utf-8') as handle:
+            handle.write('- hosts: controlplane[0]\n  gather_facts: false\n  tasks:\n'
+                         '    - ansible.builtin.import_role:\n        name: proxtalos.cluster.cni\n'
+                         '        tasks_from: render_manifest\n')
+        run = self.playbook(playbook, timeout=300)
+        assert run.rc == 0 and os.path.exists(manifest), 'rendering %s: %s' % (manifest, run.explain())
 
     def stop(self):
         self.lab.stop()

@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 from k8s_stages_lab import PLAYBOOK_BIN, StageCluster
 
 pytestmark = [
@@ -93,6 +94,16 @@ def test_out_of_attempts_it_fails_naming_the_node_the_evidence_and_the_steps_tri
 
 def test_with_remediation_off_the_gates_name_the_notready_worker_and_nothing_is_rebooted(cluster):
     cluster.stick_kubelet('lab-w-2', p=1.0)
+
+    # The Node shows its kubelet stopped only once kube-controller-manager's node lifecycle controller has seen its
+    # Lease run out (upstream Kubernetes: 40 s lease, 50 s grace; the lab/k8s world at once): the gates judge the Node as
+    # kubectl shows it, so they run once kubectl shows it not Ready
+    def not_ready():
+        node = cluster.kubectl_json('get', 'node', 'lab-w-2')
+        ready = [c['status'] for c in node['status'].get('conditions') or () if c['type'] == 'Ready']
+        return ready != ['True'], ready
+    seen = _wait.wait_for(not_ready, 180, interval=0.5, backoff=1.5, max_interval=2.0)
+    assert seen.ok, 'lab-w-2 still Ready %s after its kubelet stopped' % seen.observation
     failed = cluster.site('--tags', 'cni', *FAST, '-e', 'cni_remediate=false', '-e', 'cni_agents_timeout=2',
                           '-e', 'cni_nodes_registered_timeout=2', '-e', 'cni_wait_sleep=1')
     assert failed.rc != 0

@@ -35,12 +35,22 @@ def test_cluster_bootstrap_starts_the_upstream_control_plane_and_kubelets_regist
         assert [a.address for a in worker.status.addresses if a.type == 'InternalIP'] == [worker_address]
         assert worker.status.node_info.os_image == 'Talos (%s)' % TALOS_VERSION
         assert worker.status.node_info.kubelet_version == 'v1.36.3'
+        # no CNI yet: NotReady as kubelet reports it, and Talos's manifests applied as Talos applies them
+        wait_until(lambda: ([c.reason for c in core.read_node('worker-1').status.conditions or () if c.type == 'Ready'] == ['KubeletNotReady'],
+                            core.read_node('worker-1').status.conditions), 'worker-1 NotReady for its network')
+        apps = kube_client.AppsV1Api(core.api_client)
+        coredns = wait_until(lambda: _found(apps.read_namespaced_deployment, 'coredns', 'kube-system'), 'CoreDNS applied by Talos')
+        assert coredns.metadata.managed_fields[0].manager == 'talos'
         status = running.call(world.status())['k8s_upstream']
         cluster = next(iter(status.values()))
         assert cluster['api'] == 'https://%s:6443' % world.net.endpoint_host
         assert [(p['name'], p['healthy']) for p in cluster['processes']] == [
             ('etcd', True), ('kube-apiserver', True), ('kube-controller-manager', True), ('kube-scheduler', True), ('kwok', True)]
         pids = [p['pid'] for p in cluster['processes']]
+        # the kubelet fault of the upstream world, under lab/k8s's name (its effect: tests/lab/test_k8s_upstream_talos.py)
+        assert running.call(world.faults.apply('k8s-crashloop', 'worker-1')) is not None
+        assert world.k8s_upstream.crashloop == {'worker-1': 'kube-system/cilium'}
+        running.call(world.faults.clear('k8s-crashloop', 'worker-1'))
         # the worker's VM stops: its kubelet with it - kwok lets the Node go (kube-controller-manager then marks it
         # Unknown when its Lease runs out: tests/lab/test_k8s_upstream.py shows that part on a shorter clock)
         _ok(api, api.nodes('pve1').qemu(402).status.stop.post())
@@ -51,6 +61,15 @@ def test_cluster_bootstrap_starts_the_upstream_control_plane_and_kubelets_regist
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def _found(read, *args):
+    try:
+        return True, read(*args)
+    except kube_client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        return False, 'HTTP 404'
 
 
 class _Config:  # pylint: disable=too-few-public-methods

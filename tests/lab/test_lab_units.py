@@ -1,5 +1,6 @@
 """The lab's pure parts: addresses, DHCP, timing, the fault registry, the inventory."""
 import asyncio
+import os
 
 import pytest
 import yaml
@@ -222,3 +223,55 @@ def test_repo_inventory_is_written_only_for_the_default_run_dir(tmp_path):
     assert LabOptions(run_dir=DEFAULT_RUN_DIR + '/').writes_repo_inventory is True
     assert LabOptions(run_dir=str(tmp_path)).writes_repo_inventory is False
     assert LabOptions(run_dir=str(tmp_path), repo_inventory=True).writes_repo_inventory is True
+
+
+# ---- which Kubernetes a lab runs: --kubernetes, else $PROXTALOS_LAB_KUBERNETES, else lab ------------------------------
+
+def _up_options(argv, monkeypatch, env=None):
+    from lab import cli  # pylint: disable=import-outside-toplevel
+    monkeypatch.delenv('PROXTALOS_LAB_KUBERNETES', raising=False)
+    if env is not None:
+        monkeypatch.setenv('PROXTALOS_LAB_KUBERNETES', env)
+    return cli.options_from(cli.build_parser().parse_args(['up'] + argv))
+
+
+def test_the_kubernetes_switch_selects_the_upstream_world(monkeypatch):
+    assert _up_options([], monkeypatch).extensions == ('lab.talos', 'lab.k8s', 'lab.flux')
+    upstream_set = ('lab.talos', 'lab.k8s_upstream', 'lab.flux')
+    assert _up_options(['--kubernetes', 'upstream'], monkeypatch).extensions == upstream_set
+    assert _up_options([], monkeypatch, env='upstream').extensions == upstream_set
+    # the option wins over the variable; given extensions get the chosen Kubernetes in place of the other
+    assert _up_options(['--kubernetes', 'lab'], monkeypatch, env='upstream').extensions == ('lab.talos', 'lab.k8s', 'lab.flux')
+    assert _up_options(['--extensions', 'talos,k8s'], monkeypatch, env='upstream').extensions == ('lab.talos', 'lab.k8s_upstream')
+    with pytest.raises(ValueError, match="PROXTALOS_LAB_KUBERNETES must be one of lab, upstream, got 'k3s'"):
+        _up_options([], monkeypatch, env='k3s')
+
+
+def test_a_lab_on_upstream_kubernetes_names_the_upstream_cilium_chart_in_its_inventory():
+    import types  # pylint: disable=import-outside-toplevel
+    from lab import upstream  # pylint: disable=import-outside-toplevel
+    from lab.world import World  # pylint: disable=import-outside-toplevel
+
+    def lab_vars(extensions):
+        return World._inventory_vars(types.SimpleNamespace(options=types.SimpleNamespace(extensions=extensions),  # pylint: disable=protected-access
+                                                           run_dir='/r/lab/run'))
+    assert lab_vars(('lab.talos', 'lab.k8s', 'lab.flux')) == {}
+    wanted = {'lab_cilium_chart': upstream.chart('cilium-chart'), 'lab_cilium_manifest': '/r/lab/run/cilium-manifest.yaml'}
+    assert lab_vars(('lab.talos', 'lab.k8s_upstream', 'lab.flux')) == wanted
+    text = inventory.render(Net('127.0.10'), '/r/lab/run', 1, 0, ['pve1'], extra_vars=wanted)
+    assert {k: v for k, v in yaml.safe_load(text)['cluster']['vars'].items() if k in wanted} == wanted
+    # inventories/lab/group_vars/all/cni.yml takes them over its stand-in chart and manifest
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           'inventories', 'lab', 'group_vars', 'all', 'cni.yml'), encoding='utf-8') as handle:
+        cni = yaml.safe_load(handle)
+    assert cni['cni_helm_chart_ref'].startswith('{{ lab_cilium_chart | default(')
+    assert cni['cni_cilium_manifest'].startswith('{{ lab_cilium_manifest | default(')
+
+
+def test_a_lab_on_upstream_kubernetes_without_the_fetched_chart_refuses_to_start_naming_it(tmp_path, monkeypatch):
+    import types  # pylint: disable=import-outside-toplevel
+    from lab.world import LabError, World  # pylint: disable=import-outside-toplevel
+    monkeypatch.setenv('PROXTALOS_CACHE', str(tmp_path / 'empty-cache'))
+    fake = types.SimpleNamespace(options=types.SimpleNamespace(extensions=('lab.talos', 'lab.k8s_upstream')), run_dir=str(tmp_path))
+    with pytest.raises(LabError, match=r'--kubernetes upstream: chart cilium-chart 1.18.2 is not fetched .* run `make setup`'):
+        World._inventory_vars(fake)  # pylint: disable=protected-access

@@ -104,3 +104,40 @@ def test_the_kubernetes_binaries_are_one_build_and_etcd_another():
     assert sorted(groups.values()) == [['etcd'], ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler'], ['kwok']]
     assert SCRIPT._binary_name('go.etcd.io/etcd/server/v3') == 'server'  # pylint: disable=protected-access
     assert SCRIPT._binary_name('k8s.io/kubernetes/cmd/kube-apiserver') == 'kube-apiserver'  # pylint: disable=protected-access
+
+
+# ---- charts out of Go modules -----------------------------------------------------------------------------------------
+
+def _chart_spec(**chart):
+    pin = {'module': 'sigs.k8s.io/kwok', 'version': 'v0.8.0', 'path': 'charts/kwok',
+           'sum': 'h1:' + 'A' * 43 + '='}
+    pin.update(chart)
+    return {'name': 'kwok-chart', 'version': '0.8.0', 'chart': pin}
+
+
+def test_a_chart_declaration_is_checked_field_by_field():
+    assert upstream.validate(_chart_spec(), 'kwok-chart.json')['chart']['path'] == 'charts/kwok'
+    with pytest.raises(upstream.UpstreamError, match=r'kwok-chart.json: field chart.sum must be the module\'s go.sum hash'):
+        upstream.validate(_chart_spec(sum='sha256:abc'), 'kwok-chart.json')
+    with pytest.raises(upstream.UpstreamError, match='field chart.path must be a directory inside the module'):
+        upstream.validate(_chart_spec(path='../elsewhere'), 'kwok-chart.json')
+    with pytest.raises(upstream.UpstreamError, match='exactly one of the fields go_module, go_source, chart is needed'):
+        upstream.validate(dict(_chart_spec(), go_source='tools/x'), 'kwok-chart.json')
+
+
+def test_a_chart_whose_module_hash_is_not_the_pin_is_refused_and_nothing_is_cached(tmp_path, monkeypatch):
+    # kwok's module is what the lab's kwok stages come from (lab/k8s_upstream): on this machine already, or one download
+    monkeypatch.setenv('PROXTALOS_CACHE', str(tmp_path / 'cache'))
+    spec = _chart_spec()
+    with pytest.raises(SCRIPT.SetupError, match=r'the module\'s hash is h1:\S+, the pin \(chart.sum\) says h1:AAAA'):
+        SCRIPT.fetch_chart(spec)
+    assert not os.path.exists(upstream.binary_path(spec))
+
+
+def test_the_cilium_chart_is_pinned_to_the_module_and_fetched_as_the_module_has_it():
+    spec = upstream.components()['cilium-chart']
+    assert spec['chart']['module'] == 'github.com/cilium/cilium' and spec['chart']['version'] == 'v' + spec['version']
+    path = upstream.chart('cilium-chart')
+    with open(os.path.join(path, 'Chart.yaml'), encoding='utf-8') as handle:
+        text = handle.read()
+    assert 'name: cilium\n' in text and 'version: %s\n' % spec['version'] in text
