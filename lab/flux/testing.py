@@ -1,7 +1,7 @@
 """A Flux-ready lab cluster on a thread, for tests of the Flux simulation (no World, no Talos).
 
     with FluxLab() as flux:                      # cp-1 + w-1..w-3 registered, a Cilium agent on each (Ready)
-        flux.install_components()                # the gotk components manifest of the flux role (SSA)
+        flux.install_components()                # Flux's pinned upstream manifests, as the flux role applies them
         flux.sync(path='./clusters/lab')         # credentials Secret, GitRepository + Kustomization flux-system
                                                  # (and the CSI config Secret the tree's CSI controller mounts)
         flux.wait_ready()                        # every GitRepository/Kustomization Ready
