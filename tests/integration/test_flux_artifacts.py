@@ -91,14 +91,11 @@ def test_a_file_that_is_not_the_pinned_one_fails_naming_it_and_both_hashes_and_i
         handle.write(b'# not upstream\n')
     result = run(tmp_path, '-e', 'flux_artifacts_local_dir=%s' % local)
     assert result.rc != 0
-    items = result.result_values('Download the pinned upstream artifacts')[0]['results']
-    failed = [r for r in items if 'did not match' in r.get('msg', '')]
-    assert len(failed) == 1 and result.failure_messages() == [
-        ('proxtalos.cluster.flux : Download the pinned upstream artifacts, each checked against its sha256',
-         'One or more items failed')], (failed, result.explain())
-    label = failed[0]['_ansible_item_label']
-    assert entry['path'] in label and entry['repo'] in label and entry['ref'] in label and entry['sha256'] in label
-    assert entry['sha256'] in failed[0]['msg'] and sha256(tampered) in failed[0]['msg'], failed[0]['msg']
+    messages = dict(result.failure_messages())
+    named = messages.get('proxtalos.cluster.flux : The pinned upstream artifacts that could not be had (nothing applied)')
+    assert named == ('artifact %s@%s %s (from file://%s): sha256 %s, but the pin says %s (roles/flux/vars/artifacts.yml); '
+                     'nothing was applied' % (entry['repo'], entry['ref'], entry['path'], tampered, sha256(tampered),
+                                              entry['sha256'])), result.explain()
     assert not os.path.exists(tmp_path / 'artifacts' / 'upstream' / entry['repo'] / entry['ref'] / entry['path'])
 
 
@@ -118,6 +115,10 @@ def test_the_lab_mirror_serves_exactly_the_pinned_bytes_over_https_with_its_ca(t
             urllib.request.urlopen(mirror.url + artifacts.url_path(artifacts.files()[0]),
                                    context=ssl.create_default_context(), timeout=10)
         # the role, operator method, from the mirror trusted through the lab's CA
+        untrusted = run(tmp_path, '-e', 'flux_artifacts_base_url=%s' % mirror.url, method='operator')
+        assert untrusted.rc != 0 and 'CERTIFICATE_VERIFY_FAILED' in str(untrusted.failure_messages()), untrusted.explain()
+        assert not (tmp_path / 'artifacts' / 'upstream' / 'controlplaneio-fluxcd').exists() or not any(
+            files for _d, _s, files in os.walk(tmp_path / 'artifacts' / 'upstream'))
         result = run(tmp_path, '-e', 'flux_artifacts_base_url=%s' % mirror.url, '-e', 'flux_artifacts_ca_path=%s' % mirror.ca_path,
                      method='operator')
         assert result.rc == 0, result.explain()
