@@ -47,8 +47,10 @@ def run(tmp_path, *args, method='manifest'):
     return Run(subprocess.run(command + list(args), capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False))
 
 
-def downloaded(tmp_path, method='manifest', components=('source-controller', 'kustomize-controller', 'helm-controller',
-                                                         'notification-controller')):
+DEFAULT_COMPONENTS = ('source-controller', 'kustomize-controller', 'helm-controller', 'notification-controller')
+
+
+def downloaded(tmp_path, method='manifest', components=DEFAULT_COMPONENTS):
     """{local path: sha256} the role should have kept for the method."""
     out = {}
     for entry in artifacts.pins()['flux_operator' if method == 'operator' else 'flux']['files']:
