@@ -122,6 +122,7 @@ class LabFlux(object):
                 world.timing.register(kind, realistic, description)
         self._write_files()
         self.mirror = ArtifactMirror(world.run_dir).start()
+        world.add_endpoint('artifact-mirror', self.mirror.host, self.mirror.port, 'https')
 
     def _write_files(self):
         run_dir = self.world.run_dir
@@ -248,6 +249,9 @@ class LabFlux(object):
     def status(self):
         return {'git': {'url': self.git.url_for(LAB_REPO_PATH), 'directory': self.repo_dir, 'user': GIT_USER,
                         'down': sorted(self.git.down)},
+                'artifact_mirror': {'url': self.mirror.url, 'ca': self.mirror.ca_path, 'pinned_files': len(self.mirror.entries),
+                                    'requests': len(self.mirror.served),
+                                    'not_found': sorted(set(path for path, code in self.mirror.served if code == 404))},
                 'clusters': {str(cluster_id): flux.status() for cluster_id, flux in self.clusters.items()}}
 
 

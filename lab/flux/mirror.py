@@ -48,6 +48,7 @@ class ArtifactMirror(object):
         self._server = None
         self._thread = None
         self.url = None
+        self.port = None
         self.ca_path = os.path.join(run_dir, CA_FILE)
 
     def start(self):
@@ -75,7 +76,8 @@ class ArtifactMirror(object):
         self._server = http.server.ThreadingHTTPServer((self.host, 0), Handler)
         self._server.daemon_threads = True
         self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        self.url = 'https://%s:%d' % (self.host, self._server.server_address[1])
+        self.port = self._server.server_address[1]
+        self.url = 'https://%s:%d' % (self.host, self.port)
         _write(os.path.join(self.run_dir, URL_FILE), self.url + '\n', 0o644)
         self._thread = threading.Thread(target=self._server.serve_forever, name='artifact-mirror', daemon=True)
         self._thread.start()
