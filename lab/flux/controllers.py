@@ -75,7 +75,7 @@ DEPENDENCY_REQUEUE = 30.0
 REQUEUE_FLOOR = 0.5
 GIT_POLL_FLOOR = 2.0
 DEFAULT_COMPONENTS = ('source-controller', 'kustomize-controller', 'helm-controller', 'notification-controller')
-FLUX_VERSION = 'v2.9.4'  # the Flux release of the flux role's pinned manifests (roles/flux/vars/artifacts.yml)
+FLUX_VERSION = 'v2.9.5'  # the Flux release of the flux role's pinned manifests (roles/flux/vars/artifacts.yml)
 DELAY_KINDS = {
     'flux_git_fetch': ((1.0, 4.0), 'source-controller cloning a Git repository and storing the artifact'),
     'flux_reconcile': ((1.0, 3.0), 'kustomize-controller building and applying one Kustomization (flux-operator: one FluxInstance)'),
@@ -742,7 +742,7 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
     def components(self, instance):
         """The objects of the components a FluxInstance asks for, from Flux's distribution manifests: the pinned upstream
         files of the flux role's manifest method (roles/flux/vars/artifacts.yml, from the lab's artifact cache), the
-        same Flux v2.9.4 files flux-operator v0.59.0 carries under config/data/flux. As the operator's build does,
+        same Flux v2.9.5 files flux-operator v0.59.0 carries under config/data/flux. As the operator's build does,
         objects without a namespace go to the instance's namespace and the images to distribution.registry
         (upstream's files name them fluxcd/<controller>:<tag>). Unlike the real operator, the lab applies that one
         Flux version whatever distribution.version asks for."""

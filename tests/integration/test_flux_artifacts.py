@@ -111,7 +111,7 @@ def test_the_lab_mirror_serves_exactly_the_pinned_bytes_over_https_with_its_ca(t
             with urllib.request.urlopen(mirror.url + artifacts.url_path(entry), context=context, timeout=10) as answer:
                 assert hashlib.sha256(answer.read()).hexdigest() == entry['sha256'], entry['path']
         with pytest.raises(urllib.error.HTTPError) as unknown:
-            urllib.request.urlopen(mirror.url + '/fluxcd/flux2/v2.9.4/go.mod', context=context, timeout=10)
+            urllib.request.urlopen(mirror.url + '/fluxcd/flux2/v2.9.5/go.mod', context=context, timeout=10)
         assert unknown.value.code == 404
         with pytest.raises(urllib.error.URLError):  # a client that does not trust the lab's CA
             urllib.request.urlopen(mirror.url + artifacts.url_path(artifacts.files()[0]),
