@@ -117,7 +117,8 @@ def options_from(args):
     options = LabOptions(net=args.net, run_dir=os.path.abspath(args.run_dir), control_planes=args.control_planes,
                          workers=args.workers, profile=args.profile, time_scale=args.time_scale,
                          pve_nodes=tuple(n.strip() for n in args.pve_nodes.split(',') if n.strip()),
-                         seed=args.seed, extensions=extensions, owner_pid=args.owner_pid)
+                         pve_major=args.pve_major, seed=args.seed, extensions=extensions,
+                         owner_pid=args.owner_pid)
     options.validate()
     return options
 
@@ -185,8 +186,10 @@ def reuse_running(args, options, state):
     if not args.reuse:
         raise CliError('a lab is already running in %s; stop it with `python -m lab down --run-dir %s`, or pass --reuse'
                        % (where, options.run_dir))
-    wanted = {'net': str(Net(options.net)), 'control_planes': options.control_planes, 'workers': options.workers}
-    different = ['%s %s (asked for %s)' % (k, state.get(k), v) for k, v in wanted.items() if state.get(k) != v]
+    wanted = {'net': str(Net(options.net)), 'control_planes': options.control_planes, 'workers': options.workers,
+              'pve_major': options.pve_major}
+    different = ['%s %s (asked for %s)' % (k, state.get(k, 9 if k == 'pve_major' else None), v)
+                 for k, v in wanted.items() if state.get(k, 9 if k == 'pve_major' else None) != v]
     if different:
         raise CliError('a lab is running in %s with %s; stop it first with `python -m lab down --run-dir %s`'
                        % (where, ', '.join(different), options.run_dir))
@@ -204,7 +207,7 @@ def detach(args, options, paths):
     command = [sys.executable, '-m', 'lab', 'up', '--net', options.net, '--run-dir', paths.run_dir,
                '--control-planes', str(options.control_planes), '--workers', str(options.workers),
                '--profile', options.profile, '--time-scale', repr(options.time_scale),
-               '--pve-nodes', ','.join(options.pve_nodes),
+               '--pve-nodes', ','.join(options.pve_nodes), '--pve-major', str(options.pve_major),
                '--extensions', ','.join(options.extensions) or 'none']
     if options.seed is not None:
         command += ['--seed', str(options.seed)]
@@ -453,6 +456,8 @@ def build_parser():
     up.add_argument('--profile', choices=PROFILES, default='realistic', help='delay profile (default realistic)')
     up.add_argument('--net', default='127.0.10', help='first three octets of the lab\'s loopback /24 (default 127.0.10)')
     up.add_argument('--pve-nodes', default='pve1', help='comma-separated PVE node names (default pve1)')
+    up.add_argument('--pve-major', type=int, default=9, choices=(8, 9),
+                    help='the PVE release the lab answers as: 9 (default) or 8 (privileges, guest agent, version)')
     up.add_argument('--seed', type=int, default=None, help='seed for the random delays and faults')
     up.add_argument('--extensions', default=None,
                     help='simulations to load: comma-separated (talos, k8s) or "none" (default: all there are)')
@@ -460,7 +465,7 @@ def build_parser():
                     help='stop the lab when this process ends (test sessions pass their own pid)')
     up.add_argument('--detach', action='store_true', help='run in the background; return once every listener answers')
     up.add_argument('--reuse', action='store_true',
-                    help='if a healthy lab with the same net and node counts runs in the run dir, use it')
+                    help='if a healthy lab with the same net, node counts and PVE major runs in the run dir, use it')
     up.add_argument('--start-timeout', type=float, default=START_TIMEOUT, help='seconds --detach waits (default 60)')
     up.set_defaults(func=cmd_up)
 

@@ -5,7 +5,8 @@ lab adds:
 
 - TLS with a CA of its own (pve-ca.pem) so clients verify the server, and an API token;
 - storages `local` (iso, vztmpl, import, snippets, backup) and `local-lvm` (images, rootdir), and a
-  `vmbr0` bridge per node served by GET /nodes/{node}/network[/{iface}];
+  `vmbr0` bridge per node served by GET /nodes/{node}/network[/{iface}], and the SDN VNet `labvnet` (zone
+  `labzone`) in that list for credentials that may see it; PUT /access/acl for the lab's admin;
 - VM power events: `LabVm` replaces fakepve's FakeVm; its `status` and `started_at` are observed,
   and `PowerEvents` turns their changes (and additions to / removals from `pve.vms`) into
   started, stopped, reset and deleted events;
@@ -80,6 +81,46 @@ LAB_ROLES = {
     '/sdn/zones/localnetwork': ('ProxtalosBridges', True, ('SDN.Use',)),
 }
 
+# The lab's SDN: one simple zone with one VNet on every node, beside the Linux bridge vmbr0 (pve-network
+# ecf98c5 src/PVE/Network/SDN.pm:311-352 get_local_vnets: a VNet is listed with type `vnet`, and only to
+# credentials with SDN.Audit or SDN.Use on /sdn/zones/<its zone>/<vnet> or one of its VLANs). The lab's token is
+# granted only the local zone (LAB_ROLES), so it sees and may use `labvnet` only once granted it.
+SDN_VNETS = {'labvnet': {'zone': 'labzone', 'vlanaware': False}}
+
+# The PVE releases the lab's PVE answers as (`python -m lab up --pve-major 8|9`): GET /version, the privileges PVE
+# knows, and what the guest agent's API asks for. fakepve answers PVE 9's schema; for PVE 8 the lab changes only
+# what the collection's table of privileges (plugins/module_utils/_proxmox_privileges.py) says differs:
+# - pve-access-control 8.2.2 (25dd375) src/PVE/AccessControl.pm:1040-1080 knows VM.Monitor and no VM.GuestAgent.*
+#   privilege (added by 922f710 "add VM.GuestAgent privileges"; VM.Monitor dropped by 0706945, both in 9.x);
+# - qemu-server 8.3.13 (c2287c17) PVE/API2/Qemu/Agent.pm:133-146: every agent command needs VM.Monitor on
+#   /vms/{vmid} (PVE 9: VM.GuestAgent.Audit or .Unrestricted, qemu-server b92a40ce);
+# - the version is pve-manager's (8.4.1: 2a5fa54a; 9: fakepve's own answer).
+PVE_RELEASES = {
+    9: {'version': None, 'release': None},
+    8: {'version': '8.4.1', 'release': '8.4'},
+}
+PVE8_AGENT_PRIVILEGE = 'VM.Monitor'
+
+
+def pve_privileges(major):
+    """The privileges PVE of this major release knows."""
+    if major == 8:
+        return frozenset([p for p in fakepve.shapes.PRIVILEGES if not p.startswith('VM.GuestAgent.')]
+                         + [PVE8_AGENT_PRIVILEGE])
+    return frozenset(fakepve.shapes.PRIVILEGES)
+
+
+def lab_roles(major):
+    """LAB_ROLES as the documented role is for this PVE major: on PVE 8, VM.Monitor for the guest agent."""
+    if major == 9:
+        return LAB_ROLES
+    roles = dict(LAB_ROLES)
+    name, propagate, privileges = roles['/vms']
+    roles['/vms'] = (name, propagate, tuple(PVE8_AGENT_PRIVILEGE if p == 'VM.GuestAgent.Audit' else p
+                                            for p in privileges))
+    return roles
+
+
 GIB = 1024 ** 3
 STORAGE_CONTENT = {'local': 'backup,import,iso,snippets,vztmpl', 'local-lvm': 'images,rootdir'}
 
@@ -111,12 +152,26 @@ TASK_MESSAGES = {
 
 # ----------------------------------------------------------------------------------- TLS
 
+def pve_node_names(host, nodename='pve1', search_domain='lab.internal'):
+    """The names a PVE node's default certificate (pve-ssl.pem) carries: pve-cluster 9.1.6 (7091d92)
+    src/PVE/Cluster/Setup.pm:487-529 gen_pve_ssl_cert: IP 127.0.0.1 and ::1, DNS localhost, the node's IP, its name,
+    and name.<search domain of /etc/resolv.conf> when there is one, which is also the CN. -> (cn, [x509 names])."""
+    fqdn = '%s.%s' % (nodename, search_domain) if search_domain else nodename
+    names = [x509.IPAddress(ipaddress.ip_address('127.0.0.1')), x509.IPAddress(ipaddress.ip_address('::1')),
+             x509.DNSName('localhost'), x509.IPAddress(ipaddress.ip_address(host)), x509.DNSName(nodename)]
+    if search_domain:
+        names.append(x509.DNSName(fqdn))
+    return fqdn, names
+
+
 def write_tls(directory, host, days=365):
-    """Make a CA and a server certificate for host (its IP as SAN); write them into directory.
+    """Make a CA and a server certificate for host, with the names of a PVE node's default certificate
+    (pve_node_names: the lab's API is node pve1's); write them into directory.
 
     Returns (ca_path, cert_path, key_path): pve-ca.pem (give it to clients), pve.crt, pve.key (0600).
     """
     now = datetime.datetime.now(datetime.timezone.utc)
+    cn, names = pve_node_names(host)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, 'proxtalos lab'),
                          x509.NameAttribute(NameOID.COMMON_NAME, 'proxtalos lab PVE CA')])
@@ -132,11 +187,13 @@ def write_tls(directory, host, days=365):
                .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, 'PVE Cluster Node'),
+                                     x509.NameAttribute(NameOID.ORGANIZATION_NAME, 'Proxmox Virtual Environment'),
+                                     x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
             .issuer_name(ca_name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
                                          data_encipherment=False, key_agreement=False, key_cert_sign=False,
@@ -312,6 +369,10 @@ class GuestNetwork(object):
         self._boots = {}    # vm -> asyncio task starting its agent
         self._leased = {}   # vm -> the MAC it holds a DHCP lease for
         self.agent_down = set()   # vmids whose guest agent does not run (fault pve-agent-down)
+        # vmids whose guest agent runs only once the guest runs its installed OS (fault talos-agent-maintenance), and
+        # how to tell (the Talos simulation sets it: its node of the VM runs an installed config)
+        self.agent_needs_config = set()
+        self.guest_configured = lambda vm: True
 
     def _static_addresses(self, exclude=None):
         taken = set()
@@ -386,6 +447,9 @@ class GuestNetwork(object):
         if vm.vmid in self.agent_down:
             vm.agent = None   # qemu-guest-agent not started in the guest: PVE answers "not running"
             return
+        if vm.vmid in self.agent_needs_config and not self.guest_configured(vm):
+            vm.agent = None   # the guest (Talos in maintenance mode) runs no agent yet
+            return
         plan = self.current[vm]
         interfaces = [{'name': 'lo', 'hardware-address': '00:00:00:00:00:00',
                        'ip-addresses': [{'ip-address': '127.0.0.1', 'ip-address-type': 'ipv4', 'prefix': 8},
@@ -406,6 +470,12 @@ class GuestNetwork(object):
     def start_agent(self, vm):
         """The guest agent of the VM runs again: at once if the VM runs and has booted, else at its next boot."""
         self.agent_down.discard(vm.vmid)
+        if vm.status == 'running' and vm in self.current and vm not in self._boots:
+            self._agent_up(vm)
+
+    def guest_changed(self, vm):
+        """The guest's own state changed (Talos entered or left maintenance mode): its agent follows, if the VM
+        runs and has booted."""
         if vm.status == 'running' and vm in self.current and vm not in self._boots:
             self._agent_up(vm)
 
@@ -438,6 +508,8 @@ class GuestNetwork(object):
             return 'off'
         if vm.vmid in self.agent_down:
             return 'down'
+        if vm.vmid in self.agent_needs_config and vm.agent is None:
+            return 'down (maintenance)'
         return 'running' if vm.agent is not None else 'booting'
 
 
@@ -456,6 +528,11 @@ CLOUDINIT_OPTIONS = ('cicustom', 'cipassword', 'citype', 'ciuser', 'ciupgrade', 
 # src/PVE/QemuServer.pm:4594-4611: applied to a running VM's config at once.
 FAST_PLUG_OPTIONS = ('description', 'hookscript', 'lock', 'migrate_downtime', 'migrate_speed', 'name', 'onboot',
                      'protection', 'shares', 'startup', 'tags', 'vmstatestorage')
+
+
+def _split_list(text):
+    """A PVE list parameter (pve-common split_list: commas, semicolons or blanks) as a list."""
+    return [item for item in re.split(r'[,;\s]+', str(text or '')) if item]
 
 
 def download_content(url):
@@ -504,11 +581,12 @@ CONFIG_OPTION_PRIVILEGES = (
 )
 
 
-def lab_access():
-    """The lab's users and ACLs: PVE_USER and its privilege-separated token, each granted LAB_ROLES."""
-    access = AccessControl(fakepve.shapes.PRIVILEGES)
+def lab_access(major=9):
+    """The lab's users and ACLs: PVE_USER and its privilege-separated token, each granted the lab's role for this
+    PVE major (lab_roles)."""
+    access = AccessControl(pve_privileges(major))
     access.add_token(TOKEN_ID, privsep=True)
-    for path, (name, propagate, privileges) in LAB_ROLES.items():
+    for path, (name, propagate, privileges) in lab_roles(major).items():
         access.add_role(name, privileges)
         for who in (PVE_USER, TOKEN_ID):
             access.grant(path, who, name, propagate)
@@ -549,9 +627,13 @@ class LabPve(FakePve):
     """fakepve with the lab's TLS, token, storages, bridges, observed VMs, request log and faults."""
 
     def __init__(self, host, nodes, net, timing, power_events, on_request=None, port=PVE_PORT,
-                 password=None, token_secret=None):
+                 password=None, token_secret=None, major=9):
         install_lab_vm()
         super().__init__(user=ROOT_USER, password=password, host=host, port=port)
+        self.major = major
+        release = PVE_RELEASES[major]
+        if release['version']:
+            self.version, self.release_version = release['version'], release['release']
         self.time_scale = timing.pve_time_scale
         self.timing = timing
         self.on_request = on_request
@@ -560,7 +642,7 @@ class LabPve(FakePve):
         self.net = net
         if token_secret:
             self.apitokens[TOKEN_ID] = token_secret
-        self.access = lab_access()
+        self.access = lab_access(major)
         # fakepve checks permissions only once its acl is not None; the lab's AccessControl answers them.
         self.acl = {}
         self.reset_storages()
@@ -617,10 +699,37 @@ class LabPve(FakePve):
             props = dict(part.split('=', 1) for part in str(value).split(',') if '=' in part)
             if not props.get('bridge'):
                 continue
-            path = '/sdn/zones/localnetwork/' + props['bridge']
+            # check_vnet_access: the zone of a VNet is the one its config names, a plain bridge is in localnetwork
+            # (pve-guest-common 4a8f6cb src/PVE/GuestHelpers.pm:400-407).
+            zone = SDN_VNETS.get(props['bridge'], {}).get('zone', 'localnetwork')
+            path = '/sdn/zones/%s/%s' % (zone, props['bridge'])
             if props.get('tag'):
                 path += '/' + props['tag']
             self.require(user, path, 'SDN.Use')
+
+    def _missing_iso(self, vm):
+        """The first ISO volume of the VM's drives that its storage does not hold, or None."""
+        for key in sorted(vm.config):
+            if not re.match(r'^(ide|sata|scsi|virtio)\d+$', key):
+                continue
+            found = re.match(r'^([^:,]+):iso/([^,]+)', str(vm.config[key]))
+            if found and 'iso/' + found.group(2) not in (self.storages.get(found.group(1)) or {}).get('volumes', {}):
+                return '%s:iso/%s' % (found.group(1), found.group(2))
+        return None
+
+    async def _do_start(self, vm, user, p):
+        """A start whose ISO is gone fails in the start task: vm_start activates every volume of the VM first
+        (qemu-server 9.2.6 src/PVE/QemuServer.pm:5667-5676), and a file-based volume that is not there dies with
+        "volume '<storage>:<volname>' does not exist" (pve-storage 9.1.7 src/PVE/Storage/Plugin.pm:2049-2060).
+        fakepve starts it anyway. The earlier checks of the task (template, lock, already running) stay fakepve's."""
+        missing = self._missing_iso(vm)
+        if missing is None or vm.ha_managed or vm.template or vm.status == 'running' or (
+                vm.lock and vm.lock != 'suspended'):
+            return await super()._do_start(vm, user, p)
+
+        async def body():
+            raise TaskError("volume '%s' does not exist" % missing)
+        return await self.task(vm.node, 'qmstart', vm.vmid, user, body, vm=vm)
 
     async def _qm_create(self, v, user):
         self._check_bridge_access(user, v)
@@ -731,6 +840,42 @@ class LabPve(FakePve):
                 out.append({'key': key, 'delete': 1})
         return out
 
+    def _routes_lab_acl(self):
+        return [('PUT', '/access/acl', self._update_acl)]
+
+    async def _update_acl(self, v, user):
+        """PUT /access/acl (`pveum acl modify|delete`), pve-access-control 9.1.1 src/PVE/API2/ACL.pm:107-268 for
+        users and tokens: the caller needs Permissions.Modify on the path (:112-114 perm-modify; the alternative of
+        handing out a subset of one's own privileges, :189-222, is not modelled), the path is normalised (:161-167),
+        roles, users and tokens must exist (:186, :240, :251), each (user or token, role) gets the propagate flag
+        (default 1, :177-182) or is removed with `delete`. Groups are not modelled (the lab has none)."""
+        if not (v.get('users') or v.get('tokens') or v.get('groups')):
+            raise PveError(400, 'Parameter verification failed.',
+                           dict.fromkeys(('users', 'groups', 'tokens'), "either 'users', 'groups' or 'tokens' is required."))
+        path = str(v.get('path') or '')
+        if not re.match(r'^[A-Za-z0-9._/-]+$', path):
+            raise PveError(400, 'Parameter verification failed.', {'path': "invalid ACL path '%s'" % path})
+        path = '/' + '/'.join(part for part in path.split('/') if part)
+        if user is not None and not self.allowed(user, path, 'Permissions.Modify'):
+            raise PveError(403, 'Permission check failed (%s, Permissions.Modify)' % path)
+        if v.get('groups'):
+            raise PveError(500, "group '%s' does not exist" % _split_list(v['groups'])[0])
+        delete = str(v.get('delete', '0')) in ('1', 'true')
+        propagate = str(v.get('propagate', '1')) not in ('0', 'false')
+        split = _split_list
+        for role in split(v.get('roles')):
+            if role not in self.access.roles:
+                raise PveError(500, "role '%s' does not exist" % role)
+            for who in split(v.get('users')) + split(v.get('tokens')):
+                known = who in self.access.tokens if '!' in who else who in (PVE_USER, ROOT_USER)
+                if not known:
+                    raise PveError(500, "%s '%s' does not exist" % ('token' if '!' in who else 'user', who))
+                if delete:
+                    self.access.revoke(path, who, role)
+                else:
+                    self.access.grant(path, who, role, propagate)
+        return None
+
     async def _permissions(self, v, user):
         # pve-access-control src/PVE/API2/AccessControl.pm:549-570: the caller's own (or its token's) permissions.
         who = v.get('userid') or user
@@ -744,10 +889,22 @@ class LabPve(FakePve):
         """Seed the generator behind the network faults (fakepve seeds it only when it starts)."""
         self._random.seed(seed)
 
+    def reset_access(self):
+        """The lab's users, token and ACL entries as at start (lab_access), the token's secret kept."""
+        self.access = lab_access(self.major)
+
+    def check_permissions(self, user, perms, values, declared=None):
+        """fakepve's check of the schema's rule; on PVE 8 a guest-agent rule asks for VM.Monitor (PVE_RELEASES)."""
+        if self.major == 8 and perms and 'check' in perms and perms['check'][0] == 'perm' and any(
+                str(p).startswith('VM.GuestAgent.') for p in perms['check'][2]):
+            perms = dict(perms, check=['perm', perms['check'][1], [PVE8_AGENT_PRIVILEGE]])
+        return super().check_permissions(user, perms, values, declared)
+
     def reset_storages(self):
         """Storages as on a fresh node: empty, with the content types the collection needs."""
         fresh = fakepve.model.Model()
         self.storages = fresh.storages
+        self.file_sources = {}   # volid -> the URL download-url fetched it from
         for name, content in STORAGE_CONTENT.items():
             self.storages[name]['content'] = content
 
@@ -972,6 +1129,8 @@ class LabPve(FakePve):
                 if got.lower() != str(checksum).lower():
                     raise TaskError("checksum mismatch: got '{0}' != expect '{1}'".format(got, checksum))
             self.store_file(name, filename, size, content)
+            # what the file holds, for the simulations that boot from it (lab.talos.versions)
+            self.file_sources['%s:%s/%s' % (name, content, filename)] = values.get('url')
         return fakepve.server.ok(await self.task(node, 'download', name, user, body,
                                                  log=['downloading {0} to {1}'.format(values.get('url'), filename)]))
 
@@ -992,12 +1151,19 @@ class LabPve(FakePve):
             if wanted in (None, '') or wanted == kind or (
                     wanted in ('any_bridge', 'any_local_bridge') and kind in ('bridge', 'OVSBridge')):
                 out.append(dict(iface))
+        # pve-manager 14a22df3 PVE/API2/Network.pm:430-453: with type any_bridge, include_sdn or vnet, the VNets
+        # the caller may see are added (get_local_vnets, access-filtered; any_local_bridge leaves them out).
+        if wanted in ('any_bridge', 'include_sdn', 'vnet'):
+            for vnet, config in sorted(SDN_VNETS.items()):
+                if user is None or self._sdn_bridge_visible(user, vnet, config['zone']):
+                    out.append({'iface': vnet, 'type': 'vnet', 'active': 1, 'ipam': 0,
+                                'vlanaware': int(config['vlanaware'])})
         return out
 
-    def _sdn_bridge_visible(self, user, bridge):
+    def _sdn_bridge_visible(self, user, bridge, zone='localnetwork'):
         """pve-access-control 9.1.1 src/PVE/RPCEnvironment.pm:338-360 check_sdn_bridge: SDN.Audit or SDN.Use on
-        /sdn/zones/localnetwork/<bridge>, or on one of the VLANs below it that has an ACL entry."""
-        path = '/sdn/zones/localnetwork/' + bridge
+        /sdn/zones/<zone>/<bridge>, or on one of the VLANs below it that has an ACL entry."""
+        path = '/sdn/zones/%s/%s' % (zone, bridge)
         privileges = AnyOf('SDN.Audit|SDN.Use')
         if self.allowed(user, path, privileges):
             return True

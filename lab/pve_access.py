@@ -25,6 +25,11 @@ ROOT_USER = 'root@pam'
 DEFAULT_PATHS = ('/', '/access', '/access/groups', '/nodes', '/pool', '/sdn', '/storage', '/vms')
 
 
+def _normal(path):
+    """An ACL path as PVE keeps it: one leading slash, none at the end (src/PVE/AccessControl.pm:1263-1277 normalize_path)."""
+    return '/' + path.strip('/') if path.strip('/') else '/'
+
+
 def _split(path):
     """The levels of an ACL path: '' (the root) then each component (AccessControl.pm:1819-1822)."""
     path = '/' + path.strip('/') if path.strip('/') else '/'
@@ -52,11 +57,18 @@ class AccessControl(object):
         self.tokens[tokenid] = bool(privsep)
 
     def grant(self, path, who, role, propagate=True):
-        """`pveum acl modify PATH --users|--tokens WHO --roles ROLE [--propagate 0]`."""
+        """`pveum acl modify PATH --users|--tokens WHO --roles ROLE [--propagate 0]`. An ACL node holds one
+        propagate flag per (user or token, role): granting again sets the flag (src/PVE/API2/ACL.pm:244-256)."""
         if role not in self.roles:
             raise ValueError('no role %s' % role)
+        self.revoke(path, who, role)
         kind = 'tokens' if '!' in who else 'users'
-        self.entries.append(('/' + path.strip('/') if path.strip('/') else '/', kind, who, role, bool(propagate)))
+        self.entries.append((_normal(path), kind, who, role, bool(propagate)))
+
+    def revoke(self, path, who, role):
+        """`pveum acl delete PATH --users|--tokens WHO --roles ROLE` (src/PVE/API2/ACL.pm:242-253)."""
+        path = _normal(path)
+        self.entries = [entry for entry in self.entries if (entry[0], entry[2], entry[3]) != (path, who, role)]
 
     def acl_paths(self):
         return sorted(set(entry[0] for entry in self.entries))

@@ -38,8 +38,8 @@ from lab import inventory
 from lab.addresses import Net
 from lab.control import ControlError, ControlServer
 from lab.faults import FaultError, FaultRegistry
-from lab.pve import (PVE_PORT, PVE_USER, TOKEN_ID, GuestNetwork, LabPve, PowerEvents, PveFaults, write_file,
-                     write_tls)
+from lab.pve import (PVE_PORT, PVE_RELEASES, PVE_USER, TOKEN_ID, GuestNetwork, LabPve, PowerEvents, PveFaults,
+                     write_file, write_tls)
 from lab.timing import PROFILES, Timing
 
 LOG = logging.getLogger('lab')
@@ -65,6 +65,7 @@ class LabOptions(object):
     time_scale: float = 0.0
     pve_nodes: tuple = ('pve1',)
     pve_port: int = PVE_PORT
+    pve_major: int = 9   # the PVE release the lab's PVE answers as: 9 or 8 (lab.pve.PVE_RELEASES)
     seed: int = None
     extensions: tuple = EXTENSIONS
     owner_pid: int = None  # stop when this process ends (a test session that started the lab)
@@ -94,6 +95,9 @@ class LabOptions(object):
             raise ValueError('--owner-pid must be a process id, got %r' % (self.owner_pid,))
         if len(set(self.pve_nodes)) != len(self.pve_nodes):
             raise ValueError('--pve-nodes: names must be unique, got %s' % ', '.join(self.pve_nodes))
+        if self.pve_major not in PVE_RELEASES:
+            majors = ', '.join(str(major) for major in sorted(PVE_RELEASES))
+            raise ValueError('--pve-major must be one of %s, got %r' % (majors, self.pve_major))
 
     @property
     def writes_repo_inventory(self):
@@ -282,7 +286,7 @@ class World(object):
         power = PowerEvents(self._power_event, self.loop)
         self.pve = LabPve(self.net.pve_host, list(self.options.pve_nodes), self.net, self.timing, power,
                           on_request=self.log_request, port=self.options.pve_port, password=password,
-                          token_secret=self.token_secret)
+                          token_secret=self.token_secret, major=self.options.pve_major)
         self.network = GuestNetwork(self.net, self.pve, self.timing)
         try:
             await self.pve.start(cert_path, key_path)
@@ -341,7 +345,7 @@ class World(object):
             'pid': os.getpid(), 'net': str(self.net), 'run_dir': self.run_dir, 'started': self.started.isoformat(),
             'profile': self.timing.profile, 'time_scale': self.timing.scale, 'seed': self.timing.seed,
             'control_planes': self.options.control_planes, 'workers': self.options.workers,
-            'pve_nodes': list(self.options.pve_nodes),
+            'pve_nodes': list(self.options.pve_nodes), 'pve_major': self.options.pve_major,
             'pve': {'host': self.net.pve_host, 'port': self.options.pve_port, 'url': pve_url, 'user': PVE_USER,
                     'token_id': TOKEN_ID, 'token_file': self.paths.token, 'password_file': self.paths.password,
                     'ca': self.ca_path},
@@ -473,7 +477,7 @@ class World(object):
 
     async def reset(self, storage=True):
         """A clean world: every fault cleared, every VM powered off and deleted, leases forgotten,
-        storages emptied (unless storage=False), PVE's task list emptied. Listeners see the events."""
+        storages emptied (unless storage=False), PVE's task list emptied, PVE's users and ACLs as at start. Listeners see the events."""
         cleared = await self.faults.clear()
         removed = []
         for vm in list(self.pve.vms):
@@ -486,6 +490,7 @@ class World(object):
             self.pve.reset_storages()
         self.pve.tasks = {}
         self.pve.tasklog = []
+        self.pve.reset_access()     # ACL entries an admin added through PUT /access/acl go
         self.network.clear()
         await self.drain_events()
         for listener in list(self._listeners):

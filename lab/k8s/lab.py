@@ -29,7 +29,6 @@ import urllib.parse
 
 from ..kubelet_hooks import KubeletVmHooks
 from ..talos import vip as talos_vip
-from ..talos.node import TALOS_VERSION
 from .cluster import KubeCluster
 from .manifests import ManifestApplier, talos_documents
 
@@ -186,7 +185,7 @@ class LabKubernetes(KubeletVmHooks):
         # the kubelet reports the OS image of the Talos it runs on, as the Talos API does (Version)
         cluster.kubelet_started(name, node.address, control_plane=control_plane, labels=machine.get('nodeLabels') or {}, taints=taints,
                                 disk_gb=max(1, int(getattr(node, 'disk_size', 32 * 1024 ** 3) // 1024 ** 3)),
-                                os_image='Talos (%s)' % TALOS_VERSION)
+                                os_image='Talos (%s)' % node.running_version)
         if control_plane and node.address:
             self.control_planes.setdefault(node.cluster_id, {})[node.key] = node.address
             await self._serve(node.cluster_id)

@@ -23,7 +23,6 @@ import os
 import urllib.parse
 
 from ..kubelet_hooks import KubeletVmHooks
-from ..talos.node import TALOS_VERSION
 from .controlplane import DEFAULT_POD_SUBNET, DEFAULT_SERVICE_SUBNET, ControlPlane, ControlPlaneError, _is_ip
 
 LOG = logging.getLogger('lab.k8s_upstream')
@@ -72,6 +71,11 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.planes = {}     # cluster id -> ControlPlane (started)
         self.waiting = {}    # cluster id -> [talos nodes whose kubelet ran before the API]
         self.nodes = {}      # talos node key -> (cluster id, Node name) of the kubelets that run
+        self.plane_listeners = []  # async fn(cluster_id, plane) after a control plane started (lab.flux_upstream)
+
+    def add_plane_listener(self, listener):
+        """listener(cluster_id, plane), a coroutine function, is awaited after each control plane has started."""
+        self.plane_listeners.append(listener)
 
     async def _blocking(self, function, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(None, lambda: function(*args, **kwargs))
@@ -106,6 +110,8 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.world.add_endpoint('k8s-api-%s' % endpoint, endpoint, API_PORT, 'https')
         for waiting in self.waiting.pop(cluster_id, []):
             await self.on_kubelet_running(waiting)
+        for listener in self.plane_listeners:
+            await listener(cluster_id, plane)
 
     async def on_kubelet_running(self, node):
         plane = self.planes.get(node.cluster_id)
@@ -117,7 +123,7 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         # a Node registered before (the kubelet ran earlier) is taken back by kwok: the kubelet runs again
         await self._blocking(plane.register_node, name, labels=node_labels(config), taints=node_taints(config),
                              addresses=[node.address] if node.address else [],
-                             node_info={'osImage': 'Talos (%s)' % TALOS_VERSION})
+                             node_info={'osImage': 'Talos (%s)' % node.running_version})
         self.nodes[node.key] = (node.cluster_id, name)
 
     async def _kubelet_gone(self, key):

@@ -239,7 +239,9 @@ class _Base(object):
             code = 'OK'
             deferred = []
             try:
-                if not roles & RULES.get(method.path, {ADMIN}):
+                if self.node.maintenance_server:
+                    _v112_maintenance_check(method, roles)
+                elif not roles & RULES.get(method.path, {ADMIN}):
                     raise RpcError('PERMISSION_DENIED', NOT_AUTHORIZED)
                 replies = implementation(request, roles, lambda function, label: deferred.append((function, label)))
                 if inspect.isawaitable(replies):
@@ -262,6 +264,24 @@ class _Base(object):
 
         handle.__name__ = name
         return handle
+
+
+# v1.12's maintenance server (siderolabs/talos v1.12.11 internal/app/maintenance/server.go): it registers
+# MachineService, StorageService and COSI State (:67-82) with no authorizer, only the role injector
+# (controllers/runtime/maintenance_service.go:129-132, 283-295: os:reader, admin over SideroLink only). Of
+# MachineService it implements these (:85-380); Version asks for os:admin and answers a reader Unimplemented (:162-165,
+# :384-388); every other method is grpc-go's generated Unimplemented answer
+# (pkg/machinery/api/machine/machine_grpc.pb.go:1022, 1070: "method <Name> not implemented").
+V112_MAINTENANCE_METHODS = ('ApplyConfiguration', 'GenerateConfiguration', 'GenerateClientConfiguration', 'Version',
+                            'Upgrade', 'Reset', 'MetaWrite', 'MetaDelete')
+
+
+def _v112_maintenance_check(method, roles):
+    service = method.path.strip('/').split('/', 1)[0]
+    if service == 'machine.MachineService' and method.name not in V112_MAINTENANCE_METHODS:
+        raise RpcError('UNIMPLEMENTED', 'method %s not implemented' % method.name)
+    if method.name == 'Version' and service == 'machine.MachineService' and ADMIN not in roles:
+        raise RpcError('UNIMPLEMENTED', 'API is not implemented in maintenance mode')
 
 
 class MachineService(_Base):

@@ -36,6 +36,7 @@ import random
 import re
 import time
 
+from lab.talos import versions
 from lab.talos.apid import ApidServer, BlackholeServer
 from lab.talos.etcd import EtcdCluster
 from lab.talos.node import TalosNode
@@ -77,6 +78,7 @@ class TalosFleet(object):
         self.clusters = {}
         self.requests = []
         self.request_sink = request_sink
+        self.media_source = None    # volid -> the URL the file was downloaded from (the World sets it), or None
         self.listeners = []
         self._condition = None
         self._unreachable = set()
@@ -112,11 +114,23 @@ class TalosFleet(object):
                 return int(match.group(1)) * {'M': 1024 ** 2, 'G': 1024 ** 3, 'T': 1024 ** 4}[match.group(2)]
         return 32 * 1024 ** 3
 
+    def _media_version(self, vm):
+        """The Talos version of the ISO in the VM's CD drive, when the lab knows where that file came from."""
+        config = getattr(vm, 'config', None) or {}
+        for key in sorted(config):
+            value = str(config[key])
+            if re.match(r'^(ide|sata|scsi)\d+$', key) and 'media=cdrom' in value and self.media_source is not None:
+                found = versions.from_image_url(self.media_source(value.split(',', 1)[0]))
+                if found:
+                    return found
+        return None
+
     async def on_vm_started(self, vm, address):
         if not address:
             LOG.warning('VM %s started without an address: no Talos API', getattr(vm, 'name', vm))
             return
-        await self.start_node(self.vm_key(vm), getattr(vm, 'name', str(self.vm_key(vm))), address, self._disk_size(vm))
+        await self.start_node(self.vm_key(vm), getattr(vm, 'name', str(self.vm_key(vm))), address, self._disk_size(vm),
+                              media_version=self._media_version(vm))
 
     async def on_vm_stopped(self, vm):
         await self.stop_node(self.vm_key(vm))
@@ -150,14 +164,16 @@ class TalosFleet(object):
 
     # ------------------------------------------------------------------ direct control
 
-    async def start_node(self, key, name, address, disk_size=32 * 1024 ** 3):
-        """Power a node on (creating it the first time); it boots after the vm_boot delay."""
+    async def start_node(self, key, name, address, disk_size=32 * 1024 ** 3, media_version=None):
+        """Power a node on (creating it the first time); it boots after the vm_boot delay, from its disk when Talos is
+        installed there, else from the ISO (media_version: its Talos version, None for the lab's default)."""
         node = self.nodes.get(key)
         if node is None:
             node = TalosNode(self, key, name, address, disk_size)
             self.nodes[key] = node
         node.name = name
         node.disk_size = disk_size
+        node.media_version = media_version
         await node.power_on(address)
         return node
 

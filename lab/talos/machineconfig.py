@@ -28,7 +28,12 @@ MACHINERY = 'talos-machinery'
 
 
 class ConfigError(Exception):
-    """The config was refused; the message is what Talos would say."""
+    """The config was refused; the message is what Talos would say. stage: 'decode' (configloader.NewFromBytes
+    refused it) or 'validate' (Validate did), as talos-machinery says; None for the lab's own refusal."""
+
+    def __init__(self, message, stage=None):
+        super().__init__(message)
+        self.stage = stage
 
 
 def _machinery(command, text):
@@ -110,6 +115,11 @@ class MachineConfig(object):
         return _get(self.machine, 'install', 'disk') or ''
 
     @property
+    def install_image(self):
+        """machine.install.image: the installer the install (and an upgrade) runs."""
+        return _get(self.machine, 'install', 'image') or ''
+
+    @property
     def hostname(self):
         """An explicit hostname (HostnameConfig.hostname or legacy machine.network.hostname), or None."""
         for doc in self.documents:
@@ -141,7 +151,7 @@ def parse(data, installed):
         data = data.encode('utf-8')
     answer = _machinery(['check', '--installed'] if installed else ['check'], bytes(data))
     if answer.get('error'):
-        raise ConfigError(answer['error'])
+        raise ConfigError(answer['error'], stage=answer.get('stage'))
     if not answer['v1alpha1']:
         # v1alpha1_server.go:213-217 refuses this outside maintenance mode only; the lab refuses it in maintenance mode
         # too (a known difference: its nodes need the document to know what they are)

@@ -48,13 +48,12 @@ import time
 
 import yaml
 
-from lab.talos import machineconfig, pki
+from lab.talos import machineconfig, pki, versions
 from lab.talos.services import Service
 
 LOG = logging.getLogger('lab.talos')
 
-TALOS_VERSION = 'v1.13.9'
-TALOS_SHA = '3ebd10a7'
+TALOS_VERSION = versions.DEFAULT_VERSION
 GO_VERSION = 'go1.24.11'
 
 KUBELET_VOLUME_MESSAGE = 'Waiting for volume "/var/lib/kubelet" to be mounted'
@@ -78,6 +77,7 @@ class NodeDisk(object):
         self.staged = None          # (MachineConfig, bytes) persisted by STAGED: the next boot runs it
         self.persisted = None       # (MachineConfig, bytes) the next boot runs while a TRY config (not persisted) runs
         self.installed = False
+        self.installed_version = None   # the Talos the disk boots: the installer image's tag (lab.talos.versions)
         self.etcd_data = False
         # This node bootstrapped an etcd cluster of its own while another control plane of the same cluster had
         # bootstrapped one already: a split etcd (Talos' Bootstrap looks only at the node's own data directory,
@@ -144,6 +144,8 @@ class TalosNode(object):
         self.bootstrap_requested = False
         self.kubelet_volume_stuck = False
         self.try_revert = None
+        self.media_version = None    # the Talos of the ISO the VM boots from when the disk has none (fleet)
+        self.running_version = versions.DEFAULT_VERSION   # what booted (lab.talos.versions)
         self._tasks = set()
 
     # ------------------------------------------------------------------ state as others see it
@@ -162,6 +164,11 @@ class TalosNode(object):
     @property
     def config(self):
         return self.disk.config
+
+    @property
+    def maintenance_server(self):
+        """v1.12: maintenance mode is a separate server, not apid (lab.talos.versions)."""
+        return self.phase == 'maintenance' and versions.release(self.running_version)['maintenance_server']
 
     @property
     def machine_type(self):
@@ -279,8 +286,10 @@ class TalosNode(object):
         self.disk.boot_config()
         self.kubelet_volume_stuck = self.fleet.kubelet_volume_fault(self) is not None
         if self.disk.config is None or not self.disk.installed:
+            self.running_version = self.media_version or versions.DEFAULT_VERSION
             await self._enter_maintenance()
         else:
+            self.running_version = self.disk.installed_version or versions.DEFAULT_VERSION
             await self._enter_configured()
 
     def _base_services(self, ids):
@@ -303,6 +312,7 @@ class TalosNode(object):
         await self._start_api(client_cas=None)
         self._run('apid', 'Started task apid (PID 1571) for container apid')
         self.phase = 'maintenance'
+        self.fleet.notify('on_talos_mode', self)
         LOG.info('talos node %s (%s): maintenance mode, server certificate fingerprint %s', self.name, self.address,
                  self.identity.fingerprint)
         self.fleet.changed()
@@ -323,6 +333,7 @@ class TalosNode(object):
         kubelet = self.services['kubelet']
         kubelet.event('Waiting', 'Waiting for service "cri" to be "up", time sync, network')
         self.phase = 'running'
+        self.fleet.notify('on_talos_mode', self)
         if config.control_plane:
             self._run('trustd', 'Started task trustd (PID 1998) for container trustd')
             etcd = self.services['etcd']
@@ -491,8 +502,11 @@ class TalosNode(object):
     # ------------------------------------------------------------------ RPCs
 
     def version(self):
-        return {'tag': TALOS_VERSION, 'sha': TALOS_SHA, 'built': '', 'go_version': GO_VERSION, 'os': 'linux',
-                'arch': 'amd64', 'platform': 'metal', 'platform_mode': 'metal', 'rbac': True}
+        """The version the node booted; the commit only for the tags the lab read (else unknown, empty)."""
+        release = versions.release(self.running_version)
+        return {'tag': self.running_version, 'sha': release['sha'] if self.running_version == release['tag'] else '',
+                'built': '', 'go_version': GO_VERSION, 'os': 'linux', 'arch': 'amd64', 'platform': 'metal',
+                'platform_mode': 'metal', 'rbac': True}
 
     def disks(self):
         return [
@@ -523,6 +537,8 @@ class TalosNode(object):
         rejection = self.fleet.take_apply_reject(self)
         if rejection is not None:
             raise RpcError('INVALID_ARGUMENT', rejection)
+        if self.maintenance_server:
+            return self._apply_in_v112_maintenance(data, mode, dry_run, defer)
         maintenance = self.phase == 'maintenance'
         try:
             # Talos validates with modeWrapper{installed: Machine().Installed()} (v1alpha1_server.go:219-222), which is
@@ -576,6 +592,29 @@ class TalosNode(object):
         self.fleet.changed()
         return resolved, details, warnings
 
+    def _apply_in_v112_maintenance(self, data, mode, dry_run, defer):
+        """ApplyConfiguration of v1.12's maintenance server (siderolabs/talos v1.12.11
+        internal/app/maintenance/server.go:85-135): TRY, REBOOT and AUTO only (else Unimplemented); a config it
+        cannot decode is a plain error (codes.Unknown) "failed to parse config: ...", one that does not validate
+        InvalidArgument "configuration validation failed: ..."; the reply has only the warnings (so mode REBOOT, the
+        enum's zero, and no mode_details), a dry run a fixed summary. The config then goes to the install."""
+        if mode not in ('TRY', 'REBOOT', 'AUTO'):
+            raise RpcError('UNIMPLEMENTED', "apply configuration --mode='%s' is not supported in maintenance mode"
+                           % mode.lower().replace('_', '-'))
+        try:
+            new, warnings = machineconfig.parse(data, installed=self.disk.installed)
+        except machineconfig.ConfigError as exc:
+            if exc.stage == 'decode':
+                raise RpcError('UNKNOWN', 'failed to parse config: %s' % exc) from None
+            raise RpcError('INVALID_ARGUMENT', 'configuration validation failed: %s' % exc) from None
+        if dry_run:
+            return 'REBOOT', 'Dry run summary:\nNode is running in maintenance mode and does not have a config yet.', \
+                warnings
+        self.disk.persist(new, bytes(data))
+        defer(self._install_and_reboot, 'install')
+        self.fleet.changed()
+        return 'REBOOT', '', warnings
+
     def cancel_try_revert(self):
         """Talos' CancelConfigRollbackTimeout: a pending try revert does not happen (the tried config keeps running)."""
         if self.try_revert is not None:
@@ -626,11 +665,21 @@ class TalosNode(object):
         reboot (`talos_install_reboot`). A worker answers in that window only when a control plane can issue
         its certificate (trustd); else its port stays closed until after the reboot.
         """
+        v112 = self.maintenance_server
         self.phase = 'installing'
-        await self._serve_applied_config()
+        if v112:
+            # v1.12: apid is not an early service (v1.12.11 v1alpha1_sequencer.go:88-94 earlyServices: udevd,
+            # machined, auditd, syslogd, containerd) and the maintenance server stops gracefully once its request is
+            # torn down (controllers/runtime/maintenance_service.go:96-113, :182-190): no API until after the reboot
+            await self._stop_api(graceful=True)
+        else:
+            await self._serve_applied_config()
         self.fleet.changed()
         await self.fleet.delay('talos_install', self.name)
         self.disk.installed = True
+        # the installer image of the config installs its own Talos (v1alpha1_sequencer_tasks.go:1505)
+        self.disk.installed_version = (versions.from_installer_image(self.disk.config.install_image)
+                                       or self.running_version)
         self.reboot_pending = True
         await self._go_down('installing')
         await self.fleet.delay('talos_install_reboot', self.name)
@@ -670,6 +719,9 @@ class TalosNode(object):
             # v1alpha1_server.go:442-443 (IsBootstrapAllowed)
             raise RpcError('FAILED_PRECONDITION', 'bootstrap is not available yet')
         if not self.control_plane:
+            if versions.line(self.running_version) == 'v1.12':
+                # siderolabs/talos v1.12.11 v1alpha1_server.go:452-454
+                raise RpcError('FAILED_PRECONDITION', 'bootstrap can only be performed on a control plane node')
             # internal/app/internal/machinehelper/machinehelper.go:34-36 (CheckControlplane)
             raise RpcError('UNIMPLEMENTED', 'bootstrap is only available on control plane nodes')
         if self.disk.etcd_data:
@@ -694,10 +746,12 @@ class TalosNode(object):
         self.fleet.changed()
 
     def reboot(self, mode, defer):
-        if self.reboot_pending:
-            raise RpcError('FAILED_PRECONDITION', 'reboot is already in progress')
-        self.reboot_pending = True
-        defer(self._reboot, 'reboot')
+        """Talos' Reboot answers at once with a new actor id and runs the reboot sequence in the background
+        (siderolabs/talos v1.13.9 v1alpha1_server.go:365-393); a reboot already under way holds the sequence lock, so
+        a second one is not started ("sequence not started: locked", only logged: v1alpha1_controller.go:112-135)."""
+        if not self.reboot_pending:
+            self.reboot_pending = True
+            defer(self._reboot, 'reboot')
         return self._actor_id()
 
     def reset(self, graceful, reboot, partitions, user_disks, wipe_mode, defer):
@@ -853,7 +907,7 @@ class TalosNode(object):
                 member['split'] = True
         return {
             'name': self.name, 'address': self.address, 'mode': self.mode, 'phase': self.phase,
-            'machine_type': self.machine_type, 'hostname': self.hostname if self.powered else None,
+            'version': self.running_version if self.powered else None, 'machine_type': self.machine_type, 'hostname': self.hostname if self.powered else None,
             'installed': self.disk.installed, 'staged_config': self.disk.staged is not None,
             'try_revert_pending': self.try_revert is not None,
             'running_config_persisted': self.disk.persisted is None,

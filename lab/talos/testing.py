@@ -186,8 +186,9 @@ class FleetHarness(object):
     def address(self, host):
         return '%s.%d' % (self.net, host)
 
-    def start(self, name, host=None):
-        """Power on a node (a new VM unless `name` is known); returns the node."""
+    def start(self, name, host=None, media_version=None):
+        """Power on a node (a new VM unless `name` is known), booting media_version's ISO when its disk has no Talos
+        (None: the lab's default); returns the node."""
         existing = self.fleet.node(name)
         if existing is not None:
             address = existing.address
@@ -196,7 +197,7 @@ class FleetHarness(object):
                 host = self._next_host
                 self._next_host += 1
             address = self.address(host)
-        return self.loop.run(self.fleet.start_node(name, name, address))
+        return self.loop.run(self.fleet.start_node(name, name, address, media_version=media_version))
 
     def stop(self, name):
         self.loop.run(self.fleet.stop_node(self.fleet.node(name).key))

@@ -89,7 +89,7 @@ def permission_denied(error, method, path):
     call = '%s /%s' % (method.upper(), path.strip('/'))
     if call in error.message:
         return error
-    needs = _privileges.explain_403(method, path)
+    needs = _privileges.explain_403(method, path, refused=error.details.get('pve_message'))
     message = '%s [%s]%s' % (error.message, call, '; ' + needs if needs else '')
     details = dict(error.details)
     details.update(call=call)

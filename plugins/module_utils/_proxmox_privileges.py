@@ -16,6 +16,8 @@ privileges of PVE 9).
 
 from __future__ import annotations
 
+import re
+
 MAJORS = (8, 9)
 NEWEST = 9
 
@@ -198,11 +200,28 @@ def for_call(method, path):
     return found
 
 
-def explain_403(method, path, major=None):
+def _major_refused(need, refused):
+    """The PVE major whose privilege PVE's 403 text names, when only one major's list for this need has it.
+
+    PVE words a refusal `Permission check failed (/vms/101, VM.Monitor)`: pve-common 9.2.1 src/PVE/Exception.pm:53-60
+    raise_perm_exc, with the path and the privilege (check, pve-access-control 9.1.1 src/PVE/RPCEnvironment.pm:300)
+    or the privileges joined by | (check_any, :325)."""
+    if not refused:
+        return None
+    found = re.search(r'Permission check failed \(([^,()]+), ([^()]+)\)', str(refused))
+    if not found:
+        return None
+    asked = set(p.strip() for p in re.split(r'[|,]', found.group(2)) if p.strip())
+    majors = [major for major in MAJORS if asked & set(need.privileges_for(major))]
+    return majors[0] if len(majors) == 1 else None
+
+
+def explain_403(method, path, major=None, refused=None):
     """What the table says the call needs, in words, or '' for a call it does not list.
 
     'the token needs VM.GuestAgent.Audit (or VM.GuestAgent.Unrestricted) on /vms/101 (PVE 9; VM.Monitor on PVE 8)
-    to read ...'. major: the PVE major when known; None names both where they differ.
+    to read ...'. major: the PVE major when known; None names both where they differ, unless refused (PVE's own
+    403 text) names a privilege of one major only: then that major's.
     """
     parts = [p for p in path.strip('/').split('/') if p]
     values = {}
@@ -215,7 +234,8 @@ def explain_403(method, path, major=None):
         acl_path = need.path
         for name, value in values.items():
             acl_path = acl_path.replace('{%s}' % name, value)
-        shown = [_major(major)] if major is not None else list(reversed(MAJORS))
+        known = major if major is not None else _major_refused(need, refused)
+        shown = [_major(known)] if known is not None else list(reversed(MAJORS))
         variants = []
         for each in shown:
             privileges = need.privileges_for(each)

@@ -457,6 +457,32 @@ def read_cloudinit_drift(client, node, vmid, subject=None):
     return sorted(set(drift))
 
 
+def static_ipv4(config):
+    """The address ipconfig0 gives the guest (`ip=192.0.2.11/24`), or None for DHCP or none."""
+    ip = _proxmox.parse_props(str((config or {}).get('ipconfig0') or '')).get('ip') or ''
+    address = ip.split('/', 1)[0]
+    return address if re.match(r'^\d{1,3}(\.\d{1,3}){3}$', address) else None
+
+
+def read_address_drift(client, node, vmid, config, subject=None):
+    """['ipconfig0'] when the running guest reports addresses and none is the one ipconfig0 names, else [].
+
+    PVE does not list a changed ipconfig0 among the cloud-init drift (read_cloudinit_drift), and the guest keeps the
+    address of its cloud-init drive until the VM starts again, so a change made by a run that ended before the
+    restart would be lost. The guest itself says what it runs: its agent's addresses. An agent that does not answer
+    yet says nothing (no drift claimed); a refused agent privilege fails (PermissionDenied), as in the vms gate."""
+    wanted = static_ipv4(config)
+    if wanted is None:
+        return []
+    try:
+        seen = [entry['address'] for entry in _proxmox.agent_ipv4_addresses(client, node, vmid, subject)]
+    except _proxmox.PermissionDenied:
+        raise
+    except _errors.ApiError:
+        return []
+    return ['ipconfig0'] if seen and wanted not in seen else []
+
+
 class VmRunner(object):
     """Observe and act on one VM through a PveClient."""
 
@@ -494,6 +520,8 @@ class VmRunner(object):
         drift = []
         if status.get('status') == 'running' and has_cloudinit_drive(config):
             drift = read_cloudinit_drift(self.client, self.node, self.vmid, self.subject)
+            if 'ipconfig0' not in drift:
+                drift += read_address_drift(self.client, self.node, self.vmid, config, self.subject)
         return Observed(config, pending, status.get('status'), status.get('lock') or entry.get('lock'),
                         entry.get('name'), drift)
 

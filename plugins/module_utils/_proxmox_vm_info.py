@@ -14,10 +14,17 @@ Used by the module proxmox_vm_info, in its two forms:
   inventory name, VM id, PVE node and what was seen last.
 
 Both forms judge a VM with the same code (VmProbe.read, describe, verdict, timeout_message).
+
+When the guest agent does not run (PVE answers it is not running) and the VM has an expected (static, inventory)
+address, talos_api_port lets the probe look at that address instead: a TLS server answering there on the Talos API
+port counts as the VM's address (address_source talos_api). Talos has been reported both with and without the guest
+agent in maintenance mode (docs/stages/vms.md); the stage's next gate checks the Talos API itself.
 """
 
 from __future__ import annotations
 
+import socket
+import ssl
 import threading
 import time
 
@@ -28,6 +35,8 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec,
 HIDDEN_CONFIG_KEYS = ('cipassword', 'sshkeys')
 AGENT_HINT = ('Talos runs the QEMU guest agent only when its image has the siderolabs/qemu-guest-agent system '
               'extension (Image Factory schematic), and the VM needs agent enabled in PVE')
+# Seconds one look at the Talos API port may take (connect and TLS handshake).
+TALOS_API_PROBE_TIMEOUT = 2.0
 # At most this many VMs are probed at the same time (threads, and HTTP connections to PVE).
 MAX_WORKERS = 16
 # wait_for=none: how long transient PVE errors are ridden out (the single form's request retries; gate_many's rounds).
@@ -39,10 +48,28 @@ GATE_NAMES = {
 }
 
 
+def talos_api_answers(address, port, timeout=None):
+    """True when a TLS server completes a handshake at address:port - Talos' apid, in maintenance mode with a
+    self-signed certificate, so the certificate is not verified here (the Talos API gate after this one verifies
+    what answers). A port that refuses, or accepts without ever answering TLS, is False."""
+    timeout = TALOS_API_PROBE_TIMEOUT if timeout is None else timeout
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as raw:
+            raw.settimeout(timeout)
+            with context.wrap_socket(raw, server_hostname=None):
+                return True
+    except (OSError, ssl.SSLError, ValueError):
+        return False
+
+
 class VmProbe(object):
     """One look at one VM: status, config, agent addresses.
 
-    params: vmid, node (optional), expected_address (optional).
+    params: vmid, node (optional), expected_address (optional), talos_api_port (optional: with an expected address,
+    the Talos API there stands in for an agent that does not run).
     """
 
     def __init__(self, client, params):
@@ -68,7 +95,7 @@ class VmProbe(object):
         else:
             entry = _proxmox.vm_in_resources(resources, self.vmid)
         info = dict(exists=entry is not None, vmid=self.vmid, node=self.node, status='absent', lock=None,
-                    agent_addresses=[], agent_error=None, address=None)
+                    agent_addresses=[], agent_error=None, address=None, address_source=None)
         if entry is None:
             return info
         if self.node and entry.get('node') != self.node:
@@ -99,9 +126,13 @@ class VmProbe(object):
         addresses = [a['address'] for a in info['agent_addresses']]
         expected = self.params.get('expected_address')
         if expected and expected in addresses:
-            info['address'] = expected
+            info['address'], info['address_source'] = expected, 'agent'
         elif addresses and not expected:
-            info['address'] = addresses[0]
+            info['address'], info['address_source'] = addresses[0], 'agent'
+        elif expected and info['agent_error'] and self.params.get('talos_api_port') and \
+                talos_api_answers(expected, self.params['talos_api_port']):
+            # No agent (Talos in maintenance mode may run none): the inventory address answers as a Talos API.
+            info['address'], info['address_source'] = expected, 'talos_api'
         return info
 
 
@@ -111,6 +142,9 @@ def describe(info):
         return 'VM does not exist'
     if info['status'] != 'running':
         return 'VM is %s%s' % (info['status'], ' (lock: %s)' % info['lock'] if info['lock'] else '')
+    if info['agent_error'] and info.get('address_source') == 'talos_api':
+        return 'VM is running; guest agent: %s; the Talos API answers at its inventory address %s' % (
+            info['agent_error'], info['address'])
     if info['agent_error']:
         return 'VM is running; guest agent: %s' % info['agent_error']
     addresses = [a['address'] for a in info['agent_addresses']]
@@ -246,7 +280,7 @@ def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic
     check_vms(vms)
     timeout, interval = _argspec.wait_params(params)
     wait_for = params['wait_for']
-    watches = [VmWatch(vm, make_probe(client, vm)) for vm in vms]
+    watches = [VmWatch(vm, make_probe(client, dict(vm, talos_api_port=params.get('talos_api_port')))) for vm in vms]
     started_at = time.time()
     start = clock()
     workers = max(1, min(len(watches), max_workers))
@@ -311,7 +345,7 @@ def vm_result(watch):
     """The single form's result for one VM."""
     out = dict(watch.seen) if watch.seen else dict(
         exists=False, vmid=watch.vm['vmid'], node=watch.vm.get('node'), status='absent', lock=None,
-        agent_addresses=[], agent_error=None, address=None)
+        agent_addresses=[], agent_error=None, address=None, address_source=None)
     out.update(elapsed=round(watch.elapsed, 3), attempts=watch.attempts)
     return out
 

@@ -472,8 +472,12 @@ def _check_node(client, node, on_node, image, permissions, learnt, report, to_cr
     for vm in on_node:
         bridge = vm.get('vm_bridge')
         if not _blank(bridge) and bridge not in bridges:
-            report.problem(vm['host'], 'vm_bridge', 'PVE node %s has no bridge %r (bridges: %s)'
-                           % (node, bridge, ', '.join(sorted(bridges)) or 'none'))
+            # PVE lists a bridge or an SDN VNet only to credentials with SDN.Audit or SDN.Use on it (pve-manager
+            # PVE/API2/Network.pm:430-482), so a VNet the token may not see looks absent.
+            report.problem(vm['host'], 'vm_bridge', 'PVE node %s has no bridge %r that these credentials can see '
+                           '(bridges: %s; a bridge or SDN VNet is listed only with SDN.Audit or SDN.Use on '
+                           '/sdn/zones/<zone>/%s, docs/guide-proxmox.md)'
+                           % (node, bridge, ', '.join(sorted(bridges)) or 'none', bridge))
     if image:
         learnt['image'][node] = _check_image(client, node, storages, image, permissions, report, learnt.get('version'))
 

@@ -23,7 +23,8 @@ description:
   - With O(wait_for=running) or O(wait_for=address) it is a gate - it polls until the VM is running (and the agent
     reports an address, or O(expected_address)) or fails at the O(wait_timeout) deadline with what it saw last.
   - Talos runs the QEMU guest agent only when its image has the C(siderolabs/qemu-guest-agent) system extension;
-    without it the address gate cannot pass, and its failure says so.
+    without it the address gate cannot pass, and its failure says so - unless O(talos_api_port) is set and the VM
+    has an expected (static) address, where a Talos API answering there stands in for the agent.
 author:
   - proxtalos.cluster contributors (@proxtalos)
 options:
@@ -76,6 +77,15 @@ options:
       - With O(wait_for=address), the address the agent must report (a static address given by cloud-init).
       - Not with O(vms) (each item has its own).
     type: str
+  talos_api_port:
+    description:
+      - With an expected address (O(expected_address), O(vms[].expected_address)), when PVE answers that the VM's
+        guest agent does not run, a TLS server completing a handshake at that address on this port passes the
+        address gate instead (RV(address_source=talos_api)); its certificate is not verified here (Talos in
+        maintenance mode has a self-signed one), so follow this with a gate on the Talos API itself.
+      - Talos has been reported both with and without the guest agent in maintenance mode.
+      - Unset - only the agent counts. Never used for a VM without an expected address, or when the agent runs.
+    type: int
 extends_documentation_fragment:
   - proxtalos.cluster._proxmox_auth
   - proxtalos.cluster._wait
@@ -166,10 +176,16 @@ agent_error:
   returned: always, in the one-VM form (with O(vmid))
   type: str
 address:
-  description: O(expected_address) when reported, else the first address the agent reports, else null.
+  description: O(expected_address) when reported (or, with O(talos_api_port), when its Talos API answers while the
+    agent does not run), else the first address the agent reports, else null.
   returned: always, in the one-VM form (with O(vmid))
   type: str
   sample: 10.20.0.11
+address_source:
+  description: Where RV(address) was seen - C(agent), C(talos_api) (O(talos_api_port)), or null without an address.
+  returned: always, in the one-VM form (with O(vmid))
+  type: str
+  sample: agent
 elapsed:
   description: Seconds spent, including waiting.
   returned: always
@@ -182,7 +198,7 @@ vms:
   description:
     - With O(vms), each VM that passed (or, with O(wait_for=none), was read) under its name - a dict with the keys
       the one-VM form returns (exists, vmid, node, name, status, lock, config, pending, agent_addresses,
-      agent_error, address, elapsed, attempts), elapsed counted from the module's start.
+      agent_error, address, address_source, elapsed, attempts), elapsed counted from the module's start.
   returned: with O(vms)
   type: dict
   sample: {"lab-w-1": {"exists": true, "vmid": 1021, "node": "pve1", "status": "running", "address": "10.20.0.101"}}
@@ -229,6 +245,7 @@ def argument_spec():
         )),
         wait_for=dict(type='str', choices=['none', 'running', 'address'], default='none'),
         expected_address=dict(type='str'),
+        talos_api_port=dict(type='int'),
     )
 
 

@@ -1,14 +1,24 @@
-"""The collection as a user installs and runs it: the Galaxy tarball installed into a collections path of its own, and
-`ansible-playbook proxtalos.cluster.site` run from a project folder outside the repository (docs/examples/ansible.cfg,
-an inventory next to it) against a lab (1 control plane + 1 worker) - every stage, end to end. The artifacts land next
-to the inventory (proxtalos_artifacts_dir, as the templates set it), nothing inside the installed collection.
+"""The collection as a user installs and runs it: the Galaxy tarball installed with docs/examples/requirements.yml into
+a collections path of its own, and `ansible-playbook proxtalos.cluster.site` run from a project folder outside the
+repository (docs/examples/ansible.cfg, an inventory next to it) against a lab (1 control plane + 1 worker) - every
+stage, end to end. The artifacts land next to the inventory (proxtalos_artifacts_dir, as the templates set it),
+nothing inside the installed collection.
+
+The run has only a vault password typed at the prompt (--ask-vault-pass, which reads stdin when it is not a terminal),
+as the guide's first run does, and the inventory's PVE token secret is in a vault-encrypted vault.yml: no private key
+of the run is then written in clear into the inventory's secrets/ (the Talos secrets bundle, the sealed-secrets key),
+and the test lists every file of the project that holds one.
 """
+import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 
 import pytest
+import yaml
+from ansible.parsing.vault import VaultLib, VaultSecret
 
 from k8s_stages_lab import TOOLS
 from lab.testing import start_lab
@@ -17,15 +27,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.path.join(ROOT, '.venv', 'bin')
 GALAXY = os.path.join(BIN, 'ansible-galaxy')
 PLAYBOOK = os.path.join(BIN, 'ansible-playbook')
+PASSWORD = 'typed at the prompt, never in a file'
+PEM_KEY = re.compile(r'-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----')
+# base64 of "-----BEGIN" (how the Talos bundle, talosconfig, kubeconfig and Kubernetes Secrets carry PEM keys)
+B64_PEM = re.compile(r'LS0tLS1CRUdJTi[A-Za-z0-9+/=]+')
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow,
               pytest.mark.skipif(not os.access(PLAYBOOK, os.X_OK), reason='no ansible-playbook in .venv (make setup)'),
               pytest.mark.skipif(not os.access(os.path.join(TOOLS, 'helm'), os.X_OK), reason='no helm in .tools/bin')]
 
 
-def user_env(home, collections, project):
+def user_env(home, project):
+    """The user's environment: no ANSIBLE_* setting but the project's ansible.cfg (docs/examples/ansible.cfg), which
+    names the project's collections/ folder."""
     env = dict((key, value) for key, value in os.environ.items() if not key.startswith('ANSIBLE_'))
-    env.update(HOME=str(home), ANSIBLE_CONFIG=os.path.join(str(project), 'ansible.cfg'), ANSIBLE_COLLECTIONS_PATH=str(collections),
+    env.update(HOME=str(home), ANSIBLE_CONFIG=os.path.join(str(project), 'ansible.cfg'),
                ANSIBLE_NOCOLOR='1', PATH=os.pathsep.join([BIN, TOOLS, os.environ.get('PATH', '')]))
     return env
 
@@ -33,30 +49,47 @@ def user_env(home, collections, project):
 @pytest.fixture(scope='module')
 def project(tmp_path_factory):
     folder = tmp_path_factory.mktemp('user')
-    home, collections, project_dir = folder / 'home', folder / 'collections', folder / 'project'
-    for path in (home, collections, project_dir):
+    home, project_dir = folder / 'home', folder / 'project'
+    collections = project_dir / 'collections'
+    for path in (home, project_dir):
         path.mkdir()
     shutil.copy(os.path.join(ROOT, 'docs', 'examples', 'ansible.cfg'), str(project_dir / 'ansible.cfg'))
-    env = user_env(home, collections, project_dir)
+    env = user_env(home, project_dir)
     build = subprocess.run([GALAXY, 'collection', 'build', ROOT, '--output-path', str(folder)], cwd=str(folder), env=env,
                            capture_output=True, text=True, timeout=300, check=False)
     assert build.returncode == 0, build.stdout + build.stderr
     tarballs = [str(folder / name) for name in os.listdir(str(folder)) if name.endswith('.tar.gz')]
     assert len(tarballs) == 1, tarballs
     tarball = tarballs[0]
-    # --no-deps: community.proxmox and kubernetes.core come with the ansible package (Galaxy is not reachable here)
-    install = subprocess.run([GALAXY, 'collection', 'install', tarball, '-p', str(collections), '--no-deps'], cwd=str(project_dir),
-                             env=env, capture_output=True, text=True, timeout=300, check=False)
+    # The project's requirements.yml is the documented one; its tarball name follows galaxy.yml's version.
+    with open(os.path.join(ROOT, 'docs', 'examples', 'requirements.yml'), encoding='utf-8') as handle:
+        requirements = yaml.safe_load(handle)
+    assert [item['name'] for item in requirements['collections']] == ['./' + os.path.basename(tarball)], requirements
+    shutil.copy(os.path.join(ROOT, 'docs', 'examples', 'requirements.yml'), str(project_dir / 'requirements.yml'))
+    shutil.copy(tarball, str(project_dir))
+    # --offline: Galaxy is not reachable here; kubernetes.core (galaxy.yml's dependency) comes with the ansible package
+    install = subprocess.run([GALAXY, 'collection', 'install', '-r', 'requirements.yml', '-p', 'collections/', '--offline'],
+                             cwd=str(project_dir), env=env, capture_output=True, text=True, timeout=300, check=False)
     assert install.returncode == 0, install.stdout + install.stderr
+    assert 'proxtalos.cluster:' in install.stdout and 'kubernetes.core' in install.stdout, install.stdout
+    assert 'not part of the configured' not in install.stdout + install.stderr, install.stdout + install.stderr
     lab = start_lab(str(folder / 'lab'), control_planes=1, workers=1)
     try:
         inventory = project_dir / 'inventory'
         inventory.mkdir()
-        shutil.copy(lab.inventory, str(inventory / 'hosts.yml'))
+        # The PVE token secret goes into a vault-encrypted vault.yml, as the guide has a user keep it
+        with open(lab.inventory, encoding='utf-8') as handle:
+            hosts = yaml.safe_load(handle)
+        del hosts['cluster']['vars']['pve_api_token_secret']
+        (inventory / 'hosts.yml').write_text(yaml.safe_dump(hosts))
         for name in ('group_vars', 'files'):
             shutil.copytree(os.path.join(ROOT, 'inventories', 'lab', name), str(inventory / name), symlinks=False)
         (inventory / 'group_vars' / 'all' / 'artifacts.yml').write_text(
-            '---\nproxtalos_artifacts_dir: "{{ inventory_dir }}/artifacts"\n')
+            '---\nproxtalos_artifacts_dir: "{{ inventory_dir }}/artifacts"\n'
+            'pve_api_token_secret: "{{ vault_pve_api_token_secret }}"\n')
+        vault = VaultLib([('default', VaultSecret(PASSWORD.encode()))])
+        (inventory / 'group_vars' / 'all' / 'vault.yml').write_bytes(
+            vault.encrypt(yaml.safe_dump({'vault_pve_api_token_secret': lab.token_secret})))
         yield project_dir, inventory, collections, env
     finally:
         lab.stop()
@@ -64,8 +97,8 @@ def project(tmp_path_factory):
 
 def test_the_installed_collection_runs_every_stage_from_a_project_of_its_own(project):
     project_dir, inventory, collections, env = project
-    run = subprocess.run([PLAYBOOK, 'proxtalos.cluster.site', '-i', str(inventory)], cwd=str(project_dir), env=env,
-                         capture_output=True, text=True, timeout=1500, check=False)
+    run = subprocess.run([PLAYBOOK, 'proxtalos.cluster.site', '-i', str(inventory), '--ask-vault-pass'], cwd=str(project_dir),
+                         env=env, input=PASSWORD + '\n', capture_output=True, text=True, timeout=1500, check=False)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     installed = collections / 'ansible_collections' / 'proxtalos' / 'cluster'
     assert (installed / 'playbooks' / 'site.yml').exists()
@@ -79,3 +112,42 @@ def test_the_installed_collection_runs_every_stage_from_a_project_of_its_own(pro
         assert (artifacts / name).exists(), sorted(os.listdir(str(artifacts)))
     assert not (installed / 'artifacts').exists(), 'a run wrote into the installed collection'
     assert 'failed=0' in run.stdout
+
+
+def _private_keys(data):
+    """The PEM private keys in a file's bytes, in clear or base64-encoded (a vault envelope holds none in clear)."""
+    text = data.decode('utf-8', 'replace')
+    found = PEM_KEY.findall(text)
+    for blob in B64_PEM.findall(text):
+        decoded = base64.b64decode(blob + '=' * (-len(blob) % 4)).decode('utf-8', 'replace')
+        found.extend(PEM_KEY.findall(decoded))
+    return found
+
+
+def test_a_prompted_vault_password_leaves_no_private_key_in_clear_in_secrets(project):
+    """After the whole run above (it ran first: same module), the kept secrets - Talos bundle and sealed-secrets key -
+    are vault envelopes that open with the typed password; the files of the project with a private key in clear are
+    only the run's credentials and machine configs in artifacts/ (0600, left out by .gitignore)."""
+    project_dir, inventory, collections, dummy = project
+    secrets = inventory / 'secrets'
+    kept = sorted(os.listdir(str(secrets)))
+    assert 'talos-secrets.yaml' in kept and 'sealed-secrets.key' in kept, kept
+    vault = VaultLib([('default', VaultSecret(PASSWORD.encode()))])
+    for name in ('talos-secrets.yaml', 'sealed-secrets.key'):
+        data = (secrets / name).read_bytes()
+        assert data.startswith(b'$ANSIBLE_VAULT;'), name
+        assert _private_keys(vault.decrypt(data)), '%s holds no private key once decrypted (the scan is broken)' % name
+    in_clear = {}
+    for folder, dummy, names in os.walk(str(project_dir)):
+        if folder.startswith(str(collections)):
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, 'rb') as handle:
+                data = handle.read()
+            if _private_keys(data):
+                in_clear[os.path.relpath(path, str(project_dir))] = oct(os.stat(path).st_mode & 0o777)
+    outside_artifacts = dict((path, mode) for path, mode in in_clear.items() if not path.startswith('inventory/artifacts/'))
+    assert outside_artifacts == {}, outside_artifacts
+    assert set(in_clear.values()) == {'0o600'}, in_clear
+    assert sorted(in_clear) == ['inventory/artifacts/%s' % name for name in ('kubeconfig', 'lab-cp-1.yaml', 'talosconfig')], in_clear

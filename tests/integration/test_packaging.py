@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -45,7 +46,7 @@ def built(tmp_path_factory):
     collections = scratch / 'collections'
     collections.mkdir()
     assert os.listdir(str(collections)) == []
-    # --no-deps: community.proxmox and kubernetes.core come from the ansible package (Galaxy is not reachable here)
+    # --no-deps: kubernetes.core comes from the ansible package (Galaxy is not reachable here)
     process = subprocess.run([GALAXY, 'collection', 'install', str(tarball), '-p', str(collections), '--no-deps'],
                              cwd=str(scratch), env=env, check=False, capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stdout + process.stderr
@@ -141,3 +142,51 @@ def test_ee_python_requirements_match_requirements_txt():
     ee = _requirement_lines(os.path.join(ROOT, 'meta', 'ee-requirements.txt'))
     expected = dict((name, line) for name, line in runtime.items() if name not in ('ansible', 'ansible-core'))
     assert ee == expected
+
+
+FQCN = re.compile(r'\b([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)\.[a-z][a-z0-9_]*\b')
+USED_IN = ('roles', 'playbooks', 'site.yml')
+
+
+def _collections_used():
+    """Collections named by the FQCN of a task's module, a lookup, filter or role in the shipped YAML (comments left
+    out), plus every ansible_collections.<ns>.<name> import of the plugins."""
+    used = set()
+    for top in USED_IN:
+        path = os.path.join(ROOT, top)
+        files = [path] if os.path.isfile(path) else [os.path.join(folder, name) for folder, _dirs, names in os.walk(path)
+                                                     for name in names if name.endswith(('.yml', '.yaml'))]
+        for name in files:
+            if os.sep + 'files' + os.sep in name:
+                continue    # manifests shipped as data (Kubernetes objects, not Ansible)
+            with open(name, encoding='utf-8') as handle:
+                for line in handle:
+                    code = line.split('#', 1)[0]
+                    used.update('%s.%s' % found for found in FQCN.findall(code))
+    for folder, _dirs, names in os.walk(os.path.join(ROOT, 'plugins')):
+        for name in names:
+            if name.endswith('.py'):
+                with open(os.path.join(folder, name), encoding='utf-8') as handle:
+                    used.update('%s.%s' % found for found in re.findall(r'ansible_collections\.(\w+)\.(\w+)', handle.read()))
+    return used
+
+
+def test_the_declared_collection_dependencies_are_the_used_ones_in_every_list():
+    """galaxy.yml's dependencies, requirements.yml and the execution environment's collections name exactly the
+    collections the shipped roles, playbooks and plugins use (not ansible.builtin, not this one)."""
+    used = set(name for name in _collections_used() if name.split('.')[0] not in ('ansible', 'proxtalos'))
+    # a hostname or a dotted value can look like an FQCN: only names of installed collections (the ansible package's) count
+    roots = [os.path.join(entry, 'ansible_collections') for entry in sys.path if os.path.isdir(os.path.join(entry, 'ansible_collections'))]
+    installed = set(name for name in used if any(os.path.isfile(os.path.join(root, name.replace('.', os.sep), 'MANIFEST.json'))
+                                                 for root in roots))
+    assert installed, 'no collection dependency found (the scan is broken)'
+    with open(os.path.join(ROOT, 'galaxy.yml'), encoding='utf-8') as handle:
+        galaxy = yaml.safe_load(handle)['dependencies']
+    with open(os.path.join(ROOT, 'requirements.yml'), encoding='utf-8') as handle:
+        requirements = dict((item['name'], item['version']) for item in yaml.safe_load(handle)['collections'])
+    with open(os.path.join(ROOT, 'execution-environment.yml'), encoding='utf-8') as handle:
+        ee = dict((item['name'], item.get('version')) for item in yaml.safe_load(handle)['dependencies']['galaxy']['collections']
+                  if item.get('type') != 'file')
+    assert set(galaxy) == installed, 'galaxy.yml dependencies %s, used %s' % (sorted(galaxy), sorted(installed))
+    assert requirements == galaxy, 'requirements.yml %s differs from galaxy.yml %s' % (requirements, galaxy)
+    assert ee == galaxy, 'execution-environment.yml %s differs from galaxy.yml %s' % (ee, galaxy)

@@ -7,6 +7,7 @@ needs: the endpoint as the layer-2 VIP, the pinned Kubernetes version, the inlin
 config part Spegel needs (apps); static nodes get nameservers.
 """
 import os
+import re
 import shutil
 
 import pytest
@@ -96,3 +97,18 @@ def test_what_each_template_installs_is_in_the_configs(rendered):
 def test_the_csi_gate_is_off_until_the_gitops_repository_installs_the_csi(rendered):
     name, values, dummy, dummy = rendered
     assert values.get('gitops_csi_enabled') is False, '%s: the gitops stage would wait for a CSI nobody installs' % name
+
+
+def test_the_vault_template_names_every_secret_the_templates_refer_to():
+    """docs/examples/vault.yml (the first-cluster guide's vault file) has exactly the vault_* variables the shipped
+    templates refer to, so a user who fills it leaves none undefined."""
+    referred = set()
+    for name in ('infra', 'apps'):
+        for folder, dummy, files in os.walk(os.path.join(ROOT, 'inventories', name)):
+            for entry in files:
+                with open(os.path.join(folder, entry), encoding='utf-8') as handle:
+                    referred.update(re.findall(r'\{\{[^}]*?\b(vault_\w+)', handle.read()))
+    with open(os.path.join(ROOT, 'docs', 'examples', 'vault.yml'), encoding='utf-8') as handle:
+        template = yaml.safe_load(handle)
+    assert referred, 'no vault variable found in the templates (the scan is broken)'
+    assert set(template) == referred, (sorted(template), sorted(referred))

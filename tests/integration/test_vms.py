@@ -347,3 +347,21 @@ def test_the_hard_reset_primitive_resets_a_running_vm_every_time_it_is_asked(cle
         assert run.changed == 1 and run.results('Reset through PVE')[0][2]['actions'] == ['reset']
     resets = [e for e in clean_lab.events(since=since) if e['event'] == 'reset']
     assert [e['name'] for e in resets] == ['lab-w-3', 'lab-w-3']
+
+
+def test_on_pve_8_the_guest_agent_is_read_with_vm_monitor(lab_factory):
+    # The lab answering as PVE 8 (`--pve-major 8`): its token holds PVE 8's documented role, where VM.Monitor is the
+    # guest agent's privilege (qemu-server 8.3.13 Agent.pm; PVE 8 has no VM.GuestAgent.*). The collection reads the
+    # version, checks and names PVE 8's privilege.
+    lab = lab_factory(control_planes=1, workers=1, extra_args=('--pve-major', '8'))
+    assert lab.proxmox().version.get()['release'] == '8.4'
+    run = converge(lab, *STAGES, extra_vars=SHORT)
+    gate = run.results('Gate - the VM runs')[0][2]
+    assert sorted(gate['vms']) == ['lab-cp-1', 'lab-w-1'] and gate['vms']['lab-w-1']['address']
+
+    lab.fault('pve-privilege-revoked', 'VM.Monitor')
+    lab.proxmox(root=True).nodes('pve1').qemu(1021).status.reboot.post()
+    run = run_playbook(lab.inventory_dir, '--tags', 'vms', extra_vars=dict(SHORT, proxmox_vms_address_timeout=120))
+    assert run.rc != 0, run.describe()
+    message = '\n'.join(str(m) for m in run.failures().values())
+    assert 'VM.Monitor on /vms/10' in message and 'GuestAgent' not in message, message

@@ -5,7 +5,7 @@ from fakepve import shapes
 from proxmoxer import ResourceException
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _proxmox_privileges
-from lab.pve import LAB_ROLES, PVE_USER, TOKEN_ID, lab_access
+from lab.pve import PVE_USER, TOKEN_ID, lab_access, lab_roles
 from lab.pve_access import AccessControl
 
 
@@ -45,14 +45,16 @@ def test_a_privilege_separated_token_holds_what_both_it_and_its_user_hold():
     assert acl.permissions('root@pam!any', '/')['Sys.Modify'] is True
 
 
-def test_the_labs_role_is_the_collections_table_for_pve9():
+@pytest.mark.parametrize('major', [9, 8])
+def test_the_labs_role_is_the_collections_table(major):
     # The lab's role is written from PVE's sources and the collection's table from the same; neither reads
-    # the other. They must agree, path for path, propagation included.
-    lab = dict((path, (propagate, set(privs))) for path, (_name, propagate, privs) in LAB_ROLES.items())
+    # the other. They must agree, path for path, propagation included, for each PVE major the lab can answer as.
+    lab = dict((path, (propagate, set(privs))) for path, (_name, propagate, privs) in lab_roles(major).items())
     table = {}
     for need in _proxmox_privileges.required():
-        table.setdefault(need.acl, (need.propagate, set()))[1].add(need.granted(9))
+        table.setdefault(need.acl, (need.propagate, set()))[1].add(need.granted(major))
     assert lab == table
+    assert lab_access(major).all_privileges >= set().union(*(privs for _propagate, privs in lab.values()))
 
 
 def test_the_labs_token_holds_the_role_and_no_more():
@@ -125,3 +127,42 @@ def test_the_labs_download_verifies_a_checksum(clean_lab):
     failed = ended(storage('download-url').post(url=url, filename='bad.iso', content='iso', checksum='0' * 128, **sha512))
     assert failed.startswith("checksum mismatch: got '%s' != expect '" % right)
     assert [i['volid'] for i in storage.content.get(content='iso')] == ['local:iso/good.iso']
+
+
+@pytest.mark.lab
+def test_an_sdn_vnet_is_listed_and_usable_once_the_admin_grants_it(clean_lab):
+    # PVE lists a VNet with type vnet only to credentials that may audit or use it, in its own zone, and a NIC
+    # on it needs SDN.Use there (pve-manager Network.pm:430-453, pve-guest-common GuestHelpers.pm:397-421).
+    token, admin = clean_lab.proxmox(), clean_lab.proxmox(root=True)
+    assert [(b['iface'], b['type']) for b in admin.nodes('pve1').network.get(type='any_bridge')] == [
+        ('vmbr0', 'bridge'), ('labvnet', 'vnet')]
+    assert [b['iface'] for b in admin.nodes('pve1').network.get(type='any_local_bridge')] == ['vmbr0']
+    assert [b['iface'] for b in token.nodes('pve1').network.get(type='any_bridge')] == ['vmbr0']
+    with pytest.raises(ResourceException) as raised:
+        token.nodes('pve1').qemu.post(vmid=4712, name='on-vnet', net0='virtio,bridge=labvnet')
+    assert raised.value.status_code == 403 and '/sdn/zones/labzone/labvnet, SDN.Use' in str(raised.value)
+    with pytest.raises(ResourceException) as raised:     # the token itself may not hand out rights
+        token.access.acl.put(path='/sdn/zones/labzone/labvnet', roles='ProxtalosBridges', tokens=TOKEN_ID)
+    assert raised.value.status_code == 403 and 'Permissions.Modify' in str(raised.value)
+
+    # a privilege-separated token holds what both it and its user hold: the admin grants both
+    # (first without propagation: the VNet, not its VLANs)
+    admin.access.acl.put(path='/sdn/zones/labzone/labvnet', roles='ProxtalosBridges', users=PVE_USER,
+                         tokens=TOKEN_ID, propagate=0)
+    assert [b['iface'] for b in token.nodes('pve1').network.get(type='vnet')] == ['labvnet']
+    assert token.access.permissions.get(path='/sdn/zones/labzone/labvnet') == {
+        '/sdn/zones/labzone/labvnet': {'SDN.Use': 0}}
+    token.nodes('pve1').qemu.post(vmid=4712, name='on-vnet', net0='virtio,bridge=labvnet')
+    with pytest.raises(ResourceException) as raised:     # a VLAN of it is checked on its own path
+        token.nodes('pve1').qemu.post(vmid=4713, name='on-vlan', net0='virtio,bridge=labvnet,tag=30')
+    assert raised.value.status_code == 403 and '/sdn/zones/labzone/labvnet/30, SDN.Use' in str(raised.value)
+    # granting again sets the entry's flag (one flag per user or token and role)
+    admin.access.acl.put(path='/sdn/zones/labzone/labvnet', roles='ProxtalosBridges', users=PVE_USER,
+                         tokens=TOKEN_ID, propagate=1)
+    token.nodes('pve1').qemu.post(vmid=4713, name='on-vlan', net0='virtio,bridge=labvnet,tag=30')
+
+    admin.access.acl.put(path='/sdn/zones/labzone/labvnet', roles='ProxtalosBridges', tokens=TOKEN_ID, delete=1)
+    assert [b['iface'] for b in token.nodes('pve1').network.get(type='any_bridge')] == ['vmbr0']
+    with pytest.raises(ResourceException) as raised:
+        admin.access.acl.put(path='/sdn/zones/labzone/labvnet', roles='NoSuchRole', tokens=TOKEN_ID)
+    assert "role 'NoSuchRole' does not exist" in str(raised.value)

@@ -54,7 +54,7 @@ def test_the_roles_own_copy_of_the_defaults_is_the_defaults():
     assert sorted(seen) == sorted(copy) and all(seen[name] == '{{ %s }}' % name for name in seen)
     # every option a VM is built from
     assert set(copy) >= set(name for name in defaults if name not in (
-        'proxmox_vms_address_timeout', 'proxmox_vms_image_timeout', 'proxmox_vms_wait_sleep'))
+        'proxmox_vms_address_timeout', 'proxmox_vms_talos_api_fallback', 'proxmox_vms_image_timeout', 'proxmox_vms_wait_sleep'))
 
 
 def role_vars():

@@ -96,3 +96,17 @@ def test_a_403_is_explained_with_the_call_and_both_majors():
                                                    ('10.0', 9, False), (None, 9, False)])
 def test_major_of(version, major, known):
     assert privileges.major_of(version) == (major, known)
+
+
+def test_a_403_names_the_major_whose_privilege_pve_asked_for():
+    # PVE's own refusal names the privilege it checked (pve-common Exception.pm raise_perm_exc): VM.Monitor is PVE 8's
+    # agent privilege, the VM.GuestAgent.* pair (check_any, joined by |) PVE 9's.
+    path = 'nodes/pve1/qemu/101/agent/network-get-interfaces'
+    pve8 = privileges.explain_403('get', path, refused='Permission check failed (/vms/101, VM.Monitor)')
+    assert pve8.startswith('the credentials need VM.Monitor on /vms/101 to ') and 'GuestAgent' not in pve8
+    pve9 = privileges.explain_403(
+        'get', path, refused='Permission check failed (/vms/101, VM.GuestAgent.Audit|VM.GuestAgent.Unrestricted)')
+    assert pve9.startswith('the credentials need VM.GuestAgent.Audit (or VM.GuestAgent.Unrestricted) on /vms/101 to ')
+    assert 'PVE 8' not in pve9
+    # a text that names no privilege of the table leaves both
+    assert '(PVE 9; VM.Monitor on PVE 8)' in privileges.explain_403('get', path, refused='Permission check failed')

@@ -289,3 +289,131 @@ def test_the_list_is_checked(bad, message):
     with pytest.raises(_errors.ValidationError) as caught:
         _proxmox_vm_info.check_vms(bad)
     assert str(caught.value).startswith(message)
+
+
+# ---------------------------------------------------------------- the Talos API standing in for the agent
+
+class AgentlessClient(object):
+    """A PVE client whose VM 811 runs on pve1 with the agent answering like PVE does when it does not run."""
+
+    def __init__(self):
+        self.agent_reads = 0
+
+    def get(self, path, what, subject=None, **params):
+        assert path == 'cluster/resources' and params == {'type': 'vm'}, path
+        return [{'vmid': 811, 'node': 'pve1', 'name': 'cp-1', 'type': 'qemu'}]
+
+    def request(self, method, path, what, subject=None, retry=True, **params):
+        if path.endswith('/status/current'):
+            return {'status': 'running'}
+        if path.endswith('/agent/network-get-interfaces'):
+            self.agent_reads += 1
+            raise _errors.ApiError('QEMU guest agent is not running', pve_message='QEMU guest agent is not running')
+        if path.endswith('/pending'):
+            return []
+        if path.endswith('/config'):
+            return {'name': 'cp-1'}
+        raise AssertionError(path)
+
+
+def _tls_server(tmp_path, answer_tls=True):
+    """A listener on 127.0.0.1 (an Ed25519 self-signed certificate, as Talos' maintenance apid has); answer_tls=False
+    accepts connections and never answers (the Talos API port held by something that is not apid)."""
+    import datetime
+    import socket
+    import ssl
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cryptography.x509.oid import NameOID
+    key = ed25519.Ed25519PrivateKey.generate()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, 'maintenance')])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1)).sign(key, None))
+    (tmp_path / 'c.pem').write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / 'k.pem').write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(tmp_path / 'c.pem'), str(tmp_path / 'k.pem'))
+    listener = socket.create_server(('127.0.0.1', 0))
+    stop = threading.Event()
+
+    def serve():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, dummy = listener.accept()
+            except OSError:
+                continue
+            if answer_tls:
+                try:
+                    with context.wrap_socket(conn, server_side=True):
+                        pass
+                except (OSError, ssl.SSLError):
+                    pass
+            else:
+                stop.wait(5)
+                conn.close()
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    def close():
+        stop.set()
+        thread.join(5)
+        listener.close()
+    return listener.getsockname()[1], close
+
+
+def _closed_port():
+    import socket
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+def test_without_the_agent_a_static_vm_passes_when_its_talos_api_answers_at_the_inventory_address(tmp_path):
+    port, close = _tls_server(tmp_path)
+    try:
+        client = AgentlessClient()
+        vm = {'name': 'cp-1', 'vmid': 811, 'node': 'pve1', 'expected_address': '127.0.0.1'}
+        outcome = _proxmox_vm_info.gate_many(client, [vm], dict(params(timeout=5), talos_api_port=port))
+        ok, result, message = _proxmox_vm_info.many_result(outcome, 'address')
+        assert ok, message
+        assert result['vms']['cp-1']['address'] == '127.0.0.1'
+        assert result['vms']['cp-1']['address_source'] == 'talos_api'
+        assert result['vms']['cp-1']['agent_error'] == 'QEMU guest agent is not running'
+        assert 'the Talos API answers at its inventory address 127.0.0.1' in result['gates'][0]['observation']
+        assert client.agent_reads == 1
+    finally:
+        close()
+
+
+def test_without_the_option_or_without_an_answer_the_gate_waits_for_the_agent(tmp_path, monkeypatch):
+    monkeypatch.setattr(_proxmox_vm_info, 'TALOS_API_PROBE_TIMEOUT', 0.3)
+    port, close = _tls_server(tmp_path, answer_tls=False)
+    try:
+        vm = {'name': 'cp-1', 'vmid': 811, 'node': 'pve1', 'expected_address': '127.0.0.1'}
+        for options in ({}, {'talos_api_port': _closed_port()}, {'talos_api_port': port}):
+            clock = Clock()
+            outcome = _proxmox_vm_info.gate_many(AgentlessClient(), [vm], dict(params(timeout=3), **options),
+                                                 clock=clock, sleep=clock.sleep)
+            ok, result, message = _proxmox_vm_info.many_result(outcome, 'address')
+            assert not ok, options
+            assert 'QEMU guest agent is not running' in message and _proxmox_vm_info.AGENT_HINT in message, message
+            assert result['vms'] == {}
+    finally:
+        close()
+
+
+def test_a_vm_without_an_expected_address_never_falls_back(tmp_path):
+    port, close = _tls_server(tmp_path)
+    try:
+        clock = Clock()
+        vm = {'name': 'w-1', 'vmid': 811, 'node': 'pve1'}
+        outcome = _proxmox_vm_info.gate_many(AgentlessClient(), [vm], dict(params(timeout=3), talos_api_port=port),
+                                             clock=clock, sleep=clock.sleep)
+        assert not _proxmox_vm_info.many_result(outcome, 'address')[0]
+    finally:
+        close()

@@ -140,7 +140,7 @@ def test_unknown_bridge_storage_and_node_are_named(pve, fakepve_cafile, capsys):
     assert code == 1
     assert [(p['host'], p['field']) for p in result['problems']] == [
         ('w-1', 'vm_pve_node'), ('cp-2', 'vm_storage'), ('cp-3', 'vm_storage'), ('cp-1', 'vm_bridge')]
-    assert "PVE node pve1 has no bridge 'vmbr7' (bridges: vmbr0)" in result['msg']
+    assert "PVE node pve1 has no bridge 'vmbr7' that these credentials can see (bridges: vmbr0;" in result['msg']
     assert "storage 'local' does not hold VM disks" in result['msg']
 
 

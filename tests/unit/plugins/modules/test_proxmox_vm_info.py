@@ -195,7 +195,9 @@ def test_a_refused_agent_read_fails_at_once_naming_the_call_and_the_privilege(pv
     code, result = run(args(pve, fakepve_cafile, api_user='ops@pve', wait_for='address', wait_timeout=30), capsys)
     assert code == 1 and result['status'] == 403 and result['elapsed'] < 10
     assert 'GET /nodes/pve1/qemu/101/agent/network-get-interfaces' in result['msg']
-    assert 'VM.GuestAgent.Audit (or VM.GuestAgent.Unrestricted) on /vms/101 (PVE 9; VM.Monitor on PVE 8)' in result['msg']
+    # PVE's refusal names the privileges it asked for (PVE 9's pair), so only those are named
+    assert 'VM.GuestAgent.Audit (or VM.GuestAgent.Unrestricted) on /vms/101 to ' in result['msg']
+    assert 'VM.Monitor' not in result['msg'].split('[GET', 1)[1]
     assert 'extension' not in result['msg']
 
 

@@ -1,0 +1,433 @@
+"""Flux's controllers and the sealed-secrets controller, the pinned upstream builds, as processes against a lab
+ControlPlane (lab/k8s_upstream).
+
+What is upstream's, unchanged:
+- the binaries: source-controller, kustomize-controller, helm-controller and sealed-secrets-controller, built from
+  their Go modules by scripts/upstream_binaries.py (upstream/<name>.json);
+- the CRDs: each Flux controller module's config/crd/bases/*.yaml, and the sealed-secrets chart's
+  crds/bitnami.com_sealedsecrets.yaml, applied as they are;
+- the RBAC: Flux's own, manifests/rbac/controller.yaml (ClusterRole crd-controller) and reconciler.yaml
+  (cluster-admin for kustomize-controller and helm-controller, which apply whatever a repository holds) of
+  github.com/fluxcd/flux2/v2 at FLUX_DISTRIBUTION; sealed-secrets' as its Helm chart (the module's helm/sealed-secrets)
+  renders it with its default values, rendered by `helm template`;
+- the Deployments and ServiceAccounts: each module's config/manager/deployment.yaml with the serviceAccountName that
+  flux2's manifests/bases/<controller>/patch.yaml gives it, flux2's manifests/bases/<controller>/account.yaml, and
+  the chart's Deployment; their pods are scheduled onto kwok Nodes and made Ready by kwok (the ControlPlane's);
+- each controller's command line: the args of its Deployment, with the in-cluster addresses replaced (below).
+
+What the lab changes, because the controllers run as processes on this machine, not in their pods:
+- identity: each controller runs as its pod's container would, with a real token of its ServiceAccount: client-go's
+  rest.InClusterConfig() reads /var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt} and
+  KUBERNETES_SERVICE_HOST/PORT (k8s.io/client-go rest/config.go), and controller-runtime takes the leader-election
+  namespace from .../namespace (the sealed-secrets controller knows nothing else: v0.40.0 pkg/controller/main.go:188;
+  Flux's controllers have no leader-election namespace flag). Each runs in its own mount namespace (unshare) with a
+  tmpfs on /run that only it sees, holding those files: a token from the TokenRequest API, the cluster CA, the
+  namespace;
+- addresses: every listener is on 127.0.0.1 at a free port: --metrics-addr, --health-addr, and source-controller's
+  artifact server --storage-addr, advertised with --storage-adv-addr (the other controllers download artifacts from
+  the URL it advertises); --storage-path is a directory of the work directory (the pod's emptyDir /data) and TMPDIR
+  another (its emptyDir /tmp);
+- no notification-controller (its module is not served by the Go module proxy here), so no --events-addr: the
+  controllers record Kubernetes Events only.
+"""
+
+import base64
+import glob
+import json
+import os
+import signal
+import subprocess
+import time
+
+import yaml
+
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
+
+from lab import upstream
+from lab.cli import log_tail
+from lab.k8s_upstream.controlplane import HOST, ControlPlaneError, free_port
+
+# The Flux release whose controller versions upstream/{source,kustomize,helm}-controller.json pin: its go.mod requires
+# the controllers' api modules at those versions and its manifests/bases/<controller>/kustomization.yaml names them.
+FLUX_DISTRIBUTION = ('github.com/fluxcd/flux2/v2', 'v2.9.5')
+FLUX_CONTROLLERS = ('source-controller', 'kustomize-controller', 'helm-controller')
+SEALED_SECRETS = 'sealed-secrets-controller'
+SEALED_SECRETS_CHART = 'helm/sealed-secrets'
+FLUX_NAMESPACE = 'flux-system'
+SEALED_NAMESPACE = 'kube-system'
+START_TIMEOUT, STOP_TIMEOUT = 120.0, 20.0
+FIELD_MANAGER = 'proxtalos-lab'
+
+# kind -> (API path prefix, plural, namespaced) of the objects the lab applies
+RESOURCES = {
+    'Namespace': ('/api/v1', 'namespaces', False),
+    'ServiceAccount': ('/api/v1', 'serviceaccounts', True),
+    'Secret': ('/api/v1', 'secrets', True),
+    'ConfigMap': ('/api/v1', 'configmaps', True),
+    'Service': ('/api/v1', 'services', True),
+    'CustomResourceDefinition': ('/apis/apiextensions.k8s.io/v1', 'customresourcedefinitions', False),
+    'ClusterRole': ('/apis/rbac.authorization.k8s.io/v1', 'clusterroles', False),
+    'ClusterRoleBinding': ('/apis/rbac.authorization.k8s.io/v1', 'clusterrolebindings', False),
+    'Role': ('/apis/rbac.authorization.k8s.io/v1', 'roles', True),
+    'RoleBinding': ('/apis/rbac.authorization.k8s.io/v1', 'rolebindings', True),
+    'Deployment': ('/apis/apps/v1', 'deployments', True),
+    'GitRepository': ('/apis/source.toolkit.fluxcd.io/v1', 'gitrepositories', True),
+    'Kustomization': ('/apis/kustomize.toolkit.fluxcd.io/v1', 'kustomizations', True),
+    'HelmRelease': ('/apis/helm.toolkit.fluxcd.io/v2', 'helmreleases', True),
+    'SealedSecret': ('/apis/bitnami.com/v1alpha1', 'sealedsecrets', True),
+}
+
+
+class FluxError(ControlPlaneError):
+    """A controller did not start, or an object could not be applied."""
+
+
+def go_module_dir(module, version):
+    """The Go module cache directory of module@version (`go mod download`; instant once the module is cached)."""
+    ref = '%s@%s' % (module, version)
+    try:
+        done = subprocess.run(['go', 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False, timeout=300,
+                              env=dict(os.environ, GOTOOLCHAIN='local', GOFLAGS='-mod=mod'), cwd=str(upstream.ROOT))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise FluxError('go mod download %s: %s' % (ref, exc)) from exc
+    try:
+        directory = json.loads(done.stdout).get('Dir')
+    except ValueError:
+        directory = None
+    if done.returncode != 0 or not directory:
+        raise FluxError('go mod download %s failed: %s' % (ref, (done.stderr or done.stdout).strip()[-500:]))
+    return directory
+
+
+def documents(text):
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def read_documents(path):
+    with open(path, encoding='utf-8') as handle:
+        return documents(handle.read())
+
+
+def object_path(obj, namespace=None):
+    """The API path of obj (its collection when it has no name)."""
+    kind = obj.get('kind')
+    if kind not in RESOURCES:
+        raise FluxError('the lab does not know the resource of kind %r (known: %s)' % (kind, ', '.join(sorted(RESOURCES))))
+    prefix, plural, namespaced = RESOURCES[kind]
+    meta = obj.get('metadata') or {}
+    path = prefix
+    if namespaced:
+        path += '/namespaces/%s' % (meta.get('namespace') or namespace or 'default')
+    path += '/' + plural
+    if meta.get('name'):
+        path += '/' + meta['name']
+    return path
+
+
+def apply(cp, obj):
+    """Server-side apply of obj as the lab's field manager (force: the lab owns what it applies)."""
+    return cp.api('PATCH', object_path(obj) + '?fieldManager=%s&force=true' % FIELD_MANAGER, obj,
+                  content_type='application/apply-patch+yaml')
+
+
+def annotate(cp, kind, name, namespace, annotations):
+    """Merge-patch annotations onto an object (a reconcile request: reconcile.fluxcd.io/requestedAt), leaving the
+    fields a server-side apply owns alone."""
+    path = object_path({'kind': kind, 'metadata': {'name': name, 'namespace': namespace}})
+    return cp.api('PATCH', path, {'metadata': {'annotations': annotations}}, content_type='application/merge-patch+json')
+
+
+def get(cp, kind, name, namespace=None):
+    """The object, or None when it does not exist."""
+    try:
+        return cp.api('GET', object_path({'kind': kind, 'metadata': {'name': name, 'namespace': namespace}}))
+    except ControlPlaneError as exc:
+        if 'HTTP 404' in str(exc):
+            return None
+        raise
+
+
+def conditions(obj):
+    return {c.get('type'): c for c in ((obj or {}).get('status') or {}).get('conditions') or []}
+
+
+def wait_for(probe, timeout, what):
+    """probe() -> (done, observation) until done; FluxError with what it last saw at the deadline."""
+    result = _wait.wait_for(probe, timeout, interval=0.1, backoff=1.5, max_interval=1.0, sink=None)
+    if not result.ok:
+        raise FluxError('%s: not within %.0f s; last seen: %s' % (what, timeout, result.observation))
+    return result.observation
+
+
+def wait_established(cp, names, timeout):
+    def probe():
+        missing = {}
+        for name in names:
+            found = conditions(get(cp, 'CustomResourceDefinition', name))
+            if found.get('Established', {}).get('status') != 'True' or found.get('NamesAccepted', {}).get('status') == 'False':
+                missing[name] = {k: v.get('status') for k, v in found.items()}
+        return not missing, missing
+    wait_for(probe, timeout, 'CRDs Established')
+
+
+def without_flags(args, flags):
+    """args less each of flags, written --flag=value or --flag value."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            if not arg.startswith('-'):
+                continue
+        name = arg.split('=', 1)[0]
+        if name in flags:
+            skip = '=' not in arg
+            continue
+        kept.append(arg)
+    return kept
+
+
+class _Process:
+    def __init__(self, name, args, env, log_path, health_url):
+        self.name, self.args, self.env, self.log_path, self.health_url = name, args, env, log_path, health_url
+        self.popen = None
+
+    @property
+    def running(self):
+        return self.popen is not None and self.popen.poll() is None
+
+
+class FluxControllers:  # pylint: disable=too-many-instance-attributes
+    """Flux's controllers (and sealed-secrets') for one ControlPlane, their files under workdir."""
+
+    def __init__(self, cp, workdir, controllers=FLUX_CONTROLLERS, sealed_secrets=True):
+        unknown = set(controllers) - set(FLUX_CONTROLLERS)
+        if unknown:
+            raise FluxError('unknown Flux controller(s) %s (known: %s)' % (', '.join(sorted(unknown)), ', '.join(FLUX_CONTROLLERS)))
+        self.cp = cp
+        self.workdir = os.path.abspath(workdir)
+        self.controllers = tuple(controllers)
+        self.sealed_secrets = sealed_secrets
+        self.processes = {}
+        self.ports = {}
+        self.log_dir = os.path.join(self.workdir, 'logs')
+
+    # ------------------------------------------------------------------ manifests
+
+    @staticmethod
+    def module(name):
+        """The Go module cache directory of a component's module; where upstream/<name>.json replaces the module by
+        another path (sealed-secrets: published under github.com/bitnami-labs, named github.com/bitnami in its go.mod),
+        the replacement's."""
+        spec = upstream.components()[name]['go_module']
+        target = (spec.get('replace') or {}).get(spec['module'], '').split()
+        if len(target) == 2:
+            return go_module_dir(*target)
+        return upstream.module_dir(name)
+
+    def crds(self, name):
+        """The CRD documents a controller's module ships."""
+        if name == SEALED_SECRETS:
+            paths = sorted(glob.glob(os.path.join(self.module(name), SEALED_SECRETS_CHART, 'crds', '*.yaml')))
+        else:
+            paths = sorted(glob.glob(os.path.join(self.module(name), 'config', 'crd', 'bases', '*.yaml')))
+        if not paths:
+            raise FluxError('%s: its module has no CRDs where the lab looks for them' % name)
+        return [doc for path in paths for doc in read_documents(path)]
+
+    def flux_manifests(self):
+        """Namespace, ServiceAccounts, RBAC and Deployments of the Flux controllers, from flux2 and the modules."""
+        flux2 = go_module_dir(*FLUX_DISTRIBUTION)
+        objects = [{'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': FLUX_NAMESPACE}}]
+        for name in self.controllers:
+            for doc in read_documents(os.path.join(flux2, 'manifests', 'bases', name, 'account.yaml')):
+                doc.setdefault('metadata', {})['namespace'] = FLUX_NAMESPACE
+                objects.append(doc)
+        for rel in ('controller.yaml', 'reconciler.yaml'):
+            objects += read_documents(os.path.join(flux2, 'manifests', 'rbac', rel))
+        for name in self.controllers:
+            deployment = self.deployment(name)
+            deployment['metadata']['namespace'] = FLUX_NAMESPACE
+            # flux2 manifests/bases/<name>/patch.yaml: the pod runs as the controller's ServiceAccount
+            deployment['spec']['template']['spec']['serviceAccountName'] = name
+            objects.append(deployment)
+        return objects
+
+    def deployment(self, name):
+        found = [doc for doc in read_documents(os.path.join(self.module(name), 'config', 'manager', 'deployment.yaml'))
+                 if doc.get('kind') == 'Deployment']
+        if len(found) != 1:
+            raise FluxError('%s: config/manager/deployment.yaml holds %d Deployments, not one' % (name, len(found)))
+        return found[0]
+
+    def sealed_secrets_manifests(self):
+        """The sealed-secrets chart of the module rendered by helm with its defaults, in kube-system."""
+        helm = os.path.join(upstream.ROOT, '.tools', 'bin', 'helm')
+        chart = os.path.join(self.module(SEALED_SECRETS), SEALED_SECRETS_CHART)
+        done = subprocess.run([helm, 'template', SEALED_SECRETS, chart, '--namespace', SEALED_NAMESPACE],
+                              capture_output=True, text=True, check=False, timeout=120)
+        if done.returncode != 0:
+            raise FluxError('helm template %s: %s' % (chart, done.stderr.strip()[-500:]))
+        return documents(done.stdout)
+
+    # ------------------------------------------------------------------ identities
+
+    def _service_account_files(self, name, namespace):
+        """A directory laid out as a pod's /var/run/secrets/kubernetes.io/serviceaccount: a bound token of the
+        ServiceAccount (TokenRequest), the cluster CA, the namespace."""
+        request = {'apiVersion': 'authentication.k8s.io/v1', 'kind': 'TokenRequest', 'spec': {'expirationSeconds': 86400}}
+        token = self.cp.api('POST', '/api/v1/namespaces/%s/serviceaccounts/%s/token' % (namespace, name), request,
+                            expect=(201,))['status']['token']
+        directory = os.path.join(self.workdir, 'serviceaccount', name)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        for file_name, text in (('token', token), ('ca.crt', self.cp.ca[0]), ('namespace', namespace)):
+            fd = os.open(os.path.join(directory, file_name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, 'w', encoding='utf-8') as handle:
+                handle.write(text)
+        return directory
+
+    # ------------------------------------------------------------------ commands
+
+    @property
+    def artifact_address(self):
+        return '%s:%d' % (HOST, self.ports['source-controller-storage'])
+
+    def _as_pod(self, account, namespace, binary, args, env):
+        """The command that runs binary as a container of a pod whose ServiceAccount is namespace/account would: in
+        its own mount namespace (unshare), a tmpfs on /run that only it sees, and there, at
+        /var/run/secrets/kubernetes.io/serviceaccount, a real token of the ServiceAccount (TokenRequest), the cluster
+        CA and the namespace; KUBERNETES_SERVICE_HOST/PORT name the API server. What client-go's
+        rest.InClusterConfig() (k8s.io/client-go rest/config.go) and controller-runtime's in-cluster namespace lookup
+        (leader election) read."""
+        files = self._service_account_files(account, namespace)
+        mount = '/var/run/secrets/kubernetes.io/serviceaccount'
+        shell = 'mount -t tmpfs lab-run /run && mkdir -p %s && mount --bind "$1" %s && shift && exec "$@"' % (mount, mount)
+        host, port = self.cp.api_url.rsplit('//', 1)[1].rsplit(':', 1)
+        env = dict(env, PATH=os.environ.get('PATH', '/usr/bin:/bin'), KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port)
+        return ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', shell, 'sh', files, binary] + list(args), env
+
+    def _flux_command(self, name):
+        args = list(self.deployment(name)['spec']['template']['spec']['containers'][0].get('args') or [])
+        kept = without_flags(args, ('--storage-path', '--storage-adv-addr', '--events-addr'))  # in-cluster; set below
+        self.ports[name + '-health'] = free_port()
+        self.ports[name + '-metrics'] = free_port()
+        kept += ['--health-addr=%s:%d' % (HOST, self.ports[name + '-health']),
+                 '--metrics-addr=%s:%d' % (HOST, self.ports[name + '-metrics'])]
+        tmp = os.path.join(self.workdir, 'tmp', name)
+        os.makedirs(tmp, exist_ok=True)
+        if name == 'source-controller':
+            storage = os.path.join(self.workdir, 'storage')
+            os.makedirs(storage, exist_ok=True)
+            kept += ['--storage-path=' + storage, '--storage-addr=' + self.artifact_address,
+                     '--storage-adv-addr=' + self.artifact_address]
+        env = {'HOME': tmp, 'TMPDIR': tmp, 'RUNTIME_NAMESPACE': FLUX_NAMESPACE, 'TUF_ROOT': os.path.join(tmp, '.sigstore')}
+        # flux2 manifests/bases/<name>/patch.yaml: the pod's ServiceAccount is the controller's name
+        command, env = self._as_pod(name, FLUX_NAMESPACE, upstream.binary(name), kept, env)
+        # controller-runtime's probes: /readyz on --health-addr (each main.go AddReadyzCheck)
+        return command, env, 'http://%s:%d/readyz' % (HOST, self.ports[name + '-health'])
+
+    def _sealed_command(self, deployment):
+        container = deployment['spec']['template']['spec']['containers'][0]
+        args = list(container.get('command') or [])[1:] + list(container.get('args') or [])
+        self.ports[SEALED_SECRETS] = free_port()
+        args = without_flags(args, ('--listen-addr', '--listen-metrics-addr'))
+        args += ['--listen-addr=%s:%d' % (HOST, self.ports[SEALED_SECRETS]),
+                 '--listen-metrics-addr=%s:%d' % (HOST, free_port())]
+        account = deployment['spec']['template']['spec'].get('serviceAccountName') or SEALED_SECRETS
+        command, env = self._as_pod(account, SEALED_NAMESPACE, upstream.binary(SEALED_SECRETS), args,
+                                    {'POD_NAMESPACE': SEALED_NAMESPACE})
+        # its HTTP server's health endpoint (pkg/controller/server.go: /healthz)
+        return command, env, 'http://%s:%d/healthz' % (HOST, self.ports[SEALED_SECRETS])
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def install(self, timeout=START_TIMEOUT):
+        """CRDs (waited Established), namespace, ServiceAccounts, RBAC and Deployments."""
+        deadline = time.monotonic() + timeout
+        crds = [crd for name in self.controllers for crd in self.crds(name)]
+        if self.sealed_secrets:
+            crds += self.crds(SEALED_SECRETS)
+        for crd in crds:
+            apply(self.cp, crd)
+        objects = self.flux_manifests() if self.controllers else []
+        sealed = self.sealed_secrets_manifests() if self.sealed_secrets else []
+        for obj in objects + sealed:
+            apply(self.cp, obj)
+        wait_established(self.cp, [crd['metadata']['name'] for crd in crds], max(1.0, deadline - time.monotonic()))
+        return sealed
+
+    def start(self, timeout=START_TIMEOUT):
+        """Install the manifests, then start each controller and wait for its health endpoint. Returns self."""
+        if self.processes:
+            raise FluxError('already started')
+        os.makedirs(self.log_dir, exist_ok=True)
+        deadline = time.monotonic() + timeout
+        self.ports['source-controller-storage'] = free_port()
+        sealed = self.install(timeout)
+        commands = {name: self._flux_command(name) for name in self.controllers}
+        if self.sealed_secrets:
+            deployment = [d for d in sealed if d.get('kind') == 'Deployment']
+            if len(deployment) != 1:
+                raise FluxError('the sealed-secrets chart rendered %d Deployments, not one' % len(deployment))
+            commands[SEALED_SECRETS] = self._sealed_command(deployment[0])
+        try:
+            for name, (args, env, health) in commands.items():
+                self._start_one(name, args, env, health, deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_one(self, name, args, env, health_url, deadline):
+        import requests  # pylint: disable=import-outside-toplevel
+        log_path = os.path.join(self.log_dir, name + '.log')
+        proc = self.processes[name] = _Process(name, args, env, log_path, health_url)
+        with open(log_path, 'ab') as log:
+            proc.popen = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
+                                          start_new_session=True, cwd=self.workdir)
+
+        def probe():
+            if not proc.running:
+                raise FluxError('%s exited (code %s) while starting; its log ends:\n%s'
+                                % (name, proc.popen.returncode, log_tail(log_path)))
+            try:
+                response = requests.get(health_url, timeout=2)
+            except requests.RequestException as exc:
+                return False, str(exc)[-200:]
+            return response.status_code == 200, 'HTTP %d %s' % (response.status_code, response.text.strip()[:200])
+
+        result = _wait.wait_for(probe, max(0.0, deadline - time.monotonic()), interval=0.1, backoff=1.3, max_interval=1.0,
+                                sink=None)
+        if not result.ok:
+            raise FluxError('%s not ready within the start deadline; last probe of %s: %s; its log ends:\n%s'
+                            % (name, health_url, result.observation, log_tail(log_path)))
+
+    def stop(self, timeout=STOP_TIMEOUT):
+        """SIGTERM each controller (the reverse order), wait with a deadline, SIGKILL what is left."""
+        for name in reversed(list(self.processes)):
+            proc = self.processes[name]
+            if not proc.running:
+                continue
+            try:
+                os.killpg(proc.popen.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            try:
+                proc.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+                proc.popen.wait(timeout=timeout)
+
+    def status(self):
+        return [{'name': name, 'pid': proc.popen.pid, 'running': proc.running, 'health': proc.health_url, 'log': proc.log_path}
+                for name, proc in self.processes.items()]
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def secret_data(secret):
+    """A Secret's data decoded to str."""
+    return {key: base64.b64decode(value).decode() for key, value in ((secret or {}).get('data') or {}).items()}

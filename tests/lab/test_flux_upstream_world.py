@@ -1,0 +1,71 @@
+"""The upstream Flux controllers inside the World (opt-in extension lab.flux_upstream, after lab.k8s_upstream): the
+lab's Git server serves lab/gitops over HTTPS from `up`, a cluster's control plane gets source-, kustomize- and
+helm-controller when it starts, a GitRepository on the lab's repository becomes Ready at its commit, `lab status`
+names the controllers, and nothing of them is left when the lab stops. Select with `-m upstream`."""
+
+import os
+import subprocess
+
+import pytest
+from proxmoxer import ProxmoxAPI
+
+from lab.flux_upstream import FLUX_CONTROLLERS
+from lab.flux_upstream.lab import LAB_REPO
+from lab.testing import free_net, world_in_thread
+# tests/lab is on sys.path under pytest (rootdir-less test modules): the same cluster bring-up as the lab.k8s tests
+from test_k8s_world import _cluster_up, wait_until  # pylint: disable=import-error
+
+pytestmark = pytest.mark.upstream
+kubernetes = pytest.importorskip('kubernetes')
+from kubernetes import client as kube_client  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def test_a_cluster_gets_the_flux_controllers_and_fetches_the_labs_repository(tmp_path):
+    extensions = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_upstream')
+    with world_in_thread(tmp_path / 'run', free_net(), extensions=extensions, profile='instant') as running:
+        world = running.world
+        git = running.call(world.status())['flux_upstream']['git']
+        with open(git['password_file'], encoding='utf-8') as handle:
+            password = handle.read().strip()
+        assert os.stat(git['password_file']).st_mode & 0o777 == 0o600
+        commit = subprocess.run(['git', '-C', world.flux_upstream.git.repo_dir(LAB_REPO), 'rev-parse', 'refs/heads/main'],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        api = ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret,
+                         verify_ssl=world.ca_path)
+        core = _cluster_up(running, api, tmp_path)[0]
+
+        def running_controllers():
+            clusters = running.call(world.status())['flux_upstream']['clusters']
+            names = [entry['name'] for cluster in clusters.values() for entry in cluster if entry['running']]
+            return sorted(names) == sorted(FLUX_CONTROLLERS), clusters
+        clusters = wait_until(running_controllers, 'the Flux controllers of the cluster running', timeout=180)
+        pids = [entry['pid'] for cluster in clusters.values() for entry in cluster]
+
+        with open(git['ca_file'], encoding='utf-8') as handle:
+            ca_pem = handle.read()
+        core.create_namespaced_secret('flux-system', kube_client.V1Secret(
+            metadata=kube_client.V1ObjectMeta(name='lab-git'),
+            string_data={'username': git['user'], 'password': password, 'ca.crt': ca_pem}))
+        custom = kube_client.CustomObjectsApi(core.api_client)
+        custom.create_namespaced_custom_object('source.toolkit.fluxcd.io', 'v1', 'flux-system', 'gitrepositories', {
+            'apiVersion': 'source.toolkit.fluxcd.io/v1', 'kind': 'GitRepository',
+            'metadata': {'name': 'lab', 'namespace': 'flux-system'},
+            'spec': {'url': git['url'], 'ref': {'branch': 'main'}, 'interval': '1m', 'secretRef': {'name': 'lab-git'}}})
+
+        def fetched():
+            found = custom.get_namespaced_custom_object('source.toolkit.fluxcd.io', 'v1', 'flux-system', 'gitrepositories', 'lab')
+            status = found.get('status') or {}
+            ready = {c['type']: c for c in status.get('conditions') or []}.get('Ready', {})
+            artifact = status.get('artifact') or {}
+            # Ready and the artifact: Flux's patch helper writes the conditions before the rest of the status
+            # (github.com/fluxcd/pkg/runtime v0.110.3 patch/patch.go:223-235), so Ready=True can be read without it
+            return ready.get('status') == 'True' and bool(artifact), (ready, artifact)
+        ready, artifact = wait_until(fetched, 'GitRepository flux-system/lab Ready with its artifact', timeout=120)
+        assert artifact['revision'] == 'main@sha1:' + commit, (ready, artifact)
+        apps = kube_client.AppsV1Api(core.api_client)
+        wait_until(lambda: (all((apps.read_namespaced_deployment(name, 'flux-system').status.available_replicas or 0) == 1
+                                for name in FLUX_CONTROLLERS), None), 'the Flux Deployments available through kwok', timeout=120)
+    # the lab stopped: no controller is left running
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
