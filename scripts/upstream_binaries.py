@@ -10,6 +10,11 @@ the same version with the same settings share one scratch module and one `go bui
 appears in the cache only complete (built into a temporary directory, then renamed).
 
     python scripts/upstream_binaries.py [--only NAME[,NAME]] [--list]
+    python scripts/upstream_binaries.py --artifacts
+
+With no --only, it also puts the pinned upstream artifacts (roles/flux/vars/artifacts.yml) into the
+cache, from the same Go module proxy, each checked against its pin (lab/artifacts.py); --artifacts does
+only that.
 """
 import argparse
 import hashlib
@@ -29,7 +34,7 @@ import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from lab import upstream  # noqa: E402  pylint: disable=wrong-import-position
+from lab import artifacts, upstream  # noqa: E402  pylint: disable=wrong-import-position
 
 DOWNLOAD_TIMEOUT = float(os.environ.get('PROXTALOS_DOWNLOAD_TIMEOUT', '10'))
 HEARTBEAT = 60  # seconds between "still building" lines
@@ -273,8 +278,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description='Build or fetch the pinned upstream binaries into the cache.')
     parser.add_argument('--only', help='comma-separated component names (default: all)')
     parser.add_argument('--list', action='store_true', help='print each component, its version and cached path, then exit')
+    parser.add_argument('--artifacts', action='store_true', help='only the pinned upstream artifacts (lab/artifacts.py)')
     args = parser.parse_args(argv)
     try:
+        if args.artifacts or not (args.only or args.list):
+            written = artifacts.fill(_go(), _go_env(), say=say)
+            say('upstream artifacts: %d written (cache: %s)' % (written, artifacts.cache_dir()))
+            if args.artifacts:
+                return 0
         specs = upstream.components()
         if args.only:
             wanted = [name.strip() for name in args.only.split(',') if name.strip()]
@@ -309,7 +320,7 @@ def main(argv=None):
         if missing:
             say('upstream binaries: %d made in %d s (cache: %s)' % (len(missing), time.monotonic() - started,
                                                                     upstream.cache_root() / 'bin'))
-    except (SetupError, upstream.UpstreamError) as exc:
+    except (SetupError, upstream.UpstreamError, artifacts.ArtifactError) as exc:
         print('upstream binaries: %s' % exc, file=sys.stderr)
         return 1
     return 0

@@ -69,11 +69,13 @@ RECONCILE_ANNOTATION = 'kustomize.toolkit.fluxcd.io/reconcile'
 REQUESTED_AT = 'reconcile.fluxcd.io/requestedAt'
 KUSTOMIZE_MANAGER = 'kustomize-controller'
 OPERATOR_MANAGER = 'flux-operator'
+# The kinds of Flux's distribution manifests that have no namespace.
+CLUSTER_SCOPED_KINDS = ('Namespace', 'CustomResourceDefinition', 'ClusterRole', 'ClusterRoleBinding')
 DEPENDENCY_REQUEUE = 30.0
 REQUEUE_FLOOR = 0.5
 GIT_POLL_FLOOR = 2.0
 DEFAULT_COMPONENTS = ('source-controller', 'kustomize-controller', 'helm-controller', 'notification-controller')
-FLUX_VERSION = 'v2.6.4'
+FLUX_VERSION = 'v2.9.5'  # the Flux release of the flux role's pinned manifests (roles/flux/vars/artifacts.yml)
 DELAY_KINDS = {
     'flux_git_fetch': ((1.0, 4.0), 'source-controller cloning a Git repository and storing the artifact'),
     'flux_reconcile': ((1.0, 3.0), 'kustomize-controller building and applying one Kustomization (flux-operator: one FluxInstance)'),
@@ -749,15 +751,25 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
     # --- FluxInstance (flux-operator) ------------------------------------------------------------
 
     def components(self, instance):
-        """The objects of the components a FluxInstance asks for, from the gotk components manifest."""
+        """The objects of the components a FluxInstance asks for, from Flux's distribution manifests: the pinned upstream
+        files of the flux role's manifest method (roles/flux/vars/artifacts.yml, from the lab's artifact cache), the
+        same Flux v2.9.5 files flux-operator v0.59.0 carries under config/data/flux. As the operator's build does,
+        objects without a namespace go to the instance's namespace and the images to distribution.registry
+        (upstream's files name them fluxcd/<controller>:<tag>). Unlike the real operator, the lab applies that one
+        Flux version whatever distribution.version asks for."""
         spec = instance.get('spec') or {}
         wanted = set(spec.get('components') or DEFAULT_COMPONENTS)
         registry = ((spec.get('distribution') or {}).get('registry') or 'ghcr.io/fluxcd').rstrip('/')
         namespace = instance['metadata']['namespace']
-        if not self.components_file or not os.path.exists(self.components_file):
-            raise build_mod.BuildError('the lab flux-operator has no component manifest (%s)' % self.components_file)
-        with open(self.components_file, encoding='utf-8') as handle:
-            docs = flatten(yaml.safe_load_all(handle))
+        paths = self.components_file if isinstance(self.components_file, (list, tuple)) else [self.components_file]
+        absent = [path for path in paths if not path or not os.path.exists(path)]
+        if absent:
+            raise build_mod.BuildError('the lab flux-operator has no distribution manifest %s (make setup fills the lab '
+                                       'artifact cache)' % absent[0])
+        docs = []
+        for path in paths:
+            with open(path, encoding='utf-8') as handle:
+                docs.extend(flatten(doc for doc in yaml.safe_load_all(handle) if doc))
         out = []
         for doc in docs:
             labels = (doc.get('metadata') or {}).get('labels') or {}
@@ -766,14 +778,18 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
                 continue
             doc = build_mod._copy(doc)  # pylint: disable=protected-access
             meta = doc['metadata']
-            if meta.get('namespace'):
-                meta['namespace'] = namespace
             if doc['kind'] == 'Namespace':
                 meta['name'] = namespace
+            elif not meta.get('namespace') and doc['kind'] not in CLUSTER_SCOPED_KINDS:
+                meta['namespace'] = namespace
+            elif meta.get('namespace'):
+                meta['namespace'] = namespace
             for container in ((((doc.get('spec') or {}).get('template') or {}).get('spec') or {}).get('containers') or ()):
                 image = container.get('image') or ''
-                if image.startswith('ghcr.io/fluxcd/'):
-                    container['image'] = registry + '/' + image[len('ghcr.io/fluxcd/'):]
+                for prefix in ('ghcr.io/fluxcd/', 'fluxcd/'):
+                    if image.startswith(prefix):
+                        container['image'] = registry + '/' + image[len(prefix):]
+                        break
             out.append(doc)
         return out
 

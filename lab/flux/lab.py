@@ -11,6 +11,8 @@
 - attaches to every Kubernetes cluster the Kubernetes simulation starts (Talos listener
   `on_etcd_bootstrapped`, after lab.k8s has created it) the Flux controllers and the
   sealed-secrets controller (attach()), and drops them with the cluster (`lab reset`);
+- starts the artifact mirror (mirror.py): the pinned upstream artifacts over HTTPS on loopback, the
+  "internet" the flux role downloads Flux's and flux-operator's manifests from;
 - registers the faults, the `flux` status section and the delay kinds.
 
 Faults:
@@ -29,10 +31,11 @@ import secrets
 import shutil
 import subprocess
 
-from lab import ROOT
+from lab import ROOT, artifacts
 
 from .controllers import DELAY_KINDS, FluxControllers
 from .gitserver import GitServer
+from .mirror import ArtifactMirror
 from .sealed import SealedSecretsController
 
 LOG = logging.getLogger('lab.flux')
@@ -41,7 +44,9 @@ LAB_REPO_DIR = os.path.join(ROOT, 'lab', 'gitops')
 GIT_USER = 'flux'
 GIT_IDENTITY = {'GIT_AUTHOR_NAME': 'proxtalos lab', 'GIT_AUTHOR_EMAIL': 'lab@git.lab.internal',
                 'GIT_COMMITTER_NAME': 'proxtalos lab', 'GIT_COMMITTER_EMAIL': 'lab@git.lab.internal'}
-COMPONENTS_FILE = os.path.join(ROOT, 'roles', 'flux', 'files', 'gotk-components.yaml')
+# Flux's distribution manifests, in order: the pinned upstream files of the flux role's manifest method
+# (roles/flux/vars/artifacts.yml) in the lab's artifact cache (lab/artifacts.py; make setup fills it).
+COMPONENTS_FILES = [str(artifacts.cached_path(entry)) for entry in artifacts.pins()['flux']['files']]
 
 
 def init_repository(directory, source=LAB_REPO_DIR, branch='main'):
@@ -65,9 +70,9 @@ def init_repository(directory, source=LAB_REPO_DIR, branch='main'):
 class FluxCluster(object):
     """The Flux and sealed-secrets controllers attached to one KubeCluster."""
 
-    def __init__(self, cluster, git, timing=None, require_controllers=True, components_file=COMPONENTS_FILE):  # pylint: disable=too-many-arguments
+    def __init__(self, cluster, git, timing=None, require_controllers=True, components_file=None):  # pylint: disable=too-many-arguments
         self.cluster = cluster
-        self.flux = FluxControllers(cluster.store, git, timing=timing, components_file=components_file,
+        self.flux = FluxControllers(cluster.store, git, timing=timing, components_file=components_file or COMPONENTS_FILES,
                                     require_controllers=require_controllers)
         self.sealed = SealedSecretsController(cluster.store)
         cluster.register_service_proxy(self.sealed.namespace, self.sealed.name, self._sealed_backend)
@@ -116,6 +121,8 @@ class LabFlux(object):
             if kind not in world.timing.kinds:
                 world.timing.register(kind, realistic, description)
         self._write_files()
+        self.mirror = ArtifactMirror(world.run_dir).start()
+        world.add_endpoint('artifact-mirror', self.mirror.host, self.mirror.port, 'https')
 
     def _write_files(self):
         run_dir = self.world.run_dir
@@ -153,6 +160,7 @@ class LabFlux(object):
 
     async def on_lab_stop(self):
         self.close()
+        self.mirror.stop()
 
     def close(self):
         for flux in self.clusters.values():
@@ -241,6 +249,9 @@ class LabFlux(object):
     def status(self):
         return {'git': {'url': self.git.url_for(LAB_REPO_PATH), 'directory': self.repo_dir, 'user': GIT_USER,
                         'down': sorted(self.git.down)},
+                'artifact_mirror': {'url': self.mirror.url, 'ca': self.mirror.ca_path, 'pinned_files': len(self.mirror.entries),
+                                    'requests': len(self.mirror.served),
+                                    'not_found': sorted(set(path for path, code in self.mirror.served if code == 404))},
                 'clusters': {str(cluster_id): flux.status() for cluster_id, flux in self.clusters.items()}}
 
 

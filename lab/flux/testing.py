@@ -1,7 +1,7 @@
 """A Flux-ready lab cluster on a thread, for tests of the Flux simulation (no World, no Talos).
 
     with FluxLab() as flux:                      # cp-1 + w-1..w-3 registered, a Cilium agent on each (Ready)
-        flux.install_components()                # the gotk components manifest of the flux role (SSA)
+        flux.install_components()                # Flux's pinned upstream manifests, as the flux role applies them
         flux.sync(path='./clusters/lab')         # credentials Secret, GitRepository + Kustomization flux-system
                                                  # (and the CSI config Secret the tree's CSI controller mounts)
         flux.wait_ready()                        # every GitRepository/Kustomization Ready
@@ -16,10 +16,11 @@ import os
 
 import yaml
 
+from lab import artifacts
 from lab.k8s.testing import ClusterThread, wait_until
 
-from .lab import COMPONENTS_FILE, LAB_REPO_DIR, LAB_REPO_PATH, attach
-from .controllers import flatten
+from .lab import LAB_REPO_DIR, LAB_REPO_PATH, attach
+from .controllers import CLUSTER_SCOPED_KINDS, DEFAULT_COMPONENTS, flatten
 from .gitserver import GitServer
 
 GIT_PASSWORD = 'lab-git-password'
@@ -105,8 +106,34 @@ class FluxLab(object):
 
     # --- Flux ---------------------------------------------------------------------------------
 
-    def install_components(self, path=COMPONENTS_FILE):
-        return self.apply_file(path)
+    def apply_upstream(self, set_name, components=DEFAULT_COMPONENTS, namespace='flux-system'):
+        """Apply a pinned upstream artifact set (roles/flux/vars/artifacts.yml) from the lab's artifact cache as the flux
+        role does: in order, a component's file only when it is wanted, objects without a namespace in namespace, and
+        a Deployment's placeholder image set as the set's image says (flux-operator's kustomization)."""
+        pinned = artifacts.pins()[set_name]
+        out = []
+        for entry in pinned['files']:
+            if entry.get('component') and entry['component'] not in components:
+                continue
+            with open(artifacts.cached_path(entry), encoding='utf-8') as handle:
+                docs = [doc for doc in flatten(yaml.safe_load_all(handle)) if doc]
+            for doc in docs:
+                if doc['kind'] not in CLUSTER_SCOPED_KINDS:
+                    doc['metadata'].setdefault('namespace', namespace)
+                if pinned.get('image_name') and doc['kind'] == 'Deployment':
+                    for container in doc['spec']['template']['spec']['containers']:
+                        if container['image'].split(':')[0] == pinned['image_name']:
+                            container['image'] = pinned['image']
+                out.append(self.apply(doc))
+        return out
+
+    def install_components(self, components=DEFAULT_COMPONENTS):
+        """Flux's distribution manifests (the manifest method's pinned files)."""
+        return self.apply_upstream('flux', components)
+
+    def install_operator(self):
+        """flux-operator's manifests (the operator method's pinned files)."""
+        return self.apply_upstream('flux_operator')
 
     def put_key(self, key_pem, cert_pem, name='sealed-secrets-key', label='active'):
         """The sealed-secrets key Secret, as the sealed_secrets stage writes it."""

@@ -70,6 +70,8 @@ BUILTINS = (
     _b('', 'v1', 'ConfigMap', 'configmaps', True, ('cm',), (), (), 'io.k8s.api.core.v1.ConfigMap'),
     _b('', 'v1', 'Secret', 'secrets', True, (), (), (), 'io.k8s.api.core.v1.Secret', ('type',)),
     _b('', 'v1', 'ServiceAccount', 'serviceaccounts', True, ('sa',), (), (), 'io.k8s.api.core.v1.ServiceAccount'),
+    # stored, not enforced (Flux's distribution manifests ship one: critical-pods-flux-system)
+    _b('', 'v1', 'ResourceQuota', 'resourcequotas', True, ('quota',), (), ('status',), 'io.k8s.api.core.v1.ResourceQuota'),
     _b('', 'v1', 'Event', 'events', True, ('ev',), (), (), 'io.k8s.api.core.v1.Event', _EVENT_FIELDS),
     _b('', 'v1', 'PersistentVolumeClaim', 'persistentvolumeclaims', True, ('pvc',), (), ('status',),
        'io.k8s.api.core.v1.PersistentVolumeClaim'),

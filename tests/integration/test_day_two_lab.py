@@ -5,9 +5,9 @@ newest kept, each a whole snapshot of the cluster's etcd); remove_node without i
 of a control plane refused while removing it would lose quorum (nothing changed: three etcd members, the Node still
 there); remove_node of a worker (drain, Talos reset, Node and VM deleted), idempotent on a second run, and of a
 control plane (its etcd member gone); then site.yml with an inventory without the worker is green and builds the
-control plane again (a rebuild); upgrade_talos to v1.13.10 refused by Talos while an etcd member is unhealthy (the
-drained Node made schedulable again), then node by node (every node on it, a second run changes nothing), then to
-v1.13.11 with a worker whose reboot hangs: the run stops naming it; destroy refused
+control plane again (a rebuild); the cluster runs Talos v1.12.11 until upgrade_talos to v1.13.9, refused by Talos while
+an etcd member is unhealthy (the drained Node made schedulable again), then node by node (every node on it, a second
+run changes nothing), then to v1.13.8 with a worker whose reboot hangs: the run stops naming it; destroy refused
 without its confirmation, predicted in check mode, then every VM deleted with the kept secrets left in place, and
 those removed only when asked.
 """
@@ -33,6 +33,10 @@ REMOVE_NODE = os.path.join(ROOT, 'playbooks', 'remove_node.yml')
 DESTROY = os.path.join(ROOT, 'playbooks', 'destroy.yml')
 UPGRADE = os.path.join(ROOT, 'playbooks', 'upgrade_talos.yml')
 CONTROL_PLANES = ('lab-cp-1', 'lab-cp-2', 'lab-cp-3')
+WORKERS = ('lab-w-1', 'lab-w-2')
+START = 'v1.12.11'     # the Talos the cluster is built with
+TARGET = 'v1.13.9'     # what upgrade_talos brings it to
+OTHER = 'v1.13.8'      # a release the hung-reboot upgrade aims at (back within v1.13)
 
 
 @pytest.fixture(scope='module')
@@ -43,6 +47,12 @@ def workspace(tmp_path_factory):
     lab = start_lab(os.path.join(folder, 'lab'), control_planes=3, workers=2)
     try:
         space = Workspace(lab, folder)
+        # the cluster starts on Talos v1.12 (its ISO and installer), so that upgrade_talos goes to v1.13.9 as a user's
+        # cluster would; the lab's nodes behave as the release they run (lab/talos/versions.py)
+        os.makedirs(os.path.join(space.inventory, 'host_vars'), exist_ok=True)
+        for host in CONTROL_PLANES + WORKERS:
+            with open(os.path.join(space.inventory, 'host_vars', '%s.yml' % host), 'w', encoding='utf-8') as handle:
+                yaml.safe_dump({'talos_version': START}, handle)
         first = space.run(label='site')
         assert first.ok, first.explain()
         yield space
@@ -162,7 +172,7 @@ def talos_versions(space):
 def test_upgrade_talos_node_by_node(workspace):
     workspace.lab.fault('talos-etcd-unhealthy', 'lab-cp-2')
     try:
-        refused = workspace.run(label='upgrade-refused', playbook=UPGRADE, extra_vars={'talos_version': 'v1.13.10'})
+        refused = workspace.run(label='upgrade-refused', playbook=UPGRADE, extra_vars={'talos_version': TARGET})
     finally:
         workspace.lab.clear('talos-etcd-unhealthy', 'lab-cp-2')
     assert not refused.ok
@@ -171,18 +181,20 @@ def test_upgrade_talos_node_by_node(workspace):
     # the upgrade task's own failure (ignored, the jsonl callback does not say so) then the task that stops the run
     assert set(f[2] for f in failures) == {'lab-cp-1'} and failures[-1][1] == 'Stop the upgrade at this node', refused.explain()
     assert 'is not healthy; all members must be healthy to perform an upgrade' in failures[-1][3]
-    assert set(talos_versions(workspace).values()) == {'v1.13.9'}
+    assert set(talos_versions(workspace).values()) == {START}
     # refused before it started: the drained Node is schedulable again
     from kubernetes import client  # pylint: disable=import-outside-toplevel
     assert not client.CoreV1Api(workspace.k8s()).read_node('lab-cp-1').spec.unschedulable
 
-    target = {'talos_version': 'v1.13.10'}
+    target = {'talos_version': TARGET}
     run = workspace.run(label='upgrade-1', playbook=UPGRADE, extra_vars=target)
     assert run.ok, run.explain()
     upgraded = [host for _s, task, host in run.changed() if task.startswith('Upgrade Talos and wait')]
     # one at a time, control planes first (serial: 1 for both plays here)
     assert upgraded == ['lab-cp-1', 'lab-cp-2', 'lab-cp-3', 'lab-w-1'], upgraded
-    assert set(talos_versions(workspace).values()) == {'v1.13.10'}, talos_versions(workspace)
+    assert set(talos_versions(workspace).values()) == {TARGET}, talos_versions(workspace)
+    running = dict((node['name'], node['version']) for node in workspace.lab.status()['talos']['nodes'] if node['name'])
+    assert set(running.values()) == {TARGET}, running
     again = workspace.run(label='upgrade-1-again', playbook=UPGRADE, extra_vars=target)
     assert again.ok and not again.changed(), again.explain()
 
@@ -190,13 +202,13 @@ def test_upgrade_talos_node_by_node(workspace):
 def test_upgrade_talos_stops_at_the_first_node_that_does_not_come_back(workspace):
     workspace.lab.fault('talos-reboot-hang', 'lab-w-1')
     run = workspace.run(label='upgrade-hang', playbook=UPGRADE,
-                        extra_vars={'talos_version': 'v1.13.11', 'upgrade_talos_timeout': 15, 'upgrade_talos_wait_sleep': 1})
+                        extra_vars={'talos_version': OTHER, 'upgrade_talos_timeout': 15, 'upgrade_talos_wait_sleep': 1})
     assert not run.ok
     failures = run.failures()
     assert set(f[2] for f in failures) == {'lab-w-1'} and failures[-1][1] == 'Stop the upgrade at this node', run.explain()
-    assert 'lab-w-1' in failures[-1][3] and 'back on v1.13.11' in failures[-1][3], failures[-1][3]
+    assert 'lab-w-1' in failures[-1][3] and 'back on %s' % OTHER in failures[-1][3], failures[-1][3]
     versions = talos_versions(workspace)
-    assert [versions[name] for name in CONTROL_PLANES] == ['v1.13.11'] * 3
+    assert [versions[name] for name in CONTROL_PLANES] == [OTHER] * 3
     # the worker installed the image, and its reboot hangs: it never answered again
     worker = next(node for node in workspace.lab.status()['talos']['nodes'] if node['name'] == 'lab-w-1')
     assert worker['phase'] == 'hung' and worker['mode'] != 'configured', worker

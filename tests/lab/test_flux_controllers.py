@@ -14,7 +14,6 @@ from lab.k8s.testing import wait_until
 KS = 'kustomize.toolkit.fluxcd.io/v1'
 TREE = ['flux-system', 'sealed-secrets', 'flux-credentials', 'proxmox-ccm', 'proxmox-csi', 'cert-manager', 'cert-manager-issuers', 'apps']
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OPERATOR_FILE = os.path.join(ROOT, 'roles', 'flux', 'files', 'flux-operator.yaml')
 
 
 def condition(obj, kind='Ready'):
@@ -198,7 +197,7 @@ def test_without_running_controllers_nothing_is_reconciled():
 
 def test_flux_operator_installs_the_components_and_the_sync_from_a_fluxinstance():
     with FluxLab() as lab:
-        lab.apply_file(OPERATOR_FILE)
+        lab.install_operator()
         lab.csi_secret()
         lab.apply({'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {'name': 'flux-system', 'namespace': 'flux-system'},
                    'stringData': {'username': 'flux', 'password': 'lab-git-password'}})

@@ -1,8 +1,11 @@
 """lab.flux inside the World: the Git server's files in the run dir, the faults and the status section."""
 
 import os
+import ssl
 import stat
 import subprocess
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -58,3 +61,20 @@ def test_faults_are_registered_and_checked(running):
     assert world.flux.build_faults == {}
     with pytest.raises(FaultError, match='resource must be a file name'):
         world.flux.fault_build('flux-system/apps', resource='a/b.yaml')
+
+
+def test_the_artifact_mirror_runs_with_the_world_and_the_inventory_files_name_it(running):
+    """The World starts the artifact mirror: the run dir names its URL and CA (what inventories/lab reads), status and the
+    endpoints show it, and an unknown path is 404 in the status."""
+    world = running.world
+    with open(os.path.join(world.run_dir, 'artifact-mirror.url'), encoding='utf-8') as handle:
+        url = handle.read().strip()
+    ca = os.path.join(world.run_dir, 'artifact-mirror-ca.crt')
+    assert url == world.flux.mirror.url and url.startswith('https://127.0.0.1:')
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(url + '/nobody/nothing/v0/x.yaml', context=ssl.create_default_context(cafile=ca), timeout=10)
+    status = running.call(world.status())
+    mirror = status['flux']['artifact_mirror']
+    assert mirror['url'] == url and mirror['ca'] == ca and mirror['pinned_files'] > 0
+    assert mirror['not_found'] == ['/nobody/nothing/v0/x.yaml']
+    assert any(e['name'] == 'artifact-mirror' and e['port'] == world.flux.mirror.port for e in status['lab']['endpoints'])
