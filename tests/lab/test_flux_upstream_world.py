@@ -33,6 +33,21 @@ def test_a_cluster_gets_the_flux_controllers_and_fetches_the_labs_repository(tmp
         api = ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret,
                          verify_ssl=world.ca_path)
         core = _cluster_up(running, api, tmp_path)[0]
+        # a Node is Ready only once a CNI agent runs on it (kubelet's NetworkPluginNotReady until then: docs/lab-kubernetes.md),
+        # and nothing but kube-system's host-network pods schedules on a NotReady Node; the cni stage installs Cilium, this
+        # test stands in a DaemonSet with Cilium's agent label for it
+        kube_client.AppsV1Api(core.api_client).create_namespaced_daemon_set('kube-system', {
+            'apiVersion': 'apps/v1', 'kind': 'DaemonSet', 'metadata': {'name': 'cilium', 'namespace': 'kube-system'},
+            'spec': {'selector': {'matchLabels': {'k8s-app': 'cilium'}},
+                     'template': {'metadata': {'labels': {'k8s-app': 'cilium'}},
+                                  'spec': {'hostNetwork': True, 'tolerations': [{'operator': 'Exists'}],
+                                           'containers': [{'name': 'cilium-agent', 'image': 'quay.io/cilium/cilium:v1.18.2'}]}}}})
+
+        def nodes_ready():
+            seen = dict((node.metadata.name, [c.status for c in node.status.conditions or [] if c.type == 'Ready'])
+                        for node in core.list_node().items)
+            return bool(seen) and all(value == ['True'] for value in seen.values()), seen
+        wait_until(nodes_ready, 'every Node Ready once its CNI agent runs', timeout=120)
 
         def running_controllers():
             clusters = running.call(world.status())['flux_upstream']['clusters']

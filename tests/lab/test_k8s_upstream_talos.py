@@ -166,7 +166,7 @@ def test_the_real_cilium_chart_inline_makes_every_node_ready(cp, tmp_path):
         return set(seen.values()) == {'True'}, seen
     Lab.wait_until(every_node_ready, WAIT, what='every Node Ready once the chart\'s agents are')
     agents = cp.api('GET', '/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3Dcilium')['items']
-    assert {p['spec']['nodeName'] for p in agents if p['metadata']['name'].startswith('cilium-')} >= set(nodes)
+    assert {p['spec'].get('nodeName') for p in agents if p['metadata']['name'].startswith('cilium-')} >= set(nodes)
     daemonset = cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/cilium')
     Lab.wait_until(lambda: (cp.api('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/cilium')['status'].get('numberReady')
                             == len(nodes), daemonset['status']), WAIT, what='the cilium DaemonSet ready on every node')
