@@ -112,6 +112,9 @@ ROWS = [
         ['VM 1021 (lab-w-1)', 'guest agent: QEMU guest agent is not running', 'siderolabs/qemu-guest-agent'],
         'the address gate names the VM and what its '
         'guest agent answered, with a hint to check the image\'s qemu-guest-agent extension', target='1021', extra_vars=VMS_SHORT),
+    row('talos-agent-maintenance', 'PVE', 'talos-agent-maintenance', 'vms', 'empty', 'vms', 'recovered', ['fault active'],
+        'no guest agent while Talos is in maintenance mode: the address gate finds the static control plane by its '
+        'inventory address and its Talos API, and the stage goes on', target='1011'),
     row('pve-privilege-agent', 'PVE', 'pve-privilege-revoked', 'vms', 'vms', 'vms', 'failed',
         ['VM 1011', 'permission denied', 'GET /nodes/pve1/qemu/1011/agent/network-get-interfaces',
          'VM.GuestAgent.Audit (or VM.GuestAgent.Unrestricted) on /vms/1011'],
