@@ -175,7 +175,12 @@ def module_dir(name, declarations=DECLARATIONS):
     source = (spec or {}).get('go_module') or (spec or {}).get('chart')
     if source is None:
         raise UpstreamError('%s: not a go_module or chart component in upstream/' % name)
-    ref = '%s@%s' % (source['module'], source['version'])
+    return go_module_dir(source['module'], source['version'])
+
+
+def go_module_dir(module, version):
+    """The Go module cache directory of module@version (`go mod download -json`; instant once the module is cached)."""
+    ref = '%s@%s' % (module, version)
     try:
         done = subprocess.run(['go', 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False, timeout=300,
                               env=dict(os.environ, GOTOOLCHAIN='local', GOFLAGS='-mod=mod'), cwd=str(ROOT))

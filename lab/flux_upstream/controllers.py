@@ -33,7 +33,6 @@ What the lab changes, because the controllers run as processes on this machine, 
 
 import base64
 import glob
-import json
 import os
 import signal
 import subprocess
@@ -83,20 +82,11 @@ class FluxError(ControlPlaneError):
 
 
 def go_module_dir(module, version):
-    """The Go module cache directory of module@version (`go mod download`; instant once the module is cached)."""
-    ref = '%s@%s' % (module, version)
+    """The Go module cache directory of module@version (lab.upstream.go_module_dir), a FluxError when Go cannot get it."""
     try:
-        done = subprocess.run(['go', 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False, timeout=300,
-                              env=dict(os.environ, GOTOOLCHAIN='local', GOFLAGS='-mod=mod'), cwd=str(upstream.ROOT))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise FluxError('go mod download %s: %s' % (ref, exc)) from exc
-    try:
-        directory = json.loads(done.stdout).get('Dir')
-    except ValueError:
-        directory = None
-    if done.returncode != 0 or not directory:
-        raise FluxError('go mod download %s failed: %s' % (ref, (done.stderr or done.stdout).strip()[-500:]))
-    return directory
+        return upstream.go_module_dir(module, version)
+    except upstream.UpstreamError as exc:
+        raise FluxError(str(exc)) from exc
 
 
 def documents(text):

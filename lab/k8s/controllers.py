@@ -242,7 +242,6 @@ class NodeAgent:
             from .manifests import ensure_cilium_nodes  # pylint: disable=import-outside-toplevel
             ensure_cilium_nodes(self.c.store, {name: self.running[name]['ip'] for name in self.cni_ready if name in self.running})
 
-
     def reconcile_csi(self):
         """Each running node's CSINode lists the CSI drivers whose node plugin has a Ready pod there.
 
@@ -270,7 +269,7 @@ class NodeAgent:
                 self.c.store.internal_create(rtype, {
                     'apiVersion': 'storage.k8s.io/v1', 'kind': 'CSINode',
                     'metadata': {'name': name, 'ownerReferences': [{'apiVersion': 'v1', 'kind': 'Node', 'name': name,
-                                                                     'uid': node['metadata'].get('uid')}]},
+                                                                    'uid': node['metadata'].get('uid')}]},
                     'spec': {'drivers': wanted}})
             elif (old.get('spec') or {}).get('drivers') != wanted:
                 new = clone(old)

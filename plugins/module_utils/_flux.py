@@ -342,7 +342,7 @@ class TreeGate(gates.Gate):
         """{(kind, namespace, name): object} of the sources the Kustomizations name (one list per kind and namespace)."""
         found = {}
         wanted = set(source_key(obj) for obj in items)
-        for kind, namespace in sorted(set((k, ns) for k, ns, _ in wanted)):
+        for kind, namespace in sorted(set((k, ns) for k, ns, _name in wanted)):
             api = SOURCE_APIS.get(kind)
             if api is None:
                 continue

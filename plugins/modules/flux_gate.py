@@ -96,7 +96,8 @@ kustomizations:
   description:
     - One entry per Kustomization, in dependsOn order, with C(name) (namespace/name), C(ok), C(reason), C(ready),
       C(ready_reason), C(message), C(tier), C(depends_on), C(missing_dependencies), C(generation),
-      C(observed_generation), C(suspended), C(source), C(source_revision), C(last_applied_revision), C(note), C(role) (V(blocker), V(blocked) or null when Ready), C(blocked_by) and C(waits_on).
+      C(observed_generation), C(suspended), C(source), C(source_revision), C(last_applied_revision), C(note),
+      C(role) (V(blocker), V(blocked) or null when Ready), C(blocked_by) and C(waits_on).
   type: list
   elements: dict
   returned: always

@@ -180,18 +180,17 @@ def test_a_vm_whose_iso_is_gone_does_not_start(clean_lab):
     def finished(upid, what):
         clean_lab.wait_until(lambda: (node.tasks(upid).status.get()['status'] == 'stopped', upid), what=what)
         return node.tasks(upid).status.get()['exitstatus']
-    assert finished(node.storage('local')('download-url').post(url='https://example.org/gone.iso', filename='gone.iso',
-                                                                content='iso'), 'the download') == 'OK'
+    download = node.storage('local')('download-url')
+    assert finished(download.post(url='https://example.org/gone.iso', filename='gone.iso', content='iso'),
+                    'the download') == 'OK'
     assert finished(node.qemu.post(vmid=4720, name='no-iso', ide2='local:iso/gone.iso,media=cdrom'), 'the create') == 'OK'
     node.storage('local').content('local:iso/gone.iso').delete()
     assert finished(node.qemu(4720).status.start.post(), 'the start') == "volume 'local:iso/gone.iso' does not exist"
     assert node.qemu(4720).status.current.get()['status'] == 'stopped'
     # deleting a VM leaves the ISO it booted (PVE's destroy_vm frees only what the VM owns): a new VM starts from it
-    finished(node.storage('local')('download-url').post(url='https://example.org/gone.iso', filename='gone.iso',
-                                                         content='iso'), 'the second download')
+    finished(download.post(url='https://example.org/gone.iso', filename='gone.iso', content='iso'), 'the second download')
     assert finished(node.qemu(4720).delete(), 'the destroy') == 'OK'
     assert 'local:iso/gone.iso' in [item['volid'] for item in node.storage('local').content.get(content='iso')]
     assert finished(node.qemu.post(vmid=4721, name='iso-kept', ide2='local:iso/gone.iso,media=cdrom'),
                     'the second create') == 'OK'
     assert finished(node.qemu(4721).status.start.post(), 'the second start') == 'OK'
-

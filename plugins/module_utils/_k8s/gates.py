@@ -253,8 +253,9 @@ def creation_failures(client, kind, namespace, name):
     lines = []
     for when, event in sorted(found, key=lambda pair: pair[0], reverse=True)[:MAX_EVENT_LINES]:
         count = event.get('count') or (event.get('series') or {}).get('count') or 1
-        lines.append('event FailedCreate (%d time%s%s): %s' % (count, '' if count == 1 else 's', ', last at %s' % when if when else '',
-                                                           diagnosis.clip(event.get('message'))))
+        last = ', last at %s' % when if when else ''
+        times = '%d time%s%s' % (count, '' if count == 1 else 's', last)
+        lines.append('event FailedCreate (%s): %s' % (times, diagnosis.clip(event.get('message'))))
     return lines
 
 
@@ -346,7 +347,8 @@ class ConditionGate(Gate):
         extra = None
         if self.resource_kind == 'HelmRelease' and self.api_version.startswith('helm.toolkit.fluxcd.io/') \
                 and (self.condition_type, self.wanted) == ('Ready', 'True'):
-            extra = lambda obj: predicates.helmrelease_applied(obj, self._helmchart(client, obj))  # noqa: E731
+            def extra(obj):
+                return predicates.helmrelease_applied(obj, self._helmchart(client, obj))
         return predicates.conditions_met(objs, self.condition_type, self.wanted, what=what, extra_checks=extra)
 
     @staticmethod

@@ -94,8 +94,8 @@ def world(registered=('w-1', 'w-2')):
             for name in ('w-1', 'w-2')]
     csinodes = [{'apiVersion': 'storage.k8s.io/v1', 'kind': 'CSINode',
                  'metadata': {'name': n['metadata']['name'], 'ownerReferences': [{'apiVersion': 'v1', 'kind': 'Node', 'name': n['metadata']['name']}]},
-                 'spec': {'drivers': [{'name': DRIVER, 'nodeID': n['metadata']['name'], 'topologyKeys': ['topology.kubernetes.io/region',
-                                                                                                           'topology.kubernetes.io/zone']}]
+                 'spec': {'drivers': [{'name': DRIVER, 'nodeID': n['metadata']['name'],
+                                       'topologyKeys': ['topology.kubernetes.io/region', 'topology.kubernetes.io/zone']}]
                           if n['metadata']['name'] in registered else []}}
                 for n in nodes]
     kube.add(controller, daemonset, *nodes)

@@ -186,8 +186,9 @@ def public_style_tree(tmp_path, clusters=('production', 'staging'), apps=24):
             '---\napiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata: {name: flux-system, namespace: flux-system}\n'
             'spec: {interval: 1m, url: "https://git.example/fleet", ref: {branch: main}}\n')
         files['%s/flux-system/kustomization.yaml' % base] = 'resources: [gotk-components.yaml, gotk-sync.yaml]\n'
-        files['%s/cluster-vars.yaml' % base] = ('apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cluster-vars, namespace: flux-system}\n'
-                                               'data: {CLUSTER_NAME: %s, DOMAIN: %s.example}\n' % (cluster, cluster))
+        files['%s/cluster-vars.yaml' % base] = (
+            'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cluster-vars, namespace: flux-system}\n'
+            'data: {CLUSTER_NAME: %s, DOMAIN: %s.example}\n' % (cluster, cluster))
         post_build = 'postBuild:\n  substituteFrom:\n    - {kind: ConfigMap, name: cluster-vars}\n'
         files['%s/infrastructure.yaml' % base] = (ks('infra-controllers', './infrastructure/controllers', extra='wait: true\n' + post_build)
                                                   + '---\n' + ks('infra-configs', './infrastructure/configs',
@@ -198,8 +199,9 @@ def public_style_tree(tmp_path, clusters=('production', 'staging'), apps=24):
     files['infrastructure/controllers/cert-manager.yaml'] = helmrelease('cert-manager', 'cert-manager')
     files['infrastructure/controllers/ingress-nginx.yaml'] = helmrelease('ingress-nginx', 'ingress-nginx')
     files['infrastructure/configs/issuers/kustomization.yaml'] = 'resources: [issuer.yaml]\n'
-    files['infrastructure/configs/issuers/issuer.yaml'] = ('apiVersion: cert-manager.io/v1\nkind: ClusterIssuer\n'
-                                                          'metadata: {name: letsencrypt}\nspec: {acme: {email: "ops@${DOMAIN}"}}\n')
+    files['infrastructure/configs/issuers/issuer.yaml'] = (
+        'apiVersion: cert-manager.io/v1\nkind: ClusterIssuer\n'
+        'metadata: {name: letsencrypt}\nspec: {acme: {email: "ops@${DOMAIN}"}}\n')
     files['infrastructure/configs/issuers/draft.yaml'] = helmrelease('not-in-the-build', 'nowhere')
     # named with the cluster's variable, which infra-configs substitutes from cluster-vars
     files['infrastructure/configs/db.yaml'] = helmrelease('"db-${CLUSTER_NAME}"', 'databases')
