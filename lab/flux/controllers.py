@@ -543,6 +543,13 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
             return
         record.inputs = inputs
         record.phase = 'working'
+        # a reconcile that goes on hands the request only in finalizeStatus, with its final Ready
+        # (kustomization_controller.go:188-193, 1186-1188): the in-progress status keeps the earlier value
+        handled_before = (ks.get('status') or {}).get('lastHandledReconcileAt')
+        if handled_before is None:
+            status.pop('lastHandledReconcileAt', None)
+        else:
+            status['lastHandledReconcileAt'] = handled_before
         timeout = self._interval(spec.get('timeout'), None) or self._interval(spec.get('interval'), 600.0)
         timeout_text = durations.format(timeout)
         status['conditions'] = _conditions(status.get('conditions'), {
@@ -591,13 +598,20 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
         message = 'Running health checks for revision %s with a timeout of %s' % (revision, timeout_text)
         status['conditions'] = _conditions(status.get('conditions'), {
             'Reconciling': ('True', 'Progressing', message), 'Healthy': ('Unknown', 'Progressing', message)}, generation)
-        self._write_status(KS_KEY, namespace, name, status, KUSTOMIZE_MANAGER)
+        in_progress = dict(status)
+        if handled_before is None:
+            in_progress.pop('lastHandledReconcileAt', None)
+        else:
+            in_progress['lastHandledReconcileAt'] = handled_before
+        self._write_status(KS_KEY, namespace, name, in_progress, KUSTOMIZE_MANAGER)
 
         def finish(ok, text):
             current = self.store.peek(KS_KEY, namespace, name)
             if current is None:
                 return
             current_status = dict(current.get('status') or {})
+            if requested:
+                current_status['lastHandledReconcileAt'] = requested
             if ok:
                 self._ks_ready(current, current_status, record, revision, text)
             else:

@@ -19,7 +19,7 @@ from lab.k8s.testing import ClusterThread
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
-APPLY_TASK = "Apply Flux's components - the GitOps tree's own gotk-components.yaml, until Flux has taken it over"
+APPLY_TASK = "The GitOps tree's own Flux components (gotk-components.yaml) applied, until Flux has taken them over"
 
 pytestmark = pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')
 

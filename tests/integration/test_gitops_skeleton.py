@@ -94,9 +94,8 @@ def test_the_lab_csi_is_what_the_gates_read():
     defaults = _defaults('gitops')
     documents = _documents(os.path.join(LAB_TREE, 'infrastructure', 'proxmox-csi'))
     _find(documents, 'Deployment', defaults['gitops_csi_namespace'], defaults['gitops_csi_controller'])
-    wanted = dict(selector.split('=', 1) for selector in defaults['gitops_csi_node_selector'])
     node_plugins = [doc for doc in documents if doc['kind'] == 'DaemonSet' and doc['metadata']['namespace'] == defaults['gitops_csi_namespace']
-                    and wanted.items() <= doc['spec']['template']['metadata']['labels'].items()]
+                    and doc['metadata']['name'] == defaults['gitops_csi_node_daemonset']]
     assert len(node_plugins) == 1, [doc['metadata']['name'] for doc in documents if doc['kind'] == 'DaemonSet']
     checks = _flux_kustomizations(os.path.join(SKELETON, 'clusters', 'CLUSTER'))['proxmox-csi']['spec']['healthChecks']
     assert {'kind': 'Deployment', 'name': defaults['gitops_csi_controller'], 'namespace': defaults['gitops_csi_namespace'],
@@ -123,5 +122,5 @@ def test_the_skeleton_readme_states_the_defaults_the_roles_have():
                  'sealed_secrets_controller_name'):
         assert '`%s` (`%s`)' % (name, stated[name]) in text, name
     assert '`gitops_kustomizations` (`[%s]`)' % ', '.join(stated['gitops_kustomizations']) in text
-    selector = ', '.join('`%s`' % s for s in stated['gitops_csi_node_selector'])
-    assert '`gitops_csi_node_selector` (%s)' % selector in text
+    assert '`gitops_csi_node_daemonset` (`%s`)' % stated['gitops_csi_node_daemonset'] in text
+    assert '`gitops_csi_driver` (`%s`)' % stated['gitops_csi_driver'] in text

@@ -125,6 +125,9 @@ def overlay(name, folder, lab):
         'cni_helm_chart_version': '',
         # the lab's Git server
         'flux_git_url': LAB_GIT_URL,
+        # no raw.githubusercontent.com: the lab's mirror of the same pinned upstream files, and its CA
+        'flux_artifacts_base_url': open(os.path.join(lab.run_dir, 'artifact-mirror.url'), encoding='utf-8').read().strip(),
+        'flux_artifacts_ca_path': os.path.join(lab.run_dir, 'artifact-mirror-ca.crt'),
     }
     # the template's VIP lands on the lab's endpoint address (lab/addresses.py: .10 of the net, as in both templates)
     assert lab_overrides['cluster_endpoint_host'] == lab.cluster_endpoint, (lab_overrides, lab.cluster_endpoint)
