@@ -79,8 +79,30 @@ def _walk_keys(tree, path=''):
         yield path, tree
 
 
+def _public_texts(bundle, kubeconfig, talosconfig, sealed_cert):
+    """Every certificate of the run, in the forms it travels in (as stored and as PEM): public data.
+
+    A key's PEM body holds its public key (a SEC1 EC key ends with the public point, a PKCS#1 RSA key starts with
+    the modulus), and so does the certificate made for it. When the two line up in base64 (about one run in two
+    for a P-256 CA, measured), a slice of the key is a slice of the printed certificate: found there, it proves
+    nothing, so such a needle is dropped. The key as a whole, and its other slices, are still searched."""
+    values = [value for path, value in _walk_keys(bundle) if path.endswith('.crt') and value]
+    values += [cluster['cluster'].get('certificate-authority-data') for cluster in kubeconfig['clusters']]
+    values += [user['user'].get('client-certificate-data') for user in kubeconfig['users']]
+    for context in talosconfig['contexts'].values():
+        values += [context.get('ca'), context.get('crt')]
+    texts = [sealed_cert]
+    for value in filter(None, values):
+        texts.append(str(value))
+        try:
+            texts.append(base64.b64decode(str(value), validate=True).decode('ascii'))
+        except (binascii.Error, ValueError, UnicodeDecodeError):
+            pass
+    return texts
+
+
 def secret_values(workspace):
-    """{name: [needles]} of every secret the run made or used."""
+    """{name: [needles]} of every secret the run made or used (no needle that is also public data)."""
     secrets = {}
     with open(workspace.bundle, encoding='utf-8') as handle:
         bundle = yaml.safe_load(handle)
@@ -108,7 +130,11 @@ def secret_values(workspace):
     with open(os.path.join(lab.run_dir, 'git-token'), encoding='utf-8') as handle:
         token = handle.read().strip()
     secrets['lab Git server token'] = [token, base64.b64encode(token.encode()).decode(), base64.b64encode(('flux:' + token).encode()).decode()]
+    with open(os.path.join(workspace.secrets_dir, 'sealed-secrets.crt'), encoding='utf-8') as handle:
+        sealed_cert = handle.read()
+    public = _public_texts(bundle, kubeconfig, talosconfig, sealed_cert)
     for name, needles in secrets.items():
+        needles[:] = [needle for needle in needles if not any(needle in text for text in public)]
         assert needles and all(len(n) >= 16 for n in needles), 'secret %s has a needle too short to be unique: %r' % (name, needles)
     return secrets
 
