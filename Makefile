@@ -84,10 +84,12 @@ lab-test: setup
 integration: setup
 	$(PY) -m pytest tests/integration -n 2 --dist loadfile --durations=15 $(PYTEST_ARGS)
 
-# The cni stage on the upstream Kubernetes world (python -m lab up --kubernetes upstream; docs/lab-kubernetes.md):
-# site.yml through cni on one control plane with the upstream Cilium chart, about 65 s. The default world stays lab/k8s.
+# The cni and apps stages on the upstream Kubernetes world (python -m lab up --kubernetes upstream;
+# docs/lab-kubernetes.md): site.yml through cni on one control plane with the upstream Cilium chart (about 65 s), and
+# the apps stage's suite on kube-apiserver (about 100 s). The default world stays lab/k8s.
 integration-upstream: setup
 	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_cni_lab.py -k single $(PYTEST_ARGS)
+	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_apps_lab.py $(PYTEST_ARGS)
 
 molecule: setup
 	$(BIN)/molecule test --all
