@@ -31,8 +31,10 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import pred
 
 KUSTOMIZATION_API = 'kustomize.toolkit.fluxcd.io/v1'
 REQUESTED_AT = predicates.REQUESTED_AT
+# The source kinds a Kustomization may name (kustomize-controller api v1.9.5 v1/reference_types.go:33, the sourceRef
+# kind enum); ExternalArtifact is source-controller api v1.9.5 v1/externalartifact_types.go (status.artifact as the others).
 SOURCE_APIS = {'GitRepository': 'source.toolkit.fluxcd.io/v1', 'OCIRepository': 'source.toolkit.fluxcd.io/v1',
-               'Bucket': 'source.toolkit.fluxcd.io/v1'}
+               'Bucket': 'source.toolkit.fluxcd.io/v1', 'ExternalArtifact': 'source.toolkit.fluxcd.io/v1'}
 WORKLOAD_KINDS = ('Deployment', 'DaemonSet', 'StatefulSet')
 MAX_HEALTH_TARGETS = 20
 
@@ -180,6 +182,9 @@ def kustomization_state(obj, source=None, check_source=True):
         item['note'] = 'periodic reconcile in progress; revision %s already applied at generation %s' % (
             item['last_applied_revision'], objects.generation(obj))
     if not check_source:
+        return item
+    if kind not in SOURCE_APIS:
+        item['note'] = 'source kind %s is not one the gate reads; its revision is not compared' % kind
         return item
     if source is None:
         item.update(ok=False, reason='source %s not found' % item['source'])

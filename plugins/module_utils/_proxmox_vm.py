@@ -365,6 +365,14 @@ def plan(params, observed_config, observed_status, observed_pending=None, observ
     if state == 'absent':
         if not exists:
             return False, [], _diff.make_diff({}, {})
+        # Deleting purges the VM and its disks: only the VM this task names. A wrong vm_id must not delete another
+        # VM (the preflight's taken-id check does not run before the day-two playbooks).
+        if params.get('name') is not None and observed_config.get('name') != params['name']:
+            raise _errors.ValidationError('vmid', 'VM %s on node %s is %s, not %r: refusing to delete another VM '
+                                          '(check vm_id)' % (params['vmid'], params['node'],
+                                                             'named %r' % observed_config['name']
+                                                             if observed_config.get('name') else 'unnamed',
+                                                             params['name']))
         if running:
             actions.append(Action('stop'))
         actions.append(Action('delete'))

@@ -15,6 +15,10 @@ description:
     until each of them is gone. A pod its controller puts on the node again afterwards (one that tolerates the
     unschedulable taint, such as the Cilium operator) is not waited for, as with C(kubectl drain). DaemonSet pods
     and static (mirror) pods stay, as with C(kubectl drain --ignore-daemonsets). An API server without the eviction subresource gets a plain delete of the pod.
+  - A Node that is not Ready (its kubelet down) cannot finish its pods, so O(state=drained) asks their evictions
+    and does not wait for them; the pods still there are in RV(left_terminating), with a warning. Deleting the Node
+    (O(state=absent)) lets kube-controller-manager's PodGC remove them, as it does for pods bound to a Node that no
+    longer exists. A budget that refuses an eviction is not asked again then.
   - O(state=uncordoned) - marks the Node schedulable again (after a drain for an upgrade).
   - O(state=absent) - deletes the Node object and waits until it is gone. Meant for a node whose machine was
     reset or deleted; drain it first.
@@ -66,6 +70,12 @@ uncordoned:
   type: bool
 evicted:
   description: The pods this run evicted or deleted, as namespace/name (in check mode, would).
+  returned: always
+  type: list
+  elements: str
+left_terminating:
+  description: The evicted pods still there when the Node is not Ready (their kubelet cannot finish them); PodGC
+    removes them once the Node object is deleted.
   returned: always
   type: list
   elements: str
@@ -147,12 +157,26 @@ def still_there(kube, pod):
     return now is not None and (now.get('metadata') or {}).get('uid') == pod['metadata'].get('uid')
 
 
+def node_ready(node):
+    """Whether the Node's Ready condition is True (kubelet reports it; Unknown once its lease ran out)."""
+    for condition in (node.get('status') or {}).get('conditions') or []:
+        if condition.get('type') == 'Ready':
+            return condition.get('status') == 'True'
+    return False
+
+
 def drain(module, kube, name, result, deadline, interval):
     """Cordon, then evict the pods on the node now and wait until each of them is gone (as kubectl drain does: a pod
-    its controller puts on the node again - one that tolerates the unschedulable taint - is not waited for)."""
+    its controller puts on the node again - one that tolerates the unschedulable taint - is not waited for).
+
+    A Node that is not Ready has no kubelet to finish its pods: an evicted pod stays Terminating there. Its evictions
+    are asked and not waited for (result left_terminating); once the Node object is deleted, kube-controller-manager's
+    PodGC deletes the pods bound to it (kubernetes v1.36.3 pkg/controller/podgc/gc_controller.go:229-259,
+    gcOrphaned, after a 40 s quarantine)."""
     node = kube.get('v1', 'Node', name)
     if node is None:
         return
+    ready = node_ready(node)
     if not (node.get('spec') or {}).get('unschedulable'):
         result['cordoned'] = True
         if not module.check_mode:
@@ -161,6 +185,15 @@ def drain(module, kube, name, result, deadline, interval):
     pods = pods_on(kube, name)
     result['evicted'] = sorted(pod_key(pod) for pod in pods)
     if module.check_mode or not pods:
+        return
+    if not ready:
+        for pod in pods:
+            evict(kube, pod)
+        result['left_terminating'] = sorted(pod_key(pod) for pod in pods if still_there(kube, pod))
+        if result['left_terminating']:
+            module.warn('Node %s is not Ready: its kubelet cannot finish the %d evicted pod(s) still there (%s); they '
+                        'are not waited for. Deleting the Node object lets PodGC remove them.'
+                        % (name, len(result['left_terminating']), ', '.join(result['left_terminating'][:10])))
         return
     asked = set()
 
@@ -212,7 +245,7 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
                            mutually_exclusive=_argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'])
     params = module.params
-    result = dict(changed=False, cordoned=False, uncordoned=False, evicted=[], deleted=False)
+    result = dict(changed=False, cordoned=False, uncordoned=False, evicted=[], left_terminating=[], deleted=False)
     try:
         kube = k8s_client.build_client(params, module=module, warn=module.warn)
         timeout, interval = _argspec.wait_params(params)

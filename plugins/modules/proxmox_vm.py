@@ -61,7 +61,9 @@ options:
       - V(present) - the VM exists with the given config; its power state is left as it is. A new VM is not started.
       - V(started) - as V(present), and running.
       - V(stopped) - as V(present), and stopped (ACPI shutdown, forced off after O(shutdown_timeout)).
-      - V(absent) - the VM does not exist; a running VM is stopped first, and its disks are deleted.
+      - V(absent) - the VM does not exist; a running VM is stopped first, and its disks are deleted. With O(name),
+        a VM of that id with another PVE name is not deleted; the task fails naming both names (a wrong id must
+        not delete another VM).
       - V(reset) - hard reset of a running VM through PVE C(status/reset), for remediation. It always acts when
         asked (C(changed=true)), never touches the config, and is safe to repeat. A stopped VM is started instead.
         A missing VM is an error.

@@ -15,6 +15,9 @@ description:
     C(<prefix>-<UTC time>.snapshot), for example C(etcd-20261127T163000Z.snapshot).
   - The file is written next to its final name with mode 0600 and renamed into place once complete, so a
     half-written snapshot never carries a snapshot's name. O(dest) is created with mode 0700 when missing.
+  - With O(artifacts_vault_password), the file is an Ansible Vault envelope of the snapshot (C(ansible-vault decrypt)
+    gives the snapshot back), since a snapshot holds every Kubernetes Secret of the cluster, the sealed-secrets
+    private key and the Flux Git credentials among them.
   - Then keeps the O(retention) newest snapshots of that prefix (by the time in their names) and deletes the older
     ones. Other files in O(dest) are never touched.
   - Fails naming every control plane tried and what each answered when none has a healthy etcd.
@@ -54,6 +57,12 @@ options:
       - How many snapshots of this prefix to keep, the new one included. At least 1.
     type: int
     default: 7
+  artifacts_vault_password:
+    description:
+      - When given, the snapshot is written as an Ansible Vault envelope encrypted with this password. The playbook
+        C(proxtalos.cluster.etcd_backup) passes the run's vault password unless C(proxtalos_artifacts_in_clear) is true,
+        as the roles do for every other file that holds a private key.
+    type: str
 notes:
   - Always reports C(changed) (each run takes a new snapshot).
   - Restoring is a separate, manual procedure (the collection's docs/operations/etcd_backup.md).
@@ -79,13 +88,17 @@ node:
   returned: always
   type: str
 size:
-  description: Bytes written; 0 in check mode.
+  description: Bytes of the snapshot (the file is larger when encrypted); 0 in check mode.
   returned: always
   type: int
 sha256:
-  description: SHA-256 of the file; empty in check mode.
+  description: SHA-256 of the snapshot (before encryption, when encrypted); empty in check mode.
   returned: always
   type: str
+encrypted:
+  description: Whether the file is a vault envelope (O(artifacts_vault_password) given).
+  returned: always
+  type: bool
 removed:
   description: Older snapshots deleted by retention (in check mode, those that would be).
   returned: always
@@ -104,7 +117,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _vault
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import session
@@ -120,6 +133,7 @@ def argument_spec():
         dest=dict(type='path', required=True),
         prefix=dict(type='str', default='etcd'),
         retention=dict(type='int', default=7),
+        artifacts_vault_password=dict(type='str', no_log=True),
     )
 
 
@@ -168,10 +182,12 @@ def pick_node(params, credentials):
                          tried=tried)
 
 
-def write_snapshot(node_session, dest, name):
-    """Stream the snapshot into dest/.name.partial (0600), then rename it to dest/name; {size, sha256}."""
+def write_snapshot(node_session, dest, name, password=None):
+    """Stream the snapshot into dest/.name.partial (0600), vault-encrypt it there when a password is given, then
+    rename it to dest/name; {size, sha256} of the snapshot. dest is made (or kept) 0700."""
     if not os.path.isdir(dest):
         os.makedirs(dest, mode=0o700)
+    os.chmod(dest, 0o700)
     final = os.path.join(dest, name)
     partial = os.path.join(dest, '.%s.partial' % name)
     if os.path.exists(partial):
@@ -182,6 +198,13 @@ def write_snapshot(node_session, dest, name):
             written = node_session.call('etcd_snapshot', handle)
             handle.flush()
             os.fsync(handle.fileno())
+        if password is not None:
+            with open(partial, 'rb') as handle:
+                envelope = _vault.encrypt(handle.read(), password)
+            with open(partial, 'wb') as handle:
+                handle.write(envelope)
+                handle.flush()
+                os.fsync(handle.fileno())
         os.chmod(partial, 0o600)
         os.replace(partial, final)
     except BaseException:
@@ -198,7 +221,8 @@ def main():
     if missing:
         module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
     params = module.params
-    result = dict(changed=True, path='', node='', size=0, sha256='', removed=[], tried=[])
+    result = dict(changed=True, path='', node='', size=0, sha256='', removed=[], tried=[],
+                  encrypted=params['artifacts_vault_password'] is not None)
     try:
         if not params['nodes']:
             raise ValidationError('nodes', 'needs at least one control plane address')
@@ -218,7 +242,7 @@ def main():
             module.exit_json(**result)
         if name in names:
             raise ProxtalosError('%s exists already (a snapshot taken in the same second); not overwriting it' % result['path'])
-        written = write_snapshot(node_session, dest, name)
+        written = write_snapshot(node_session, dest, name, params['artifacts_vault_password'])
         result.update(size=written['size'], sha256=written['sha256'])
         for old in to_remove(existing_snapshots(dest, params['prefix']), params['retention']):
             os.unlink(os.path.join(dest, old))

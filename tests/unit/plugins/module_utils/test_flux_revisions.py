@@ -224,3 +224,23 @@ def test_a_retry_after_a_failed_health_check_is_not_taken_for_a_periodic_reconci
     assert not judge([retry], gitrepository(NEW)).ok
     retry['status']['conditions'][-1].update(status='Unknown', reason='Progressing', message='Running health checks for revision x')
     assert judge([retry], gitrepository(NEW)).ok
+
+
+def test_an_external_artifact_source_is_read_and_compared_like_the_others():
+    """kustomize-controller api v1.9.5 v1/reference_types.go:33 allows ExternalArtifact as sourceRef kind; its
+    status.artifact is the same Artifact (source-controller api v1.9.5 v1/externalartifact_types.go:39-46)."""
+    external = gitrepository(NEW)
+    external['kind'] = 'ExternalArtifact'
+    ks = succeeded(revision=NEW, sourceRef={'kind': 'ExternalArtifact', 'name': 'flux-system'})
+    key = ('ExternalArtifact', 'flux-system', 'flux-system')
+    assert _flux.SOURCE_APIS['ExternalArtifact'] == 'source.toolkit.fluxcd.io/v1'
+    assert _flux.assess([ks], sources={key: external}).ok
+    behind = _flux.assess([succeeded(revision=OLD, sourceRef={'kind': 'ExternalArtifact', 'name': 'flux-system'})],
+                          sources={key: external})
+    assert not behind.ok and 'not applied yet' in behind.items[0]['reason']
+
+
+def test_a_source_kind_the_gate_does_not_read_is_not_taken_as_missing():
+    verdict = _flux.assess([succeeded(revision=NEW, sourceRef={'kind': 'FutureSource', 'name': 'x'})], sources={})
+    assert verdict.ok, verdict.items
+    assert verdict.items[0]['note'] == 'source kind FutureSource is not one the gate reads; its revision is not compared'

@@ -148,6 +148,16 @@ def test_absent_stops_then_deletes_and_is_a_no_op_when_gone():
     assert _proxmox_vm.plan(params(state='absent'), None, None)[:2] == (False, [])
 
 
+def test_absent_refuses_to_delete_a_vm_of_that_id_with_another_name():
+    for config, named in ((pve_config(name='db-1'), "named 'db-1'"), (pve_config(name=None), 'unnamed')):
+        with pytest.raises(_errors.ValidationError) as caught:
+            _proxmox_vm.plan(params(state='absent'), config, 'running')
+        assert caught.value.field == 'vmid'
+        assert "VM 101 on node pve1 is %s, not 'cp-1': refusing to delete another VM" % named in str(caught.value)
+    # without a name there is nothing to compare: the id alone decides
+    assert kinds(_proxmox_vm.plan(params(state='absent', name=None), pve_config(name='db-1'), 'stopped')[1]) == ['delete']
+
+
 def test_reset_always_acts_and_starts_a_stopped_vm():
     assert kinds(_proxmox_vm.plan(params(state='reset'), pve_config(), 'running')[1]) == ['reset']
     assert kinds(_proxmox_vm.plan(params(state='reset'), pve_config(cores=64), 'stopped')[1]) == ['start']
