@@ -4,6 +4,8 @@ preflight - the first task of site.yml, before any PVE call or VM - with a messa
 No lab: site.yml runs whole against the copy (its PVE host does not exist), so anything that got past preflight would
 fail on the address discovery or the PVE checks instead, and the tests would see it.
 """
+import importlib.util
+import json
 import os
 import shutil
 
@@ -96,6 +98,27 @@ def test_helm_missing_fails_in_preflight_when_cilium_is_installed_by_helm(tmp_pa
     lines = problems(run_site(template(tmp_path, 'apps'), dict(VAULT, cni_helm_binary=helm)))
     assert len(lines) == 1 and lines[0].startswith('- helm: `%s version` failed (' % helm), lines
     assert 'cni_mode is helm (cni_helm_binary)' in lines[0]
+
+
+def test_helm_4_with_a_kubernetes_core_before_6_4_fails_in_preflight_naming_both(tmp_path, monkeypatch):
+    """kubernetes.core's helm module before 6.4.0 runs `helm list --all`, a flag helm 4 removed (kubernetes.core
+    CHANGELOG v6.4.0: Helm v4 compatibility across the Helm modules); the ansible 12 package ships 6.2.0. A helm that
+    says it is 4 and a kubernetes.core 6.2.0 found first on the collections path: refused before anything is created."""
+    helm = tmp_path / 'helm'
+    helm.write_text('#!/bin/sh\necho v4.1.4+g05fa379\n')
+    helm.chmod(0o755)
+    old_core = tmp_path / 'collections' / 'ansible_collections' / 'kubernetes' / 'core'
+    # a copy of the kubernetes.core this venv has, relabelled 6.2.0 (the playbook's tasks must still resolve)
+    installed = list(importlib.util.find_spec('ansible_collections.kubernetes.core').submodule_search_locations)[0]
+    shutil.copytree(installed, str(old_core))
+    manifest = json.loads((old_core / 'MANIFEST.json').read_text())
+    manifest['collection_info']['version'] = '6.2.0'
+    (old_core / 'MANIFEST.json').write_text(json.dumps(manifest))
+    monkeypatch.setenv('ANSIBLE_COLLECTIONS_PATH', os.pathsep.join([os.path.join(ROOT, '.collections'), str(tmp_path / 'collections')]))
+    lines = problems(run_site(template(tmp_path, 'apps'), dict(VAULT, cni_helm_binary=str(helm))))
+    assert len(lines) == 1, lines
+    assert lines[0].startswith('- helm: v4.1.4+g05fa379 is helm 4, and the kubernetes.core this run loads is 6.2.0: '), lines
+    assert 'install kubernetes.core 6.4.0 or later' in lines[0] and 'cni_mode is helm (cni_helm_binary)' in lines[0]
 
 
 def test_only_the_selected_stages_inputs_are_checked(tmp_path):
