@@ -38,6 +38,7 @@ ETCD_BACKUP = os.path.join(ROOT, 'playbooks', 'etcd_backup.yml')
 REMOVE_NODE = os.path.join(ROOT, 'playbooks', 'remove_node.yml')
 DESTROY = os.path.join(ROOT, 'playbooks', 'destroy.yml')
 UPGRADE = os.path.join(ROOT, 'playbooks', 'upgrade_talos.yml')
+REBUILD = os.path.join(ROOT, 'playbooks', 'rebuild_node.yml')
 CONTROL_PLANES = ('lab-cp-1', 'lab-cp-2', 'lab-cp-3')
 WORKERS = ('lab-w-1', 'lab-w-2')
 START = 'v1.12.11'     # the Talos the cluster is built with
@@ -160,7 +161,7 @@ def test_remove_a_worker_and_a_control_plane_then_site_is_green(workspace):
     assert 'lab-cp-3' not in node_names(workspace)
 
     hosts = inventory_hosts(workspace)
-    del hosts['cluster']['children']['worker']['hosts']['lab-w-2']
+    workspace.removed_hosts = {'lab-w-2': hosts['cluster']['children']['worker']['hosts'].pop('lab-w-2')}
     with open(os.path.join(workspace.inventory, 'hosts.yml'), 'w', encoding='utf-8') as handle:
         yaml.safe_dump(hosts, handle)
     # lab-cp-3 stays in the inventory (site.yml's preflight wants an odd number of control planes): site.yml builds
@@ -169,6 +170,71 @@ def test_remove_a_worker_and_a_control_plane_then_site_is_green(workspace):
     assert site.ok, site.explain()
     assert node_names(workspace) == ['lab-cp-1', 'lab-cp-2', 'lab-cp-3', 'lab-w-1']
     assert sorted(m['hostname'] for m in etcd_members(workspace)) == list(CONTROL_PLANES)
+
+
+def write_hosts(space, hosts):
+    with open(os.path.join(space.inventory, 'hosts.yml'), 'w', encoding='utf-8') as handle:
+        yaml.safe_dump(hosts, handle)
+
+
+def vm_ids(space):
+    return sorted(vm.get('vmid') for vm in space.lab.vms())
+
+
+def test_rebuild_node_refusals(workspace):
+    unconfirmed = workspace.run(label='rebuild-unconfirmed', playbook=REBUILD, extra_vars={'rebuild_node': 'lab-w-1'})
+    assert not unconfirmed.ok and not unconfirmed.changed()
+    assert any('confirm_rebuild_node' in m for _s, _t, _h, m in unconfirmed.failures()), unconfirmed.explain()
+    several = workspace.run(label='rebuild-several', playbook=REBUILD,
+                            extra_vars={'rebuild_node': 'lab-w-1,lab-cp-1', 'confirm_rebuild_node': 'lab-w-1,lab-cp-1'})
+    assert not several.ok and not several.changed()
+    assert any('one inventory host per run' in m for _s, _t, _h, m in several.failures()), several.explain()
+    limited = workspace.run('--limit', 'lab-w-1', label='rebuild-limited', playbook=REBUILD,
+                            extra_vars={'rebuild_node': 'lab-w-1', 'confirm_rebuild_node': 'lab-w-1'})
+    assert not limited.ok and not limited.changed()
+    assert any('without --limit' in m for _s, _t, _h, m in limited.failures()), limited.explain()
+
+    workspace.lab.fault('talos-etcd-unhealthy', 'lab-cp-2')
+    try:
+        quorum = workspace.run(label='rebuild-cp-refused', playbook=REBUILD,
+                               extra_vars={'rebuild_node': 'lab-cp-1', 'confirm_rebuild_node': 'lab-cp-1'})
+    finally:
+        workspace.lab.clear('talos-etcd-unhealthy', 'lab-cp-2')
+    assert not quorum.ok and not quorum.changed()
+    messages = [message for _s, task, _h, message in quorum.failures() if 'keeps quorum' in task]
+    assert messages and 'would lose quorum' in messages[0], quorum.explain()
+    assert len(etcd_members(workspace)) == 3 and 'lab-cp-1' in node_names(workspace)
+
+
+def test_rebuild_a_worker_and_a_control_plane_then_site_changes_nothing(workspace):
+    # lab-w-2 back in the inventory: its rebuild finds nothing to remove (Node, VM gone) and builds it
+    hosts = inventory_hosts(workspace)
+    hosts['cluster']['children']['worker']['hosts'].update(getattr(workspace, 'removed_hosts', {}))
+    write_hosts(workspace, hosts)
+    back = workspace.run(label='rebuild-w-2', playbook=REBUILD,
+                         extra_vars={'rebuild_node': 'lab-w-2', 'confirm_rebuild_node': 'lab-w-2'})
+    assert back.ok, back.explain()
+    assert 'lab-w-2' in node_names(workspace)
+
+    for host in ('lab-w-1', 'lab-cp-3'):
+        before = vm_ids(workspace)
+        members = dict((m['hostname'], m['id']) for m in etcd_members(workspace))
+        extra = {'rebuild_node': host, 'confirm_rebuild_node': host}
+        run = workspace.run(label='rebuild-%s' % host, playbook=REBUILD, extra_vars=extra)
+        assert run.ok, run.explain()
+        changed = [(task, changed_host) for _s, task, changed_host in run.changed()]
+        assert {'Cordon and drain the Kubernetes Node', 'Remove the etcd member (control plane) and reset Talos',
+                'Delete the Kubernetes Node object', 'Delete the VM and its disks'} <= set(t for t, _h in changed), changed
+        assert node_names(workspace) == ['lab-cp-1', 'lab-cp-2', 'lab-cp-3', 'lab-w-1', 'lab-w-2']
+        now = dict((m['hostname'], m['id']) for m in etcd_members(workspace))
+        assert sorted(now) == list(CONTROL_PLANES), now
+        if host in CONTROL_PLANES:
+            assert now[host] != members[host], (members, now)   # a new etcd member
+        assert before == vm_ids(workspace)                      # the same VM ids, the rebuilt one created again
+    assert set(talos_versions(workspace).values()) == {START}
+
+    site = workspace.run(label='site-after-rebuilds')
+    assert site.ok and not site.changed(), site.explain() + '\nchanged: %r' % site.changed()
 
 
 def talos_versions(space):
