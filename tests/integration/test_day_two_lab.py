@@ -5,13 +5,17 @@ newest kept, each a whole snapshot of the cluster's etcd); remove_node without i
 of a control plane refused while removing it would lose quorum (nothing changed: three etcd members, the Node still
 there); remove_node of a worker (drain, Talos reset, Node and VM deleted), idempotent on a second run, and of a
 control plane (its etcd member gone); then site.yml with an inventory without the worker is green and builds the
-control plane again (a rebuild); the cluster runs Talos v1.12.11 until upgrade_talos to v1.13.9, refused by Talos while
+control plane again; rebuild_node refused without its confirmation, for several hosts, under --limit and
+while a control plane's removal would lose quorum (nothing changed), then lab-w-2 put back in the inventory and
+built by rebuild_node (nothing left to remove), lab-w-1 and lab-cp-3 rebuilt (a new VM, a new etcd member), and a
+site.yml run afterwards changes nothing; the cluster runs Talos v1.12.11 until upgrade_talos to v1.13.9, refused by Talos while
 an etcd member is unhealthy (the drained Node made schedulable again, Flux resumed by the rescue), predicted in check
 mode, then node by node while a thread watches the cluster (every node cordoned in turn; Flux's Kustomizations and a
 HelmRelease suspended all that time, a HelmRelease the user suspended left alone, all as before afterwards; a
 Deployment with a replica on each worker never without a Ready replica - the lab serves no eviction subresource, so
 this shows the drain, the rescheduling and the node-by-node order, not PodDisruptionBudgets; docs/lab-kubernetes.md;
-every node on v1.13.9, a second run changes nothing), then to v1.13.8 with a worker whose reboot hangs: the run stops naming it; destroy refused
+every node on v1.13.9; what an interrupted run leaves suspended resumed by --tags flux_resume; a second run changes
+nothing), then to v1.13.8 with a worker whose reboot hangs: the run stops naming it; destroy refused
 without its confirmation, predicted in check mode, then every VM deleted with the kept secrets left in place, and
 those removed only when asked.
 """
@@ -400,6 +404,19 @@ def test_upgrade_talos_node_by_node(workspace):
     assert any(len(sample['ready']) == 1 for sample in samples), 'no drain moved a replica'
     replicas = set(name for sample in samples for name in sample['ready'])
     assert len(replicas) >= 4, replicas   # the two first ones, and a new one for each drained worker
+    assert_flux_resumed(api, flux_before)
+
+    # what a run that was interrupted between its suspend and its resume leaves: --tags flux_resume resumes it (and
+    # only it), the user's own suspended HelmRelease stays suspended
+    from kubernetes import client as k8s_client  # pylint: disable=import-outside-toplevel
+    k8s_client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        'helm.toolkit.fluxcd.io', 'v2', APP_NAMESPACE, 'helmreleases', 'running',
+        {'metadata': {'annotations': {SUSPENDED_BY: 'upgrade_talos'}}, 'spec': {'suspend': True}})
+    resume = workspace.run('--tags', 'flux_resume', label='upgrade-flux-resume', playbook=UPGRADE, extra_vars=target)
+    assert resume.ok, resume.explain()
+    resumed = [result for _s, task, _h, result, _e in resume.results(task='Resume Flux') if result.get('results')]
+    assert [item['item']['name'] for item in resumed[0]['results'] if item.get('changed')] == ['running'], resumed
+    assert not any('Upgrade Talos and wait' in task or 'Suspend Flux' in task for _s, task, _h, _r, _e in resume.results())
     assert_flux_resumed(api, flux_before)
 
     again = workspace.run(label='upgrade-1-again', playbook=UPGRADE, extra_vars=target)
