@@ -506,10 +506,12 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
         meta = ks['metadata']
         generation = meta.get('generation', 1)
         requested = (meta.get('annotations') or {}).get(REQUESTED_AT)
-        # kustomize-controller v1.6.1 copies the reconcile request to status.lastHandledReconcileAt in finalizeStatus
-        # (internal/controller/kustomization_controller.go:1186-1188), which Reconcile defers (:188-193) before any
-        # early return: a suspended object (:230-234), a missing source (:261-288) and a dependency that is not ready
-        # (:291-300) handle the request too.
+        # kustomize-controller v1.9.5 copies the reconcile request to status.lastHandledReconcileAt in finalizeStatus
+        # (internal/controller/kustomization_controller.go:1294-1300), which Reconcile defers (:141-166) before any
+        # early return: a suspended object (:183-187), a missing source (:212-240) and a dependency that is not ready
+        # (:243-262) handle the request too. A suspended object is otherwise left as it is (no apply, no prune, no
+        # health check, its status untouched); setting spec.suspend back to false is a spec change, a new generation,
+        # which this controller reconciles as any other (record.inputs below).
         if spec.get('suspend'):
             if requested and (ks.get('status') or {}).get('lastHandledReconcileAt') != requested:
                 self._write_status(KS_KEY, namespace, name, dict(ks.get('status') or {}, lastHandledReconcileAt=requested),
@@ -544,7 +546,7 @@ class FluxControllers(object):  # pylint: disable=too-many-instance-attributes,t
         record.inputs = inputs
         record.phase = 'working'
         # a reconcile that goes on hands the request only in finalizeStatus, with its final Ready
-        # (kustomization_controller.go:188-193, 1186-1188): the in-progress status keeps the earlier value
+        # (v1.9.5 kustomization_controller.go:141-166, 1294-1300): the in-progress status keeps the earlier value
         handled_before = (ks.get('status') or {}).get('lastHandledReconcileAt')
         if handled_before is None:
             status.pop('lastHandledReconcileAt', None)

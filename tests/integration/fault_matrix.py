@@ -170,8 +170,13 @@ ROWS = [
     row('upgrade-talos-refused', 'Talos', 'talos-etcd-unhealthy', 'upgrade_talos', 'converged', 'all', 'failed',
         ['lab-cp-1', 'error validating etcd for upgrade', 'all members must be healthy to perform an upgrade'],
         'Talos refuses the first control plane\'s upgrade while an etcd member is unhealthy: the run stops there naming '
-        'the node and Talos\' reason, the drained Node is made schedulable again, no node is upgraded',
+        'the node and Talos\' reason, the drained Node is made schedulable again, Flux resumed, no node is upgraded',
         target='lab-cp-2', playbook='upgrade_talos', extra_vars={'talos_version': 'v1.13.10', 'upgrade_talos_timeout': 60}),
+    row('rebuild-node-quorum', 'Talos', 'talos-etcd-unhealthy', 'remove_node', 'converged', 'all', 'failed',
+        ['refusing to remove the etcd member of lab-cp-1', 'would lose quorum', 'lab-cp-2 not healthy'],
+        'rebuild_node of a control plane stops at remove_node\'s quorum check, before any change, when the members '
+        'that would stay have no healthy majority', target='lab-cp-2', playbook='rebuild_node',
+        extra_vars={'rebuild_node': 'lab-cp-1', 'confirm_rebuild_node': 'lab-cp-1'}),
     row('talos-no-etcd-endpoints', 'Talos', 'talos-no-etcd-endpoints', 'bootstrap', 'converged', 'bootstrap', 'failed',
         ['{addr:lab-cp-2}', 'no controlplane endpoints discovered yet'], 'the quorum gate names the control plane that '
         'cannot list the etcd members, with Talos\' answer', target='lab-cp-2', extra_vars=TALOS_SHORT),
