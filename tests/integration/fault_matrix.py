@@ -172,6 +172,11 @@ ROWS = [
         'Talos refuses the first control plane\'s upgrade while an etcd member is unhealthy: the run stops there naming '
         'the node and Talos\' reason, the drained Node is made schedulable again, no node is upgraded',
         target='lab-cp-2', playbook='upgrade_talos', extra_vars={'talos_version': 'v1.13.10', 'upgrade_talos_timeout': 60}),
+    row('upgrade-kubernetes-apply-reject', 'Talos', 'talos-apply-reject', 'upgrade_kubernetes', 'converged', 'all', 'failed',
+        ['lab-cp-1 ({addr:lab-cp-1}:50000)', 'ApplyConfiguration failed', 'INVALID_ARGUMENT'],
+        'Talos rejects the first control plane\'s new config (its kube-apiserver on the new version): upgrade_kubernetes '
+        'stops at that node naming it and Talos\' error, no node is changed', target='lab-cp-1',
+        playbook='upgrade_kubernetes', extra_vars={'kubernetes_version': '1.36.4', 'talos_machines_apply_timeout': 60}),
     row('talos-no-etcd-endpoints', 'Talos', 'talos-no-etcd-endpoints', 'bootstrap', 'converged', 'bootstrap', 'failed',
         ['{addr:lab-cp-2}', 'no controlplane endpoints discovered yet'], 'the quorum gate names the control plane that '
         'cannot list the etcd members, with Talos\' answer', target='lab-cp-2', extra_vars=TALOS_SHORT),
