@@ -23,11 +23,13 @@ Faults:
 """
 
 import asyncio
+import hashlib
 import logging
 import os
 import urllib.parse
 
 from ..kubelet_hooks import KubeletVmHooks
+from ..talos import machineconfig
 from ..talos import vip as talos_vip
 from .cluster import KubeCluster
 from .manifests import ManifestApplier, talos_documents
@@ -37,6 +39,8 @@ LOG = logging.getLogger('lab.k8s')
 DEFAULT_PULL_ERROR = ('failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
                       '{image}: not found')
 API_PORT = 6443
+# The control-plane components Talos runs as static pods (their mirror pods: _static_pods).
+STATIC_PODS = ('kube-apiserver', 'kube-controller-manager', 'kube-scheduler')
 DELAY_KINDS = {
     'crashloop_restart': (10.0, 'a crash-looping container restarting again (CrashLoopBackOff)'),
 }
@@ -183,13 +187,58 @@ class LabKubernetes(KubeletVmHooks):
         name = node.hostname
         self.nodes[node.key] = (node.cluster_id, name)
         # the kubelet reports the OS image of the Talos it runs on, as the Talos API does (Version)
+        # status.nodeInfo.kubeletVersion: the version of the kubelet image the node runs (machine.kubelet.image)
         cluster.kubelet_started(name, node.address, control_plane=control_plane, labels=machine.get('nodeLabels') or {}, taints=taints,
+                                kubelet_version=machineconfig.image_version(config.kubelet_image),
                                 disk_gb=max(1, int(getattr(node, 'disk_size', 32 * 1024 ** 3) // 1024 ** 3)),
                                 os_image='Talos (%s)' % node.running_version)
+        self._static_pods(node)
         if control_plane and node.address:
             self.control_planes.setdefault(node.cluster_id, {})[node.key] = node.address
             await self._serve(node.cluster_id)
             self._apply_manifests(node.cluster_id, config)
+
+    def on_config_live(self, node):
+        """A config now runs on the node without a reboot: its static pods follow their images."""
+        self._static_pods(node)
+
+    def _static_pods(self, node):
+        """The mirror pods of a control plane's static pods, as its kubelet posts them while it runs.
+
+        siderolabs/talos v1.13.9 internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go renders
+        kube-apiserver (:344-485), kube-controller-manager (:569-670) and kube-scheduler (:749-865) as static pods in
+        kube-system with labels tier=control-plane and k8s-app=<component>, the image of the component's config
+        (cluster.<component>.image) and hostNetwork; the kubelet posts a mirror pod `<pod>-<node>` for each
+        (annotation kubernetes.io/config.mirror). A new image is a new static pod: the kubelet replaces the mirror
+        pod (a new uid), which turns Ready as any pod does here. The lab keeps the pods' other fields out.
+        """
+        cluster = self.clusters.get(node.cluster_id)
+        config = node.config
+        if cluster is None or not cluster.api_running or config is None or not config.control_plane:
+            return
+        name = node.hostname
+        if name not in cluster.controllers.nodes.running:
+            return
+        rtype = cluster.controllers.rtype('', 'pods')
+        for component in STATIC_PODS:
+            image = config.component_image(component)
+            pod_name = '%s-%s' % (component, name)
+            old = cluster.store.peek(('', 'pods'), 'kube-system', pod_name)
+            if old is not None and [c.get('image') for c in old['spec'].get('containers') or ()] == [image]:
+                continue
+            if old is not None:
+                cluster.store.internal_delete(rtype, old)
+            cluster.store.internal_create(rtype, {
+                'apiVersion': 'v1', 'kind': 'Pod',
+                'metadata': {'name': pod_name, 'namespace': 'kube-system',
+                             'labels': {'k8s-app': component, 'tier': 'control-plane'},
+                             'annotations': {'kubernetes.io/config.mirror': hashlib.sha256(image.encode()).hexdigest()[:32],
+                                             'kubernetes.io/config.source': 'file'}},
+                'spec': {'nodeName': name, 'hostNetwork': True, 'priorityClassName': 'system-cluster-critical',
+                         'tolerations': [{'operator': 'Exists'}],
+                         'containers': [{'name': component, 'image': image}]},
+                'status': {'phase': 'Pending', 'hostIP': node.address}})
+        cluster.controllers.kick()
 
     def _apply_manifests(self, cluster_id, config):
         """Talos' manifest controller on a control plane: CoreDNS, kube-proxy, inline manifests."""
@@ -208,6 +257,14 @@ class LabKubernetes(KubeletVmHooks):
 
     async def on_node_shutdown(self, node):
         await self._kubelet_gone(node.key)
+
+    def on_kubelet_restarting(self, node):
+        """kubelet alone restarts (a new kubelet image): the Node stops posting status until kubelet runs again; the
+        static pods it started (kube-apiserver...) keep running, so the API keeps its addresses."""
+        known = self.nodes.get(node.key)
+        cluster = self.clusters.get(known[0]) if known is not None else None
+        if cluster is not None:
+            cluster.kubelet_stopped(known[1])
 
     async def on_kubelet_stopped(self, node):
         """A Talos reboot, reset or shutdown took kubelet down: the Node goes NotReady until kubelet runs again."""

@@ -25,6 +25,12 @@ import yaml
 from lab import upstream
 
 MACHINERY = 'talos-machinery'
+# Talos' default Kubernetes version (siderolabs/talos v1.13.9 pkg/machinery/constants/constants.go:366, DefaultKubernetesVersion):
+# the images of a config that names none.
+DEFAULT_KUBERNETES = '1.36.3'
+# The cluster key of each control-plane component's config (its image: cluster.<key>.image).
+COMPONENT_KEYS = {'kube-apiserver': 'apiServer', 'kube-controller-manager': 'controllerManager',
+                  'kube-scheduler': 'scheduler', 'kube-proxy': 'proxy'}
 
 
 class ConfigError(Exception):
@@ -120,6 +126,18 @@ class MachineConfig(object):
         return _get(self.machine, 'install', 'image') or ''
 
     @property
+    def kubelet_image(self):
+        """machine.kubelet.image: Talos' KubeletSpec takes it as is (siderolabs/talos v1.13.9
+        internal/app/machined/pkg/controllers/k8s/kubelet_spec.go:221); a config without it gets Talos' default."""
+        return _get(self.machine, 'kubelet', 'image') or 'ghcr.io/siderolabs/kubelet:v%s' % DEFAULT_KUBERNETES
+
+    def component_image(self, component):
+        """cluster.apiServer/controllerManager/scheduler/proxy.image (control_plane_static_pod.go:485, :670, :865
+        put it into the static pod as is), else Talos' default for the component."""
+        key = COMPONENT_KEYS[component]
+        return _get(self.cluster, key, 'image') or 'registry.k8s.io/%s:v%s' % (component, DEFAULT_KUBERNETES)
+
+    @property
     def hostname(self):
         """An explicit hostname (HostnameConfig.hostname or legacy machine.network.hostname), or None."""
         for doc in self.documents:
@@ -130,6 +148,14 @@ class MachineConfig(object):
     def text(self):
         """The config as the node stores it (the bytes it was applied with)."""
         return self.data
+
+
+def image_version(image):
+    """The version of an image reference's tag, as compatibility.VersionFromImageRef reads it (the tag after the last
+    ':' of the name, digest dropped): 'v1.36.3' for registry.k8s.io/kube-apiserver:v1.36.3, '' without a tag."""
+    name = (image or '').split('@', 1)[0]
+    tag = name.rsplit(':', 1)[1] if ':' in name.rsplit('/', 1)[-1] else ''
+    return tag if tag.startswith('v') or not tag else 'v' + tag
 
 
 def _b64_pem(value):

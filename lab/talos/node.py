@@ -454,6 +454,36 @@ class TalosNode(object):
         self.fleet.changed()
         self.fleet.notify('on_kubelet_running', self)
 
+    def _live_change(self, before):
+        """A config now runs without a reboot (NO_REBOOT, TRY, a try revert): Talos' controllers follow it.
+
+        siderolabs/talos v1.13.9: the KubeletSpec takes machine.kubelet.image (controllers/k8s/kubelet_spec.go:221),
+        and KubeletServiceController stops the kubelet service and starts it again on every change of its inputs
+        (controllers/k8s/kubelet_service.go:154-219): a new kubelet image restarts kubelet, its Node goes NotReady
+        and comes back with the image's version. The static pods of a control plane follow the cluster section
+        (controllers/k8s/control_plane_static_pod.go: the image of each component's config); the lab's Kubernetes
+        listens (on_config_live).
+        """
+        after = self.disk.config
+        if before is None or after is None or self.phase != 'running':
+            return
+        self.fleet.notify('on_config_live', self)
+        kubelet = self.services.get('kubelet')
+        if before.kubelet_image != after.kubelet_image and kubelet is not None and kubelet.state == 'Running':
+            LOG.info('talos node %s: kubelet image %s -> %s, kubelet restarts', self.name, before.kubelet_image,
+                     after.kubelet_image)
+            self._spawn(self._restart_kubelet(), 'kubelet')
+
+    async def _restart_kubelet(self):
+        kubelet = self.services['kubelet']
+        kubelet.event('Stopping', 'Sending SIGTERM to task kubelet (PID 2601, container kubelet)')
+        kubelet.clear_health()
+        # only kubelet stops: the node, its static pods (kube-apiserver...) and etcd keep running
+        self.fleet.notify('on_kubelet_restarting', self)
+        kubelet.event('Finished', 'Service finished successfully')
+        self.fleet.changed()
+        await self._run_kubelet()
+
     # ------------------------------------------------------------------ apid listener
 
     async def _start_api(self, client_cas):
@@ -590,8 +620,10 @@ class TalosNode(object):
             previous = (self.disk.config, self.disk.config_bytes)
             self.disk.run_unpersisted(new, bytes(data))
             self.try_revert = self._spawn(self._revert_after(previous, try_timeout), 'try-revert')
+            self._live_change(old)
         else:
             self.disk.persist(new, bytes(data))
+            self._live_change(old)
         self.fleet.changed()
         return resolved, details, warnings
 
@@ -652,7 +684,9 @@ class TalosNode(object):
         """Talos' rollback timer (time.AfterFunc): after the client's try timeout, the earlier config runs again."""
         await asyncio.sleep(seconds)
         self.try_revert = None
+        before = self.disk.config
         self.disk.set_running(*previous)
+        self._live_change(before)
         LOG.info('talos node %s: try-mode config reverted after %s', self.name, _duration_text(seconds))
         self.fleet.changed()
 

@@ -177,6 +177,11 @@ ROWS = [
         'rebuild_node of a control plane stops at remove_node\'s quorum check, before any change, when the members '
         'that would stay have no healthy majority', target='lab-cp-2', playbook='rebuild_node',
         extra_vars={'rebuild_node': 'lab-cp-1', 'confirm_rebuild_node': 'lab-cp-1'}),
+    row('upgrade-kubernetes-apply-reject', 'Talos', 'talos-apply-reject', 'upgrade_kubernetes', 'converged', 'all', 'failed',
+        ['lab-cp-1 ({addr:lab-cp-1}:50000)', 'ApplyConfiguration failed', 'INVALID_ARGUMENT'],
+        'Talos rejects the first control plane\'s new config (its kube-apiserver on the new version): upgrade_kubernetes '
+        'stops at that node naming it and Talos\' error, no node is changed', target='lab-cp-1',
+        playbook='upgrade_kubernetes', extra_vars={'kubernetes_version': '1.36.4', 'talos_machines_apply_timeout': 60}),
     row('talos-no-etcd-endpoints', 'Talos', 'talos-no-etcd-endpoints', 'bootstrap', 'converged', 'bootstrap', 'failed',
         ['{addr:lab-cp-2}', 'no controlplane endpoints discovered yet'], 'the quorum gate names the control plane that '
         'cannot list the etcd members, with Talos\' answer', target='lab-cp-2', extra_vars=TALOS_SHORT),

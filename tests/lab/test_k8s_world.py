@@ -61,14 +61,16 @@ def _maintenance(address):
     return check
 
 
-def _cluster_up(running, api, tmp_path, cp_vmid=401, worker_vmid=402, vip=True):
+def _cluster_up(running, api, tmp_path, cp_vmid=401, worker_vmid=402, vip=True, keep=None):
     """One control plane and one worker from maintenance mode to registered Nodes; returns (core API, CP VM, addresses).
 
     vip: the control plane's config carries the endpoint's address as its layer-2 VIP (else the endpoint never answers,
-    and the Nodes are read through the control plane's own address).
+    and the Nodes are read through the control plane's own address). keep: a dict that gets the secrets and endpoint.
     """
     world = running.world
     secrets = testing.ClusterSecrets()
+    if keep is not None:
+        keep.update(secrets=secrets, endpoint='https://%s:6443' % world.net.endpoint_host)
     endpoint_host = world.net.endpoint_host
     endpoint = 'https://%s:6443' % endpoint_host
     cp_vm, cp_address = _vm(running, api, cp_vmid, 3)
@@ -210,3 +212,53 @@ def test_talos_manifests_coredns_kube_proxy_and_inline(tmp_path):
         assert api.call(store.peek, ('apps', 'daemonsets'), 'kube-system', 'kube-proxy') is None
         widget = api.call(store.peek, ('lab.example.com', 'widgets'), 'default', 'w1')
         assert widget['spec'] == {'size': 3} and widget['metadata']['managedFields'][0]['manager'] == 'talos'
+
+
+def _boot_count(running, hostname):
+    return next(node['boot_count'] for node in running.call(running.world.status())['talos']['nodes']
+                if node['hostname'] == hostname)
+
+
+def _static_pod_images(core, node):
+    return dict((pod.metadata.labels['k8s-app'], pod.spec.containers[0].image)
+                for pod in core.list_namespaced_pod('kube-system', label_selector='tier=control-plane').items
+                if pod.spec.node_name == node)
+
+
+def test_a_config_applied_live_moves_the_kubelet_and_the_static_pods_to_its_images(running, tmp_path):
+    """The kubelet reports the version of machine.kubelet.image and restarts when a config applied without a reboot
+    changes it; a control plane's kube-apiserver, kube-controller-manager and kube-scheduler are mirror pods with the
+    images of its config, replaced when the config names another image, while the API keeps answering."""
+    world = running.world
+    api = ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret, verify_ssl=world.ca_path)
+    kept = {}
+    core, _cp_vm, cp_address, worker_address = _cluster_up(running, api, tmp_path, keep=kept)
+    assert core.read_node('worker-1').status.node_info.kubelet_version == 'v1.36.3'
+    old = {'kube-apiserver': 'registry.k8s.io/kube-apiserver:v1.36.3',
+           'kube-controller-manager': 'registry.k8s.io/kube-controller-manager:v1.36.3',
+           'kube-scheduler': 'registry.k8s.io/kube-scheduler:v1.36.3'}
+    wait_until(lambda: (_static_pod_images(core, 'cp-1') == old, _static_pod_images(core, 'cp-1')), 'the mirror pods of cp-1')
+    mirror = core.read_namespaced_pod('kube-apiserver-cp-1', 'kube-system')
+    assert 'kubernetes.io/config.mirror' in mirror.metadata.annotations and mirror.spec.host_network
+
+    secrets, endpoint = kept['secrets'], kept['endpoint']
+    credentials = talos_client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
+    kubelet = {'image': 'ghcr.io/siderolabs/kubelet:v1.36.4', 'defaultRuntimeSeccompProfileEnabled': True,
+               'disableManifestsDirectory': True}
+    boots = _boot_count(running, 'worker-1')
+    with talos_client.TalosClient(worker_address, credentials=credentials, timeout=5) as talos:
+        reply = talos.apply_configuration(testing.render_config(secrets, 'worker', endpoint, hostname='worker-1',
+                                                                extra_machine={'kubelet': kubelet}))
+    assert 'without a reboot' in str(reply), reply
+    wait_until(lambda: (core.read_node('worker-1').status.node_info.kubelet_version == 'v1.36.4',
+                        core.read_node('worker-1').status.node_info.kubelet_version), 'the worker\'s kubelet on v1.36.4')
+    assert _boot_count(running, 'worker-1') == boots   # no reboot: kubelet alone restarted
+
+    new_api = {'image': 'registry.k8s.io/kube-apiserver:v1.36.4', 'certSANs': []}
+    with talos_client.TalosClient(cp_address, credentials=credentials, timeout=5) as talos:
+        talos.apply_configuration(testing.render_config(secrets, 'controlplane', endpoint, hostname='cp-1',
+                                                        extra_cluster={'apiServer': new_api}, vip=world.net.endpoint_host))
+    wait_until(lambda: (_static_pod_images(core, 'cp-1') == dict(old, **{'kube-apiserver': new_api['image']}),
+                        _static_pod_images(core, 'cp-1')), 'kube-apiserver-cp-1 on the new image')
+    assert core.read_node('cp-1').status.node_info.kubelet_version == 'v1.36.3'
+    assert _port_open(cp_address, 6443)

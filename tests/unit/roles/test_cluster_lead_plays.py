@@ -103,8 +103,10 @@ def test_the_cluster_level_stages_run_on_the_lead_and_the_per_node_stages_on_eve
             by_stage.setdefault(play['tags'][0], set()).add(play['hosts'])
     # bootstrap: etcd and the services gate (each node's services read from hostvars) once, on the lead; apply: one
     # apply over every node, each node's address and config read from hostvars
-    for stage in ('bootstrap', 'kubeconfig', 'flux_install', 'apps', 'sealed_secrets', 'flux', 'gitops', 'apply'):
+    for stage in ('bootstrap', 'kubeconfig', 'flux_install', 'apps', 'sealed_secrets', 'flux', 'gitops'):
         assert by_stage[stage] == {LEAD_HOSTS}, stage
+    # apply: that one apply on the lead, or (rolling mode) the control planes one at a time, then the workers in batches
+    assert by_stage['apply'] == {LEAD_HOSTS, NODES_HOSTS + ':&controlplane', NODES_HOSTS + ':&worker'}
     # vms: the VMs and their address gate on every node (the role imported run_once), then the Talos API gate over
     # every node, once, on the lead
     assert by_stage['vms'] == {'cluster', LEAD_HOSTS}
