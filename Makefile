@@ -25,7 +25,7 @@ export PATH := $(BIN):$(TOOLS)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup upstream-binaries system-packages test unit lab-test integration integration-upstream molecule lint ansible-lint sanity \
+.PHONY: help setup upstream-binaries system-packages test unit lab-test integration integration-upstream oldest-core molecule lint ansible-lint sanity \
         demo lab-up lab-down bench protos clean
 
 help:
@@ -71,7 +71,7 @@ demo: setup
 	    if [ -n "$$report" ]; then echo "Run report: $$report (report.json and timeline.md beside it)"; \
 	    else echo "Run report: none found under $(INVENTORY)/artifacts (is callbacks_enabled = proxtalos.cluster.timeline set?)"; fi
 
-test: setup unit lab-test integration integration-upstream molecule lint
+test: setup unit lab-test integration integration-upstream oldest-core molecule lint
 
 ## --- test parts --------------------------------------------------------------------------------
 
@@ -90,6 +90,22 @@ integration: setup
 integration-upstream: setup
 	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_cni_lab.py -k single $(PYTEST_ARGS)
 	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_apps_lab.py $(PYTEST_ARGS)
+
+# The oldest ansible-core the collection accepts (constraints-oldest-core.txt), in a second venv: the unit tests, and
+# site.yml against a lab then a re-run with changed=0 (tests/integration/test_oldest_core.py). The newest core is
+# what every other target runs.
+OLDEST_CORE_VENV := $(ROOT)/.venv-oldest-core
+OLDEST_CORE_STAMP := $(OLDEST_CORE_VENV)/.installed
+
+$(OLDEST_CORE_STAMP): requirements.txt requirements-dev.txt constraints-oldest-core.txt $(STAMP)
+	@test -x $(OLDEST_CORE_VENV)/bin/python || "$$(scripts/find-python)" -m venv $(OLDEST_CORE_VENV)
+	$(OLDEST_CORE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST_CORE_VENV)/bin/python -m pip install --quiet -r requirements-dev.txt -c constraints-oldest-core.txt
+	@touch $@
+
+oldest-core: setup $(OLDEST_CORE_STAMP)
+	$(OLDEST_CORE_VENV)/bin/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
+	PROXTALOS_ANSIBLE_PLAYBOOK=$(OLDEST_CORE_VENV)/bin/ansible-playbook $(PY) -m pytest tests/integration/test_oldest_core.py $(PYTEST_ARGS)
 
 molecule: setup
 	$(BIN)/molecule test --all
@@ -129,4 +145,5 @@ protos: setup
 
 clean:
 	-test -x $(PY) && $(PY) -m lab down
+	rm -rf $(ROOT)/.venv-oldest-core
 	rm -rf $(ROOT)/.collections $(ROOT)/artifacts $(ROOT)/inventories/lab/artifacts $(ROOT)/tests/output
