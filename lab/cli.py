@@ -16,7 +16,7 @@ from lab import DEFAULT_RUN_DIR, ROOT
 from lab.addresses import Net
 from lab.control import ControlError, LabNotRunning, call
 from lab.timing import PROFILES
-from lab.world import LabError, LabOptions, RunPaths, World, extensions_for, kubernetes_world
+from lab.world import LabError, LabOptions, RunPaths, World, extensions_for, flux_world, kubernetes_world
 
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
@@ -115,8 +115,9 @@ def options_from(args):
         names = [n.strip() for n in args.extensions.split(',') if n.strip()]
         extensions = () if names == ['none'] else tuple(n if '.' in n else 'lab.' + n for n in names)
     kubernetes = kubernetes_world(getattr(args, 'kubernetes', None))
+    flux = flux_world(getattr(args, 'flux', None), kubernetes)
     if kubernetes == 'upstream' or extensions is None:
-        extensions = extensions_for(kubernetes, extensions)
+        extensions = extensions_for(kubernetes, extensions, flux)
     options = LabOptions(net=args.net, run_dir=os.path.abspath(args.run_dir), control_planes=args.control_planes,
                          workers=args.workers, profile=args.profile, time_scale=args.time_scale,
                          pve_nodes=tuple(n.strip() for n in args.pve_nodes.split(',') if n.strip()),
@@ -214,6 +215,8 @@ def detach(args, options, paths):
                '--extensions', ','.join(options.extensions) or 'none',
                # the child must not read another Kubernetes from its environment than the one resolved here
                '--kubernetes', 'upstream' if 'lab.k8s_upstream' in options.extensions else 'lab']
+    if 'lab.k8s_upstream' in options.extensions:
+        command += ['--flux', 'upstream' if 'lab.flux_upstream' in options.extensions else 'lab']
     if options.seed is not None:
         command += ['--seed', str(options.seed)]
     if options.owner_pid is not None:
@@ -469,6 +472,10 @@ def build_parser():
     up.add_argument('--kubernetes', choices=('lab', 'upstream'), default=None,
                     help='the lab\'s Kubernetes: lab (lab/k8s, with the Flux simulation) or upstream (etcd, kube-apiserver, '
                          'kube-controller-manager, kube-scheduler, kwok; the Flux simulation does not attach to it); default $PROXTALOS_LAB_KUBERNETES, '
+                         'else lab')
+    up.add_argument('--flux', choices=('lab', 'upstream'), default=None,
+                    help='with --kubernetes upstream: lab (the Flux simulation\'s Git server only) or upstream (Flux\'s '
+                         'controllers as processes, a smart-HTTPS Git server; docs/lab-flux.md); default $PROXTALOS_LAB_FLUX, '
                          'else lab')
     up.add_argument('--owner-pid', type=int, default=None,
                     help='stop the lab when this process ends (test sessions pass their own pid)')

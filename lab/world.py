@@ -13,6 +13,7 @@ the World calls at start (a plain function or a coroutine). There they use:
     world.timing.register(kind, secs)    their delay kinds; await world.timing.sleep(kind, target)
     world.log_request(source, method, path, status, **extra)
     world.add_endpoint(name, host, port) a listener `lab status` shows (remove_endpoint when it goes)
+    world.add_inventory_vars(values)     vars of the cluster group in the hosts.yml the lab writes
     world.add_shutdown_hook(fn)          called (awaited) when the lab stops
     world.net, world.run_dir, world.vm_address(vm), world.pve (the LabPve), world.vms()
 """
@@ -52,6 +53,13 @@ KUBERNETES_WORLDS = {'lab': 'lab.k8s', 'upstream': 'lab.k8s_upstream'}
 # lab.flux with upstream Kubernetes: its Git server and the lab's repository serve (the preflight reads them), its Flux
 # simulation does not attach (it works on lab/k8s's store only; lab/flux/lab.py on_etcd_bootstrapped says so in the log)
 UPSTREAM_EXTENSIONS = ('lab.talos', 'lab.k8s_upstream', 'lab.flux')
+# Which Flux a lab on upstream Kubernetes runs: the simulation's Git server only ('lab', the default) or Flux's upstream
+# controllers (lab.flux_upstream: source-, kustomize- and helm-controller as processes against the lab's kube-apiserver,
+# a smart-HTTPS Git server the collection pushes to, the artifact mirror; docs/lab-flux.md). `python -m lab up --flux NAME`,
+# else this variable. Upstream Flux needs upstream Kubernetes.
+FLUX_ENV = 'PROXTALOS_LAB_FLUX'
+FLUX_WORLDS = ('lab', 'upstream')
+UPSTREAM_FLUX_EXTENSIONS = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_upstream')
 
 
 def kubernetes_world(name=None, environ=None):
@@ -67,11 +75,28 @@ def kubernetes_world(name=None, environ=None):
     return name
 
 
-def extensions_for(kubernetes, extensions=None):
-    """The extensions of a lab running `kubernetes` ('lab' or 'upstream'): the default set for it, or the given ones
-    with its Kubernetes extension in place of the other's."""
+def flux_world(name=None, kubernetes='lab', environ=None):
+    """The Flux a lab runs: name (from --flux), else $PROXTALOS_LAB_FLUX, else 'lab'. ValueError naming where a wrong
+    value came from, or when upstream Flux is asked for without upstream Kubernetes."""
+    where = '--flux'
+    if name is None:
+        name = (os.environ if environ is None else environ).get(FLUX_ENV) or 'lab'
+        where = FLUX_ENV
+    if name not in FLUX_WORLDS:
+        raise ValueError('%s must be one of %s, got %r' % (where, ', '.join(FLUX_WORLDS), name))
+    if name == 'upstream' and kubernetes != 'upstream':
+        raise ValueError('%s upstream needs upstream Kubernetes (--kubernetes upstream or %s=upstream): the Flux '
+                         'controllers run against kube-apiserver' % (where, KUBERNETES_ENV))
+    return name
+
+
+def extensions_for(kubernetes, extensions=None, flux='lab'):
+    """The extensions of a lab running `kubernetes` ('lab' or 'upstream') and `flux` ('lab' or 'upstream'): the default
+    set for them, or the given ones with its Kubernetes extension in place of the other's."""
     if extensions is None:
-        return EXTENSIONS if kubernetes == 'lab' else UPSTREAM_EXTENSIONS
+        if kubernetes == 'lab':
+            return EXTENSIONS
+        return UPSTREAM_FLUX_EXTENSIONS if flux == 'upstream' else UPSTREAM_EXTENSIONS
     other = {v for k, v in KUBERNETES_WORLDS.items() if k != kubernetes}
     return tuple(KUBERNETES_WORLDS[kubernetes] if name in other else name for name in extensions)
 
@@ -247,8 +272,14 @@ class World(object):
         self._lock_fd = None
         self._control = None
         self._stop_requested = None
+        self._inventory_extra = {}
 
     # ----------------------------------------------------------- for extensions
+
+    def add_inventory_vars(self, values):
+        """Vars (name -> value) an extension adds to the cluster group of the hosts.yml the lab writes (written after
+        every extension is installed)."""
+        self._inventory_extra.update(values)
 
     def add_listener(self, listener):
         """Register an object with VmListener's hooks (any subset)."""
@@ -346,14 +377,15 @@ class World(object):
         its `helm template` output from <run dir>/cilium-manifest.yaml, which the cni role's render_manifest entry point
         writes (docs/lab-kubernetes.md). The lab/k8s world keeps the stand-in chart of inventories/lab/files."""
         if 'lab.k8s_upstream' not in self.options.extensions:
-            return {}
+            return dict(self._inventory_extra)
         from lab import upstream  # pylint: disable=import-outside-toplevel
         try:
             chart = upstream.chart('cilium-chart')
         except upstream.UpstreamError as exc:
             raise LabError('--kubernetes upstream: %s' % exc) from None
         # inventories/lab/group_vars/all/cni.yml takes these over its stand-in files
-        return {'lab_cilium_chart': chart, 'lab_cilium_manifest': os.path.join(self.run_dir, 'cilium-manifest.yaml')}
+        return dict({'lab_cilium_chart': chart, 'lab_cilium_manifest': os.path.join(self.run_dir, 'cilium-manifest.yaml')},
+                    **self._inventory_extra)
 
     async def _install(self, name):
         try:

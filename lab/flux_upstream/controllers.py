@@ -189,11 +189,16 @@ class _Process:
 class FluxControllers:  # pylint: disable=too-many-instance-attributes
     """Flux's controllers (and sealed-secrets') for one ControlPlane, their files under workdir."""
 
-    def __init__(self, cp, workdir, controllers=FLUX_CONTROLLERS, sealed_secrets=True):
+    def __init__(self, cp, workdir, controllers=FLUX_CONTROLLERS, sealed_secrets=True, installed=False):  # pylint: disable=too-many-arguments
         unknown = set(controllers) - set(FLUX_CONTROLLERS)
         if unknown:
             raise FluxError('unknown Flux controller(s) %s (known: %s)' % (', '.join(sorted(unknown)), ', '.join(FLUX_CONTROLLERS)))
+        if installed and sealed_secrets:
+            raise FluxError('installed=True runs the Flux controllers of Deployments already in the cluster; not sealed-secrets')
         self.cp = cp
+        # True: someone else (the collection's flux stage: Flux's install manifests) has applied the CRDs, RBAC and
+        # Deployments; each controller runs with the args and ServiceAccount of its Deployment as it is in the cluster
+        self.installed = installed
         self.workdir = os.path.abspath(workdir)
         self.controllers = tuple(controllers)
         self.sealed_secrets = sealed_secrets
@@ -243,6 +248,11 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         return objects
 
     def deployment(self, name):
+        if self.installed:
+            found = get(self.cp, 'Deployment', name, FLUX_NAMESPACE)
+            if found is None:
+                raise FluxError('%s: no Deployment %s/%s in the cluster' % (name, FLUX_NAMESPACE, name))
+            return found
         found = [doc for doc in read_documents(os.path.join(self.module(name), 'config', 'manager', 'deployment.yaml'))
                  if doc.get('kind') == 'Deployment']
         if len(found) != 1:
@@ -311,7 +321,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
                      '--storage-adv-addr=' + self.artifact_address]
         env = {'HOME': tmp, 'TMPDIR': tmp, 'RUNTIME_NAMESPACE': FLUX_NAMESPACE, 'TUF_ROOT': os.path.join(tmp, '.sigstore')}
         # flux2 manifests/bases/<name>/patch.yaml: the pod's ServiceAccount is the controller's name
-        command, env = self._as_pod(name, FLUX_NAMESPACE, upstream.binary(name), kept, env)
+        account = self.deployment(name)['spec']['template']['spec'].get('serviceAccountName') or name
+        command, env = self._as_pod(account, FLUX_NAMESPACE, upstream.binary(name), kept, env)
         # controller-runtime's probes: /readyz on --health-addr (each main.go AddReadyzCheck)
         return command, env, 'http://%s:%d/readyz' % (HOST, self.ports[name + '-health'])
 
@@ -331,9 +342,13 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
     # ------------------------------------------------------------------ lifecycle
 
     def install(self, timeout=START_TIMEOUT):
-        """CRDs (waited Established), namespace, ServiceAccounts, RBAC and Deployments."""
+        """CRDs (waited Established), namespace, ServiceAccounts, RBAC and Deployments. Installed already: only the
+        wait for the controllers' CRDs (the names their modules ship) to be Established."""
         deadline = time.monotonic() + timeout
         crds = [crd for name in self.controllers for crd in self.crds(name)]
+        if self.installed:
+            wait_established(self.cp, [crd['metadata']['name'] for crd in crds], max(1.0, deadline - time.monotonic()))
+            return []
         if self.sealed_secrets:
             crds += self.crds(SEALED_SECRETS)
         for crd in crds:

@@ -1,18 +1,26 @@
-"""Flux's upstream controllers in the lab's World, opt-in, after the upstream control plane:
-`python -m lab up --extensions talos,k8s_upstream,flux_upstream`.
+"""Flux's upstream controllers in the lab's World, after the upstream control plane:
+`python -m lab up --kubernetes upstream --flux upstream` (or --extensions talos,k8s_upstream,flux_upstream).
 
 - At start: a smart-HTTPS Git server on 127.0.0.1 (gitserver.py) with one bare repository, proxtalos/lab-gitops,
-  holding the tree of lab/gitops as one commit on main; HTTP basic auth user `flux` with a password new each `up`,
-  in <run-dir>/flux-upstream/git-password (0600); the CA of its serving certificate in
-  <run-dir>/flux-upstream/git-ca.crt (what a GitRepository's secretRef `ca.crt` and git's GIT_SSL_CAINFO take).
-- Each cluster whose upstream control plane starts (lab.k8s_upstream's plane listener) gets source-controller,
-  kustomize-controller and helm-controller (controllers.py: their CRDs, RBAC and Deployments applied, the processes
-  run with their ServiceAccounts' tokens); they stop with the lab, or at `lab reset`.
+  holding the tree of lab/gitops as one commit on main; HTTP basic auth user `flux` with a password new each `up`, in
+  <run-dir>/git-token (0600, where the lab inventory reads it, as with the simulation); the CA of its serving
+  certificate in <run-dir>/flux-upstream/git-ca.crt (what a GitRepository's secretRef `ca.crt` and git's
+  http.sslCAInfo take). <run-dir>/gitops is a clone of it (remote origin, http.sslCAInfo set): the working copy the
+  collection's flux stage commits the sealed Secrets to and pushes, and the preflight reads. hosts.yml gets
+  lab_git_url, lab_git_ca_file and lab_git_push (inventories/lab/group_vars/all/flux.yml takes them).
+- The artifact mirror (lab/flux/mirror.py): the pinned upstream files the flux role downloads (Flux's install
+  manifests), as in the default world.
+- Each cluster whose upstream control plane starts (lab.k8s_upstream's plane listener) is watched for Flux's
+  controllers: once the Deployments of source-, kustomize- and helm-controller that the collection's flux stage
+  applies (Flux's own install manifests) have an available replica - kwok has made their pods Running on a Node, which
+  is when a kubelet would start the containers - and their CRDs are Established, the controllers run as processes with
+  the args and ServiceAccounts of those Deployments (controllers.py, installed=True). They stop with the lab, or at
+  `lab reset`.
 - `lab status` has a `flux_upstream` section: the Git server's URL and, per cluster, each controller's pid and state.
 
-Not yet: the sealed-secrets controller (it must start after the collection's sealed_secrets stage has put its key in
-place: it reads its keys once, at start); the collection's flux stage pointed at this Git server (the lab inventory
-still names the simulation's https://git.lab.internal/...); faults.
+Not yet: the sealed-secrets controller (the lab's tree deploys it; its process would have to serve the Service the
+collection reaches through kube-apiserver's service proxy, at a pod address kwok makes up); notification-controller
+(its module is not served by the Go module proxy here); faults.
 """
 
 import asyncio
@@ -26,13 +34,17 @@ import tempfile
 from lab import ROOT
 from lab.k8s import pki
 
-from .controllers import FluxControllers, FluxError
+from lab.flux.mirror import ArtifactMirror
+from lab.k8s_upstream.controlplane import ControlPlaneError
+
+from .controllers import FLUX_CONTROLLERS, FLUX_NAMESPACE, FluxControllers, FluxError, get
 from .gitserver import GitServerError, SmartGitServer
 
 LOG = logging.getLogger('lab.flux_upstream')
 LAB_REPO = 'proxtalos/lab-gitops'
 GITOPS_TREE = os.path.join(ROOT, 'lab', 'gitops')
 GIT_USER = 'flux'
+WATCH_INITIAL, WATCH_MAX = 0.2, 2.0  # seconds between polls of the Flux Deployments
 
 
 def _write(path, text, mode):
@@ -42,16 +54,19 @@ def _write(path, text, mode):
     return path
 
 
-class LabUpstreamFlux:
+class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
     """The Git server of the lab and the Flux controllers of every cluster, keyed by cluster id."""
 
     def __init__(self, world):
         self.world = world
         self.dir = os.path.join(world.run_dir, 'flux-upstream')
+        self.repo_dir = os.path.join(world.run_dir, 'gitops')
         self.git = None
+        self.mirror = None
         self.ca_file = None
         self.password_file = None
         self.controllers = {}
+        self.watches = {}   # cluster id -> the task waiting for the cluster's Flux Deployments
 
     async def _blocking(self, function, *args):
         return await asyncio.get_running_loop().run_in_executor(None, function, *args)
@@ -63,37 +78,88 @@ class LabUpstreamFlux:
         ca = pki.make_ca('lab-git')
         self.ca_file = _write(os.path.join(self.dir, 'git-ca.crt'), ca[0], 0o644)
         password = secrets.token_urlsafe(24)
-        self.password_file = _write(os.path.join(self.dir, 'git-password'), password + '\n', 0o600)
+        self.password_file = _write(os.path.join(self.world.run_dir, 'git-token'), password + '\n', 0o600)
         self.git = SmartGitServer(os.path.join(self.dir, 'git'), credentials=(GIT_USER, password),
                                   tls=pki.issue(ca[0], ca[1], '127.0.0.1', server=True, ip_addresses=['127.0.0.1']))
         self.git.start()
         self.git.create_repo(LAB_REPO)
         env = dict(os.environ, GIT_SSL_CAINFO=self.ca_file, GIT_TERMINAL_PROMPT='0', GIT_AUTHOR_NAME='lab',
                    GIT_AUTHOR_EMAIL='lab@lab.invalid', GIT_COMMITTER_NAME='lab', GIT_COMMITTER_EMAIL='lab@lab.invalid')
+
+        def git(*args):
+            done = subprocess.run(['git'] + list(args), capture_output=True, text=True, env=env, timeout=120, check=False)
+            if done.returncode != 0:
+                raise GitServerError('git %s: %s' % (args[0] if args[0] != '-C' else args[2], done.stderr.strip()))
         with tempfile.TemporaryDirectory(prefix='lab-gitops-') as work:
             tree = os.path.join(work, 'tree')
             shutil.copytree(GITOPS_TREE, tree)
-            for args in (['init', '--quiet', '--initial-branch=main', tree], ['-C', tree, 'add', '--all'],
-                         ['-C', tree, 'commit', '--quiet', '-m', 'the lab GitOps tree'],
-                         ['-C', tree, 'push', '--quiet', self.git.url_for(LAB_REPO, credentials=True), 'main']):
-                done = subprocess.run(['git'] + args, capture_output=True, text=True, env=env, timeout=120, check=False)
-                if done.returncode != 0:
-                    raise GitServerError('git %s: %s' % (args[0] if args[0] != '-C' else args[2], done.stderr.strip()))
+            git('init', '--quiet', '--initial-branch=main', tree)
+            git('-C', tree, 'add', '--all')
+            git('-C', tree, 'commit', '--quiet', '-m', 'the lab GitOps tree')
+            git('-C', tree, 'push', '--quiet', self.git.url_for(LAB_REPO, credentials=True), 'main')
+        # the working copy the collection commits to and pushes from: a clone as a user has one, trusting the server's
+        # CA in its own configuration, its remote without credentials (the collection pushes with HTTP basic auth)
+        shutil.rmtree(self.repo_dir, ignore_errors=True)
+        git('-c', 'http.sslCAInfo=' + self.ca_file, 'clone', '--quiet', '--config', 'http.sslCAInfo=' + self.ca_file,
+            self.git.url_for(LAB_REPO, credentials=True), self.repo_dir)
+        git('-C', self.repo_dir, 'remote', 'set-url', 'origin', self.git.url_for(LAB_REPO))
         self.world.add_endpoint('flux-upstream-git', self.git.host, self.git.port, 'https')
+        self.world.add_inventory_vars({'lab_git_url': self.git.url_for(LAB_REPO), 'lab_git_ca_file': self.ca_file,
+                                       'lab_git_push': True})
+
+    def start_mirror(self):
+        """The artifact mirror of the default world (lab/flux/mirror.py): the pinned upstream files over HTTPS."""
+        self.mirror = ArtifactMirror(self.world.run_dir).start()
+        self.world.add_endpoint('artifact-mirror', self.mirror.host, self.mirror.port, 'https')
 
     async def on_control_plane(self, cluster_id, plane):
-        if cluster_id in self.controllers:
+        if cluster_id in self.controllers or cluster_id in self.watches:
             return
+        self.watches[cluster_id] = asyncio.get_running_loop().create_task(self._run_when_installed(cluster_id, plane))
+
+    @staticmethod
+    def _deployments_available(plane):
+        """(all available, what was seen): each Flux controller's Deployment with an available replica."""
+        seen = {}
+        for name in FLUX_CONTROLLERS:
+            try:
+                found = get(plane, 'Deployment', name, FLUX_NAMESPACE)
+            except ControlPlaneError as exc:
+                seen[name] = str(exc)[-200:]
+                continue
+            seen[name] = None if found is None else ((found.get('status') or {}).get('availableReplicas') or 0)
+        return all(isinstance(value, int) and value > 0 for value in seen.values()), seen
+
+    async def _run_when_installed(self, cluster_id, plane):
+        """Wait for the cluster's Flux Deployments to be available (kwok runs their pods), then run the controllers."""
+        interval, seen = WATCH_INITIAL, None
+        while True:
+            ready, observed = await self._blocking(self._deployments_available, plane)
+            if ready:
+                break
+            if observed != seen:
+                LOG.info('cluster %s: Flux controllers wait for their Deployments: %s', cluster_id, observed)
+                seen = observed
+            # a poll of the Deployments' status (the lab has no watch client), backing off to WATCH_MAX
+            await asyncio.sleep(interval)
+            interval = min(interval * 1.5, WATCH_MAX)
         controllers = FluxControllers(plane, os.path.join(self.dir, 'clusters', str(cluster_id)[:12] or 'cluster'),
-                                      sealed_secrets=False)
+                                      sealed_secrets=False, installed=True)
         try:
             await self._blocking(controllers.start)
         except FluxError as exc:
             LOG.error('cluster %s: the Flux controllers did not start: %s', cluster_id, exc)
             return
+        finally:
+            self.watches.pop(cluster_id, None)
         self.controllers[cluster_id] = controllers
+        LOG.info('cluster %s: Flux controllers running: %s', cluster_id, ', '.join(FLUX_CONTROLLERS))
 
     async def _stop_controllers(self):
+        for cluster_id, task in list(self.watches.items()):
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self.watches.pop(cluster_id, None)
         for cluster_id, controllers in list(self.controllers.items()):
             await self._blocking(controllers.stop)
             del self.controllers[cluster_id]
@@ -103,6 +169,10 @@ class LabUpstreamFlux:
 
     async def close(self):
         await self._stop_controllers()
+        if self.mirror is not None:
+            self.mirror.stop()
+            self.world.remove_endpoint('artifact-mirror')
+            self.mirror = None
         if self.git is not None:
             self.git.stop()
             self.world.remove_endpoint('flux-upstream-git')
@@ -121,6 +191,7 @@ def install(world):
     k8s = getattr(world, 'k8s_upstream', None)
     flux = world.flux_upstream = LabUpstreamFlux(world)
     flux.start_git()
+    flux.start_mirror()
     if k8s is None:
         LOG.warning('no upstream control plane in this lab (extension k8s_upstream, before flux_upstream): '
                     'the Git server runs, no Flux controller will')

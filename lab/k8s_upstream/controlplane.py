@@ -171,6 +171,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         self._cni = None
         self._crashloops = None  # lab/k8s_upstream/kubelet.py CrashLoops, started with the first crash-loop fault
         self._cilium_nodes = None  # lab/k8s_upstream/kubelet.py CiliumNodes, with nodes_wait_for_cni
+        self._csi = None  # lab/k8s_upstream/kubelet.py CsiRegistrations, with kwok
         self.pki_dir = os.path.join(self.workdir, 'pki')
         self.log_dir = os.path.join(self.workdir, 'logs')
         self.processes = {}
@@ -438,6 +439,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             if self.with_kwok and self.nodes_wait_for_cni:
                 self._cni = kubelet.CniReadiness(self, KWOK_NODE_LABEL).start()
                 self._cilium_nodes = kubelet.CiliumNodes(self).start()
+            if self.with_kwok:
+                self._csi = kubelet.CsiRegistrations(self).start()
         except BaseException:
             self.stop()
             raise
@@ -475,10 +478,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM every process (the reverse order), wait for each with a deadline, SIGKILL what is left."""
-        watchers = [w for w in (self._cni, self._crashloops, self._cilium_nodes) if w is not None]
+        watchers = [w for w in (self._cni, self._crashloops, self._cilium_nodes, self._csi) if w is not None]
         for watcher in watchers:
             watcher.signal_stop()  # their open watches end when kube-apiserver does, below
-        self._cni = self._crashloops = self._cilium_nodes = None
+        self._cni = self._crashloops = self._cilium_nodes = self._csi = None
         for name in reversed(self.ORDER):
             proc = self.processes.get(name)
             if proc is None or not proc.running:

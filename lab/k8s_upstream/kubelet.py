@@ -1,4 +1,5 @@
-"""What a Talos node's kubelet writes about its node's network, for the kwok Nodes of the upstream world.
+"""What a Talos node's kubelet writes about its node's network (and its CSI plugins: CsiRegistrations, at the end), for
+the kwok Nodes of the upstream world.
 
 A kubelet reports its Node `Ready=False` until the container runtime says its network is ready, which containerd says
 once a CNI config is on the node (on a Talos cluster with Cilium: once the cilium agent runs there and has written it):
@@ -360,3 +361,60 @@ class CiliumNodes(_Watcher):
                 }
                 self.plane.api('POST', '/apis/cilium.io/v2/ciliumnodes', resource, expect=(201, 409))
                 LOG.info('CiliumNode %s created (its agent runs)', node_name)
+
+
+def csi_registration(pod):
+    """The CSI driver a pod registers with its node's kubelet: the directory of its node-driver-registrar's
+    --kubelet-registration-path (what the CSI charts pass: /var/lib/kubelet/plugins/<driver>/csi.sock), or None."""
+    for container in (pod.get('spec') or {}).get('containers') or ():
+        for arg in list(container.get('args') or ()) + list(container.get('command') or ()):
+            if isinstance(arg, str) and arg.startswith('--kubelet-registration-path='):
+                parts = arg.split('=', 1)[1].rstrip('/').split('/')
+                if len(parts) >= 2:
+                    return parts[-2]
+    return None
+
+
+class CsiRegistrations(_Watcher):
+    """What a kubelet writes when a CSI node plugin registers with it, for the kwok Nodes (kwok runs no plugin and no
+    plugin watcher): its node's CSINode, owned by the Node (k8s.io/kubernetes v1.36.3
+    pkg/volume/csi/nodeinfomanager/nodeinfomanager.go:502-525), lists the driver once the plugin registered through the
+    registrar's socket and answered NodeGetInfo (pkg/volume/csi/csi_plugin.go:118-157, InstallCSIDriver), and drops it
+    when the plugin deregisters (UninstallCSIDriver). The lab takes "registered" as: a Ready pod on the node whose
+    registrar names the driver's socket (csi_registration); nodeID is the node's name (what the Proxmox CSI plugin
+    answers; other drivers answer their own ids), no topology keys. The same rule as lab/k8s's CSINode controller."""
+
+    def paths(self):
+        return ('/api/v1/pods?labelSelector=',)
+
+    def reconcile(self):
+        with self._lock:
+            wanted = {}
+            for pod in self.plane.api('GET', '/api/v1/pods')['items']:
+                node, driver = (pod.get('spec') or {}).get('nodeName'), csi_registration(pod)
+                if driver and node and _ready(pod) and not pod['metadata'].get('deletionTimestamp'):
+                    wanted.setdefault(node, {})[driver] = {'name': driver, 'nodeID': node}
+            existing = {c['metadata']['name']: c for c in self.plane.api('GET', '/apis/storage.k8s.io/v1/csinodes')['items']}
+            for name in sorted(set(wanted) | set(existing)):
+                drivers = [wanted.get(name, {})[key] for key in sorted(wanted.get(name, {}))]
+                old = existing.get(name)
+                if old is None:
+                    if drivers:
+                        self._create(name, drivers)
+                elif [{'name': d.get('name'), 'nodeID': d.get('nodeID')} for d in (old.get('spec') or {}).get('drivers') or []] != drivers:
+                    new = dict(old, spec=dict(old.get('spec') or {}, drivers=drivers))
+                    # a conflict (someone wrote it meanwhile) is followed by that write's event: reconciled again then
+                    self.plane.api('PUT', '/apis/storage.k8s.io/v1/csinodes/' + name, new, expect=(200, 409, 404))
+                    LOG.info('CSINode %s drivers: %s', name, ', '.join(d['name'] for d in drivers) or 'none')
+
+    def _create(self, name, drivers):
+        try:
+            node = self.plane.api('GET', '/api/v1/nodes/' + name)
+        except Exception:  # pylint: disable=broad-except
+            return  # the Node is gone (its pods follow)
+        self.plane.api('POST', '/apis/storage.k8s.io/v1/csinodes', {
+            'apiVersion': 'storage.k8s.io/v1', 'kind': 'CSINode',
+            'metadata': {'name': name, 'ownerReferences': [{'apiVersion': 'v1', 'kind': 'Node', 'name': name,
+                                                            'uid': node['metadata']['uid']}]},
+            'spec': {'drivers': drivers}}, expect=(201, 409))
+        LOG.info('CSINode %s created: %s', name, ', '.join(d['name'] for d in drivers))

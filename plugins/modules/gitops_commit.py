@@ -71,6 +71,12 @@ options:
   password:
     description: HTTP basic auth password or token for the push.
     type: str
+  ca_cert:
+    description:
+      - PEM certificate(s) of the CA that signs the remote's HTTPS certificate (a Git server with a private CA). The
+        push and the check of the remote branch trust only it (git's C(GIT_SSL_CAINFO) for those commands, which wins
+        over the user's git configuration and environment). Default is git's own configuration.
+    type: str
 seealso:
   - module: proxtalos.cluster.sealed_secret
 """
@@ -113,7 +119,9 @@ branch:
 """
 
 import base64
+import contextlib
 import os
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -133,6 +141,7 @@ def argument_spec():
         branch=dict(type='str'),
         username=dict(type='str'),
         password=dict(type='str', no_log=True),
+        ca_cert=dict(type='str'),
     )
 
 
@@ -223,13 +232,33 @@ def run(module):
         git('commit', '--quiet', '--no-verify', '--no-gpg-sign', '-m', params['commit_message'], '--', *paths)
         result['commit'] = git('rev-parse', 'HEAD')[1].strip()
     if params['push']:
-        dummy, remote_refs, dummy = git('ls-remote', params['remote'], 'refs/heads/%s' % branch)
-        remote_commit = remote_refs.split()[0] if remote_refs.strip() else ''
-        if pending or remote_commit != result['commit']:
-            result['changed'] = result['pushed'] = True
-            if not module.check_mode:
-                git('push', '--quiet', params['remote'], 'HEAD:refs/heads/%s' % branch)
+        with remote_ca(git, params['ca_cert']):
+            dummy, remote_refs, dummy = git('ls-remote', params['remote'], 'refs/heads/%s' % branch)
+            remote_commit = remote_refs.split()[0] if remote_refs.strip() else ''
+            if pending or remote_commit != result['commit']:
+                result['changed'] = result['pushed'] = True
+                if not module.check_mode:
+                    git('push', '--quiet', params['remote'], 'HEAD:refs/heads/%s' % branch)
     return result
+
+
+@contextlib.contextmanager
+def remote_ca(git, ca_cert):
+    """With ca_cert (PEM): git's GIT_SSL_CAINFO names a private file holding it while the block runs."""
+    if not ca_cert:
+        yield
+        return
+    if '-----BEGIN CERTIFICATE-----' not in ca_cert:
+        raise ValidationError('ca_cert', 'is not a PEM certificate (no BEGIN CERTIFICATE line)')
+    fd, path = tempfile.mkstemp(prefix='proxtalos-git-ca-', suffix='.pem')
+    try:
+        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
+            handle.write(ca_cert if ca_cert.endswith('\n') else ca_cert + '\n')
+        git.environment['GIT_SSL_CAINFO'] = path
+        yield
+    finally:
+        git.environment.pop('GIT_SSL_CAINFO', None)
+        os.unlink(path)
 
 
 def main():

@@ -42,6 +42,22 @@ class GitopsCluster(object):
             text = source.read()
         with open(os.path.join(self.inventory, 'hosts.yml'), 'w', encoding='utf-8') as target:
             target.write(text)
+        self.hosts = yaml.safe_load(text)
+
+    def render_cilium_manifest(self):
+        """A lab on upstream Kubernetes names its inline Cilium manifest in the run dir (the upstream chart's `helm
+        template` output, lab/world.py _inventory_vars); write it with the cni role's render_manifest entry point, as a
+        user does once (docs/stages/cni.md), as k8s_stages_lab.py does. A lab/k8s lab ships its manifest: nothing to do."""
+        manifest = (self.hosts['cluster'].get('vars') or {}).get('lab_cilium_manifest')
+        if not manifest or os.path.exists(manifest):
+            return
+        playbook = os.path.join(self.folder, 'render-cilium.yml')
+        with open(playbook, 'w', encoding='utf-8') as handle:
+            handle.write('- hosts: controlplane[0]\n  gather_facts: false\n  tasks:\n'
+                         '    - ansible.builtin.import_role:\n        name: proxtalos.cluster.cni\n'
+                         '        tasks_from: render_manifest\n')
+        run = self.playbook(playbook, timeout=300)
+        assert run.rc == 0 and os.path.exists(manifest), 'rendering %s: %s' % (manifest, run.explain())
 
     def rebuild(self):
         """Throw the lab away and start an empty one on the same net: the same inventory, a cluster built anew."""
@@ -50,6 +66,7 @@ class GitopsCluster(object):
         self.rebuilds += 1
         self.lab = start_lab(os.path.join(self.folder, 'lab-%d' % self.rebuilds), net=net)
         self._write_hosts()
+        self.render_cilium_manifest()
 
     @property
     def kubeconfig(self):
@@ -93,6 +110,7 @@ def gitops_cluster(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp('gitops'))
     cluster = GitopsCluster(start_lab(os.path.join(folder, 'lab')), folder)
     try:
+        cluster.render_cilium_manifest()
         cluster.first = cluster.site()
         yield cluster
     finally:

@@ -1,7 +1,8 @@
 """The upstream Flux controllers inside the World (opt-in extension lab.flux_upstream, after lab.k8s_upstream): the
 lab's Git server serves lab/gitops over HTTPS from `up`, a cluster's control plane gets source-, kustomize- and
-helm-controller when it starts, a GitRepository on the lab's repository becomes Ready at its commit, `lab status`
-names the controllers, and nothing of them is left when the lab stops. Select with `-m upstream`."""
+helm-controller once Flux's install manifests are applied and kwok runs their pods, a GitRepository on the lab's
+repository becomes Ready at its commit, `lab status` names the controllers, and nothing of them is left when the lab
+stops. Select with `-m upstream`."""
 
 import os
 import subprocess
@@ -9,6 +10,7 @@ import subprocess
 import pytest
 from proxmoxer import ProxmoxAPI
 
+from lab import ROOT, artifacts
 from lab.flux_upstream import FLUX_CONTROLLERS
 from lab.flux_upstream.lab import LAB_REPO
 from lab.testing import free_net, world_in_thread
@@ -16,6 +18,11 @@ from lab.testing import free_net, world_in_thread
 from test_k8s_world import _cluster_up, wait_until  # pylint: disable=import-error
 
 pytestmark = pytest.mark.upstream
+KUBECTL = os.path.join(ROOT, '.tools', 'bin', 'kubectl')
+# Flux's install manifests for the three controllers the lab runs: the namespace, the RBAC and their components
+FLUX_INSTALL_FILES = [str(artifacts.cached_path(entry)) for entry in artifacts.pins()['flux']['files']
+                      if os.path.basename(entry['path']) in ('namespace.yaml', 'rbac.yaml') or
+                      os.path.basename(entry['path']) in ['%s.yaml' % name for name in FLUX_CONTROLLERS]]
 kubernetes = pytest.importorskip('kubernetes')
 from kubernetes import client as kube_client  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -48,6 +55,13 @@ def test_a_cluster_gets_the_flux_controllers_and_fetches_the_labs_repository(tmp
                         for node in core.list_node().items)
             return bool(seen) and all(value == ['True'] for value in seen.values()), seen
         wait_until(nodes_ready, 'every Node Ready once its CNI agent runs', timeout=120)
+        # the lab runs Flux's controllers once someone installs them: here, as the collection's flux stage does, Flux's
+        # pinned install manifests (the lab's artifact cache, the bytes the collection downloads), applied server-side
+        # by kubectl; objects without a namespace go to flux-system (roles/flux/vars/artifacts.yml)
+        for path in FLUX_INSTALL_FILES:
+            subprocess.run([KUBECTL, '--kubeconfig', str(tmp_path / 'kubeconfig-401'), 'apply', '--server-side',
+                            '--field-manager', 'lab-test', '-n', 'flux-system', '-f', path],
+                           capture_output=True, text=True, check=True, timeout=120)
 
         def running_controllers():
             clusters = running.call(world.status())['flux_upstream']['clusters']

@@ -164,6 +164,36 @@ def test_daemonset_pods_are_made_by_the_controller_placed_by_the_scheduler_and_m
     assert info['kubeletVersion'] == 'v1.36.3' and info['osImage'] == 'Talos (v1.13.9)'
 
 
+def test_a_csi_node_plugin_registers_its_driver_in_the_nodes_csinode_as_kubelet_does(cp):
+    """lab/k8s_upstream/kubelet.py CsiRegistrations: a Ready pod whose registrar names the driver's socket puts the
+    driver in its node's CSINode (owned by the Node); the pod gone, the driver is dropped from it."""
+    cp.register_node('worker-csi', addresses=['127.0.0.41'])
+    Lab.wait_until(lambda: (_ready(cp, 'worker-csi')[0] == 'True', _ready(cp, 'worker-csi')), WAIT, what='worker-csi Ready')
+    pod = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'csi-node', 'namespace': 'kube-system'},
+           'spec': {'nodeName': 'worker-csi', 'containers': [
+               {'name': 'plugin', 'image': 'ghcr.io/sergelogvinov/proxmox-csi-node:v0.13.0'},
+               {'name': 'registrar', 'image': 'registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.13.0',
+                'args': ['--v=5', '--csi-address=unix:///csi/csi.sock',
+                         '--kubelet-registration-path=/var/lib/kubelet/plugins/csi.proxmox.sinextra.dev/csi.sock']}]}}
+    cp.api('POST', '/api/v1/namespaces/kube-system/pods', pod, expect=(201,))
+
+    def drivers():
+        try:
+            found = cp.api('GET', '/apis/storage.k8s.io/v1/csinodes/worker-csi')
+        except ControlPlaneError as exc:
+            return False, str(exc)[:100]
+        return True, found
+    csinode = Lab.wait_until(drivers, WAIT, what='CSINode worker-csi')
+    # topologyKeys is written back as null (no omitempty: k8s.io/api v0.36.3 storage/v1/types.go:645)
+    assert csinode['spec']['drivers'] == [{'name': 'csi.proxmox.sinextra.dev', 'nodeID': 'worker-csi', 'topologyKeys': None}]
+    owner = csinode['metadata']['ownerReferences'][0]
+    assert (owner['kind'], owner['name']) == ('Node', 'worker-csi')
+    cp.api('DELETE', '/api/v1/namespaces/kube-system/pods/csi-node?gracePeriodSeconds=0', expect=(200, 202))
+    Lab.wait_until(lambda: (not cp.api('GET', '/apis/storage.k8s.io/v1/csinodes/worker-csi')['spec'].get('drivers'),
+                            cp.api('GET', '/apis/storage.k8s.io/v1/csinodes/worker-csi')['spec']), WAIT,
+                   what='the driver dropped from CSINode worker-csi')
+
+
 def _ready(cp, name):
     node = cp.api('GET', '/api/v1/nodes/' + name)
     ready = next((c for c in node['status'].get('conditions', []) if c['type'] == 'Ready'), {})

@@ -227,11 +227,14 @@ def test_repo_inventory_is_written_only_for_the_default_run_dir(tmp_path):
 
 # ---- which Kubernetes a lab runs: --kubernetes, else $PROXTALOS_LAB_KUBERNETES, else lab ------------------------------
 
-def _up_options(argv, monkeypatch, env=None):
+def _up_options(argv, monkeypatch, env=None, flux_env=None):
     from lab import cli  # pylint: disable=import-outside-toplevel
     monkeypatch.delenv('PROXTALOS_LAB_KUBERNETES', raising=False)
+    monkeypatch.delenv('PROXTALOS_LAB_FLUX', raising=False)
     if env is not None:
         monkeypatch.setenv('PROXTALOS_LAB_KUBERNETES', env)
+    if flux_env is not None:
+        monkeypatch.setenv('PROXTALOS_LAB_FLUX', flux_env)
     return cli.options_from(cli.build_parser().parse_args(['up'] + argv))
 
 
@@ -247,15 +250,30 @@ def test_the_kubernetes_switch_selects_the_upstream_world(monkeypatch):
         _up_options([], monkeypatch, env='k3s')
 
 
+def test_the_flux_switch_selects_the_upstream_controllers_on_upstream_kubernetes_only(monkeypatch):
+    flux_set = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_upstream')
+    assert _up_options(['--kubernetes', 'upstream', '--flux', 'upstream'], monkeypatch).extensions == flux_set
+    assert _up_options([], monkeypatch, env='upstream', flux_env='upstream').extensions == flux_set
+    # the option wins over the variable; the default is the simulation's Git server
+    assert _up_options(['--flux', 'lab'], monkeypatch, env='upstream', flux_env='upstream').extensions == (
+        'lab.talos', 'lab.k8s_upstream', 'lab.flux')
+    with pytest.raises(ValueError, match='--flux upstream needs upstream Kubernetes'):
+        _up_options(['--flux', 'upstream'], monkeypatch)
+    with pytest.raises(ValueError, match="PROXTALOS_LAB_FLUX must be one of lab, upstream, got 'argo'"):
+        _up_options([], monkeypatch, env='upstream', flux_env='argo')
+
+
 def test_a_lab_on_upstream_kubernetes_names_the_upstream_cilium_chart_in_its_inventory():
     import types  # pylint: disable=import-outside-toplevel
     from lab import upstream  # pylint: disable=import-outside-toplevel
     from lab.world import World  # pylint: disable=import-outside-toplevel
 
-    def lab_vars(extensions):
+    def lab_vars(extensions, extra=None):
         return World._inventory_vars(types.SimpleNamespace(options=types.SimpleNamespace(extensions=extensions),  # pylint: disable=protected-access
-                                                           run_dir='/r/lab/run'))
+                                                           run_dir='/r/lab/run', _inventory_extra=extra or {}))
     assert lab_vars(('lab.talos', 'lab.k8s', 'lab.flux')) == {}
+    # what an extension adds (lab.flux_upstream: its Git server) comes with them
+    assert lab_vars(('lab.talos', 'lab.k8s', 'lab.flux'), {'lab_git_push': True}) == {'lab_git_push': True}
     wanted = {'lab_cilium_chart': upstream.chart('cilium-chart'), 'lab_cilium_manifest': '/r/lab/run/cilium-manifest.yaml'}
     assert lab_vars(('lab.talos', 'lab.k8s_upstream', 'lab.flux')) == wanted
     text = inventory.render(Net('127.0.10'), '/r/lab/run', 1, 0, ['pve1'], extra_vars=wanted)
