@@ -105,8 +105,10 @@ def test_the_cluster_level_stages_run_on_the_lead_and_the_per_node_stages_on_eve
     # apply over every node, each node's address and config read from hostvars
     for stage in ('bootstrap', 'kubeconfig', 'flux_install', 'apps', 'sealed_secrets', 'flux', 'gitops'):
         assert by_stage[stage] == {LEAD_HOSTS}, stage
-    # apply: that one apply on the lead, or (rolling mode) the control planes one at a time, then the workers in batches
-    assert by_stage['apply'] == {LEAD_HOSTS, NODES_HOSTS + ':&controlplane', NODES_HOSTS + ':&worker'}
+    # apply: that one apply on the lead, or (rolling mode: group proxtalos_rolling_apply, empty otherwise, so that those
+    # plays match no host) the control planes one at a time, then the workers in batches
+    rolling = 'cluster:&proxtalos_rolling_apply'
+    assert by_stage['apply'] == {LEAD_HOSTS, rolling + ':&controlplane', rolling + ':&worker'}
     # vms: the VMs and their address gate on every node (the role imported run_once), then the Talos API gate over
     # every node, once, on the lead
     assert by_stage['vms'] == {'cluster', LEAD_HOSTS}
