@@ -66,24 +66,25 @@ def kubernetes_world(name=None, environ=None):
     """The Kubernetes a lab runs: name (from --kubernetes), else $PROXTALOS_LAB_KUBERNETES, else 'lab'.
 
     ValueError naming where a wrong value came from."""
-    where = '--kubernetes'
+    return _chosen_world(name, '--kubernetes', KUBERNETES_ENV, KUBERNETES_WORLDS, environ)[0]
+
+
+def _chosen_world(name, option, variable, choices, environ):
+    """(name, where): name (from the command-line option), else the environment variable, else 'lab'; where names the
+    source. ValueError naming that source when the name is not one of choices."""
+    where = option
     if name is None:
-        name = (os.environ if environ is None else environ).get(KUBERNETES_ENV) or 'lab'
-        where = KUBERNETES_ENV
-    if name not in KUBERNETES_WORLDS:
-        raise ValueError('%s must be one of %s, got %r' % (where, ', '.join(KUBERNETES_WORLDS), name))
-    return name
+        name = (os.environ if environ is None else environ).get(variable) or 'lab'
+        where = variable
+    if name not in choices:
+        raise ValueError('%s must be one of %s, got %r' % (where, ', '.join(choices), name))
+    return name, where
 
 
 def flux_world(name=None, kubernetes='lab', environ=None):
     """The Flux a lab runs: name (from --flux), else $PROXTALOS_LAB_FLUX, else 'lab'. ValueError naming where a wrong
     value came from, or when upstream Flux is asked for without upstream Kubernetes."""
-    where = '--flux'
-    if name is None:
-        name = (os.environ if environ is None else environ).get(FLUX_ENV) or 'lab'
-        where = FLUX_ENV
-    if name not in FLUX_WORLDS:
-        raise ValueError('%s must be one of %s, got %r' % (where, ', '.join(FLUX_WORLDS), name))
+    name, where = _chosen_world(name, '--flux', FLUX_ENV, FLUX_WORLDS, environ)
     if name == 'upstream' and kubernetes != 'upstream':
         raise ValueError('%s upstream needs upstream Kubernetes (--kubernetes upstream or %s=upstream): the Flux '
                          'controllers run against kube-apiserver' % (where, KUBERNETES_ENV))
