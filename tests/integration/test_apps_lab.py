@@ -153,6 +153,54 @@ def test_a_release_whose_workload_stays_pending_fails_naming_it_and_the_next_rel
             cluster.lab.clear('k8s-pending', 'stuck-system/stuck-operator')
 
 
+
+PRIVILEGED_AGENT = {
+    'apiVersion': 'apps/v1', 'kind': 'Deployment',
+    'metadata': {'name': 'node-agent'},
+    'spec': {'replicas': 1, 'selector': {'matchLabels': {'app': 'node-agent'}},
+             'template': {'metadata': {'labels': {'app': 'node-agent'}},
+                          'spec': {'containers': [{'name': 'agent', 'image': 'registry.example/node-agent:1.0',
+                                                   'securityContext': {'privileged': True}}]}}}}
+
+
+@pytest.mark.skipif(kubernetes_world() != 'upstream',
+                    reason='Pod Security admission is kube-apiserver\'s; lab/k8s has none (docs/lab-kubernetes.md)')
+def test_a_release_of_privileged_pods_in_a_namespace_without_pod_security_labels_is_refused_as_on_talos(cluster):
+    # Talos's machine configs enforce PodSecurity baseline in every namespace without labels of its own (the lab's
+    # kube-apiserver takes its admission configuration from them); the stage's own Namespace carries none. The
+    # ReplicaSet controller's pod creation is refused, the Deployment says so in ReplicaFailure, and the gate's
+    # failure quotes the refusal instead of waiting for a timeout with nothing to show.
+    agent = os.path.join(cluster.folder, 'node-agent.yaml')
+    with open(agent, 'w', encoding='utf-8') as handle:
+        yaml.safe_dump(PRIVILEGED_AGENT, handle)
+    refused = [{'name': 'node-agent', 'namespace': 'agents', 'manifests': [agent]}]
+    run = cluster.site('--tags', 'apps', '-e', 'bootstrap_apps_timeout=20', '-e', 'bootstrap_apps_wait_sleep=1',
+                       *cluster.extra_vars('privileged', {'bootstrap_apps_releases': refused}))
+    assert run.rc != 0
+    (task, host, message), = run.failures()
+    assert task.endswith('Gate - workloads of the release rolled out'), (task, message)
+    assert 'Deployment agents/node-agent' in message, message
+    assert 'ReplicaFailure FailedCreate' in message, message
+    assert ('violates PodSecurity "baseline:latest": privileged (container "agent" must not set '
+            'securityContext.privileged=true)') in message, message
+    namespace = cluster.kubectl_json('get', 'namespace', 'agents')
+    assert not [label for label in namespace['metadata'].get('labels', {}) if label.startswith('pod-security.kubernetes.io/')]
+
+    # The user's way out, as on Talos: the release brings its own Namespace labelled for privileged pods
+    # (create_namespace false). The same Deployment then rolls out and passes the gate.
+    labelled = os.path.join(cluster.folder, 'agents-namespace.yaml')
+    with open(labelled, 'w', encoding='utf-8') as handle:
+        yaml.safe_dump({'apiVersion': 'v1', 'kind': 'Namespace',
+                        'metadata': {'name': 'agents-privileged',
+                                     'labels': {'pod-security.kubernetes.io/enforce': 'privileged'}}}, handle)
+    allowed = [{'name': 'node-agent', 'namespace': 'agents-privileged', 'create_namespace': False,
+                'manifests': [labelled, agent]}]
+    run = cluster.site('--tags', 'apps', '-e', 'bootstrap_apps_timeout=120',
+                       *cluster.extra_vars('privileged-allowed', {'bootstrap_apps_releases': allowed}))
+    assert run.rc == 0, run.explain()
+    deployment = cluster.kubectl_json('-n', 'agents-privileged', 'get', 'deployment', 'node-agent')
+    assert deployment['status'].get('availableReplicas') == 1, deployment['status']
+
 # ---------------------------------------------------------------------- remote sources: a chart repository, manifest URLs
 
 LAB_FILES = os.path.join(ROOT, 'inventories', 'lab', 'files')
