@@ -16,9 +16,9 @@ description:
     without this step they keep the images they were created with.
   - Each object is applied server-side as field manager C(talos), forcing conflicts, as C(talosctl upgrade-k8s)
     does. What is applied is what field manager C(talos) owns in the live object, with the container image the
-    config names; the fields of other managers are left as they are. A dry run first decides RV(changed).
+    config names; the fields of other managers are left as they are. A dry run first decides whether it changed anything.
   - A disabled part (C(cluster.proxy.disabled), C(cluster.coreDNS.disabled)) or one without an image in the config is
-    not synced. An object that does not exist is reported (RV(objects[].action) V(missing)), not created. An object
+    not synced. An object that does not exist is reported (its RV(objects) entry's action V(missing)), not created. An object
     of which field manager C(talos) owns nothing fails the module, naming it.
   - It does not read Talos' C(Manifests) resources (the COSI State API) as C(talosctl) does, so the other bootstrap
     objects (RBAC, the bootstrap token, inline manifests) are not synced, and nothing is pruned.
@@ -26,7 +26,7 @@ attributes:
   check_mode:
     support: full
     details:
-      - Dry-run applies only; RV(changed) says whether the applies would change an object.
+      - Dry-run applies only; the task reports changed when the applies would change an object.
   diff_mode:
     support: none
 author:
