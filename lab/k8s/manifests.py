@@ -116,6 +116,28 @@ def talos_documents(config):
     return documents
 
 
+def manifests_by_id(config):
+    """The Manifest resources Talos' ManifestController renders from a control plane's config, as [(id, documents)]:
+    kube-proxy as `10-kube-proxy`, CoreDNS as `11-core-dns`, each inline manifest as `99-<name>` (siderolabs/talos
+    v1.13.9 internal/app/machined/pkg/controllers/k8s/manifest.go:148-255, control_plane.go:392-437). Lab difference:
+    the bootstrap token Secret and the RBAC manifests (`00-`..`05-`) are not rendered by this world."""
+    cluster = config.cluster
+    out = []
+    proxy = cluster.get('proxy') or {}
+    if not proxy.get('disabled'):
+        out.append(('10-kube-proxy', _with_image(KUBE_PROXY, 'DaemonSet', 'kube-proxy', proxy.get('image') or DEFAULT_PROXY_IMAGE)))
+    coredns = cluster.get('coreDNS') or {}
+    if not coredns.get('disabled'):
+        out.append(('11-core-dns', _with_image(COREDNS, 'Deployment', 'coredns', coredns.get('image') or DEFAULT_COREDNS_IMAGE)))
+    for manifest in cluster.get('inlineManifests') or ():
+        try:
+            documents = [doc for doc in yaml.safe_load_all(manifest.get('contents') or '') if isinstance(doc, dict)]
+        except yaml.YAMLError:
+            documents = []
+        out.append(('99-%s' % manifest.get('name'), documents))
+    return out
+
+
 class ManifestApplier:
     """Server-side applies Talos' documents; documents of kinds not served yet wait for their CRD."""
 
