@@ -11,8 +11,9 @@ worker's apply rejected by Talos stops at that worker, naming it, the nodes afte
 refused.
 
 kube-proxy is on (proxy_disabled: false): Talos creates its DaemonSet with the image of the config it first sees and
-never updates it, so only the sync that ends the upgrade (as `talosctl upgrade-k8s` ends) moves it to the new version,
-and the upgrade ends once its rollout is done; a rollout that cannot finish (new kube-proxy pods that cannot pull their
+never updates it, so only the sync that ends the upgrade (as `talosctl upgrade-k8s` ends: the Manifest resources of a
+control plane read over the Talos API, every object applied as field manager talos) moves it to the new version, and
+the upgrade ends once its rollout is done; a rollout that cannot finish (new kube-proxy pods that cannot pull their
 image) fails the upgrade naming the DaemonSet and the reason.
 """
 
@@ -40,8 +41,8 @@ PATCH = '1.36.4'     # the upgrade that meets the fault
 STRAGGLER = ('lab-w-3', '1.34.3')   # a kubelet two minors below TARGET
 COMPONENTS = ('kube-apiserver', 'kube-controller-manager', 'kube-scheduler')
 APPLY_TASK = 'Apply the machine config of this batch'
-SYNC_TASK = 'The images of kube-proxy and CoreDNS synced'
-ROLLOUT_TASK = 'The synced objects rolled out'
+SYNC_TASK = 'The bootstrap manifests of the control plane'
+ROLLOUT_TASK = 'The synced workloads rolled out'
 DEPLOYMENT = 'web'
 PROXY = 'registry.k8s.io/kube-proxy:v'
 
@@ -230,8 +231,12 @@ def test_upgrade_node_by_node_with_workloads_ready_throughout(workspace):
     # the last step: kube-proxy synced to the new version after every kubelet, its rollout done when the run ends
     synced = task_results(run, SYNC_TASK)
     assert [r.get('changed') for _h, r in synced] == [True], run.explain()
-    assert [(o['name'], o['action'], o['image_before'], o['image']) for o in synced[0][1]['objects']] == \
-        [('kube-proxy', 'configured', PROXY + START, PROXY + TARGET)], synced
+    # read from the first control plane's Manifest resources (COSI): every object Talos renders, only kube-proxy changed
+    result = synced[0][1]
+    assert {'10-kube-proxy', '11-core-dns', '99-cilium'} <= set(result['manifests']), result['manifests']
+    assert [(o['kind'], o['name']) for o in result['objects'] if o['action'] != 'unchanged'] == \
+        [('DaemonSet', 'kube-proxy')], result['objects']
+    assert ('Deployment', 'coredns') in [(o['kind'], o['name']) for o in result['objects']]
     assert [h for h, r in task_results(run, ROLLOUT_TASK) if not r.get('skipped')] == [CONTROL_PLANES[0]], run.explain()
     image, (desired, updated, available), pods = kube_proxy(workspace)
     assert image == PROXY + TARGET and pods == [PROXY + TARGET], (image, pods)
