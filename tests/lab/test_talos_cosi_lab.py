@@ -8,7 +8,7 @@ import yaml
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors
 from lab.k8s.manifests import manifests_by_id
 from lab.talos import testing
-from talos_lab_nodes import ENDPOINT, configure
+from talos_lab_nodes import configure
 
 MANIFESTS = ('controlplane', 'Manifests.kubernetes.talos.dev')
 

@@ -13,14 +13,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from module_run import run_main  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 ARGS = {'kubeconfig': '/dev/null', 'talosconfig': '/dev/null', 'node': '10.0.0.11'}
-RESOURCES = [{'id': '99-extra', 'yaml_spec': '- {apiVersion: v1, kind: Namespace, metadata: {name: extra}}\n'},
-             {'id': '10-kube-proxy', 'yaml_spec': '- apiVersion: v1\n  kind: Secret\n  metadata: {name: token, namespace: kube-system}\n'
-                                                   '  stringData: {token-secret: s3cr3t-value}\n'}]
+SECRET = ('- apiVersion: v1\n  kind: Secret\n  metadata: {name: token, namespace: kube-system}\n'
+          '  stringData: {token-secret: s3cr3t-value}\n')
+RESOURCES = ({'id': '99-extra', 'yaml_spec': '- {apiVersion: v1, kind: Namespace, metadata: {name: extra}}\n'},
+             {'id': '10-kube-proxy', 'yaml_spec': SECRET})
 
 
 def setup(monkeypatch, actions, resources=RESOURCES):
     calls = []
-    monkeypatch.setattr(mod, 'read_manifests', lambda params, module=None: resources)
+    monkeypatch.setattr(mod, 'read_manifests', lambda params, module=None: list(resources))
     monkeypatch.setattr(mod.k8s_client, 'build_client', lambda params, module=None, warn=None: object())
 
     def sync_one(kube, obj, check_mode=False):
@@ -46,7 +47,7 @@ def test_every_object_synced_in_order_and_changed_from_the_actions(capsys, monke
 
 
 def test_a_node_without_manifests_fails_naming_it(capsys, monkeypatch):
-    setup(monkeypatch, [], resources=[])
+    setup(monkeypatch, [], resources=())
     code, result, _out = run_main(mod, ARGS, capsys)
     assert code == 1 and result['msg'].startswith('talos node 10.0.0.11 lists no bootstrap manifests')
 
