@@ -40,6 +40,8 @@ PROTO_FILES = (
     'common/common.proto',
     'storage/storage.proto',
     'machine/machine.proto',
+    'cosi/resource.proto',
+    'cosi/state.proto',
 )
 
 # Python name of the namespace class for each proto package.
@@ -49,6 +51,7 @@ PACKAGE_NAMES = {
     'common': 'common',
     'machine': 'machine',
     'storage': 'storage',
+    'cosi.resource': 'cosi_resource',
 }
 
 # Well-known types: proto file -> module of the protobuf runtime that carries its descriptor.

@@ -32,7 +32,7 @@ from ..kubelet_hooks import KubeletVmHooks
 from ..talos import machineconfig
 from ..talos import vip as talos_vip
 from .cluster import KubeCluster
-from .manifests import ManifestApplier, talos_documents
+from .manifests import ManifestApplier, manifests_by_id, talos_documents
 
 LOG = logging.getLogger('lab.k8s')
 # What containerd reports when the registry does not have the image (a tag that was never pushed, a typo).
@@ -461,6 +461,7 @@ def install(world):
     talos = getattr(world, 'talos', None)
     if talos is not None:
         talos.add_listener(k8s)
+        talos.manifests = manifests_by_id   # the ManifestController's resources, read over apid's COSI State
     else:
         LOG.warning('no Talos simulation in this lab: the Kubernetes API starts only through LabKubernetes directly')
     world.add_listener(k8s)

@@ -7,10 +7,22 @@
   `talos`. Documents whose kind is not served yet (a custom resource before its CRD) are kept
   and applied again when the served kinds change. `extraManifests` (URLs) cannot be fetched in
   the lab and are reported in the log.
+- The images follow the config as Talos renders them (siderolabs/talos v1.13.9
+  internal/app/machined/pkg/controllers/k8s/control_plane.go:346-350: ProxyImage from
+  cluster.proxy.image, CoreDNSImage from cluster.coreDNS.image, into k8stemplates/kube-proxy.go:59 and
+  coredns.go:292); a config without them gets Talos' defaults (pkg/machinery/config/types/v1alpha1/
+  v1alpha1_proxyconfig.go:25: registry.k8s.io/kube-proxy:v<the release's default Kubernetes>, which
+  `talosctl gen config` replaces with the config's Kubernetes version, config/generate/init.go:157).
+- Talos creates what is missing and never updates (manifest_apply.go:335-346): an object that exists is
+  left as it is, so a new config's images reach an existing kube-proxy or CoreDNS only through the sync
+  that ends `talosctl upgrade-k8s` (pkg/cluster/kubernetes/talos_managed.go:163-165). What it creates
+  carries the annotation config.k8s.io/owning-inventory: talos-bootstrap-manifests-inventory
+  (manifest_apply.go:353-368).
 - Cilium: once an agent is Ready the CRD `ciliumnodes.cilium.io` exists and each node with a
   Ready agent has its CiliumNode (the agent creates it in the real thing).
 """
 
+import copy
 import logging
 
 import yaml
@@ -20,6 +32,12 @@ from .resources import CRD_KEY
 
 LOG = logging.getLogger('lab.k8s')
 MANAGER = 'talos'
+INVENTORY_ANNOTATION = 'config.k8s.io/owning-inventory'
+INVENTORY_NAME = 'talos-bootstrap-manifests-inventory'
+# the defaults of a config without the images: v1alpha1_proxyconfig.go:25 (DefaultKubernetesVersion 1.36.3,
+# pkg/machinery/constants/constants.go:366), and the CoreDNS image the lab has always shown
+DEFAULT_PROXY_IMAGE = 'registry.k8s.io/kube-proxy:v1.36.3'
+DEFAULT_COREDNS_IMAGE = 'registry.k8s.io/coredns/coredns:v1.12.1'
 
 COREDNS = [
     {'apiVersion': 'v1', 'kind': 'ServiceAccount', 'metadata': {'name': 'coredns', 'namespace': 'kube-system'}},
@@ -50,7 +68,7 @@ KUBE_PROXY = [
               'template': {'metadata': {'labels': {'k8s-app': 'kube-proxy', 'tier': 'node'}},
                            'spec': {'hostNetwork': True, 'priorityClassName': 'system-node-critical',
                                     'tolerations': [{'operator': 'Exists'}],
-                                    'containers': [{'name': 'kube-proxy', 'image': 'registry.k8s.io/kube-proxy:v1.33.1'}]}}}},
+                                    'containers': [{'name': 'kube-proxy', 'image': DEFAULT_PROXY_IMAGE}]}}}},
 ]
 CILIUM_NODE_CRD = {
     'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
@@ -68,14 +86,26 @@ CILIUM_NODE_CRD = {
                                'status': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}}}]}}
 
 
+def _with_image(documents, kind, container, image):
+    out = copy.deepcopy(documents)
+    for doc in out:
+        if doc['kind'] == kind:
+            for entry in doc['spec']['template']['spec']['containers']:
+                if entry['name'] == container:
+                    entry['image'] = image
+    return out
+
+
 def talos_documents(config):
     """The documents Talos' manifest controller applies for this machine config."""
     cluster = config.cluster
     documents = []
-    if not (cluster.get('coreDNS') or {}).get('disabled'):
-        documents += COREDNS
-    if not (cluster.get('proxy') or {}).get('disabled'):
-        documents += KUBE_PROXY
+    coredns = cluster.get('coreDNS') or {}
+    if not coredns.get('disabled'):
+        documents += _with_image(COREDNS, 'Deployment', 'coredns', coredns.get('image') or DEFAULT_COREDNS_IMAGE)
+    proxy = cluster.get('proxy') or {}
+    if not proxy.get('disabled'):
+        documents += _with_image(KUBE_PROXY, 'DaemonSet', 'kube-proxy', proxy.get('image') or DEFAULT_PROXY_IMAGE)
     for manifest in cluster.get('inlineManifests') or ():
         try:
             documents += [doc for doc in yaml.safe_load_all(manifest.get('contents') or '') if isinstance(doc, dict)]
@@ -84,6 +114,28 @@ def talos_documents(config):
     for url in cluster.get('extraManifests') or ():
         LOG.warning('extra manifest %s: the lab cannot fetch URLs; not applied', url)
     return documents
+
+
+def manifests_by_id(config):
+    """The Manifest resources Talos' ManifestController renders from a control plane's config, as [(id, documents)]:
+    kube-proxy as `10-kube-proxy`, CoreDNS as `11-core-dns`, each inline manifest as `99-<name>` (siderolabs/talos
+    v1.13.9 internal/app/machined/pkg/controllers/k8s/manifest.go:148-255, control_plane.go:392-437). Lab difference:
+    the bootstrap token Secret and the RBAC manifests (`00-`..`05-`) are not rendered by this world."""
+    cluster = config.cluster
+    out = []
+    proxy = cluster.get('proxy') or {}
+    if not proxy.get('disabled'):
+        out.append(('10-kube-proxy', _with_image(KUBE_PROXY, 'DaemonSet', 'kube-proxy', proxy.get('image') or DEFAULT_PROXY_IMAGE)))
+    coredns = cluster.get('coreDNS') or {}
+    if not coredns.get('disabled'):
+        out.append(('11-core-dns', _with_image(COREDNS, 'Deployment', 'coredns', coredns.get('image') or DEFAULT_COREDNS_IMAGE)))
+    for manifest in cluster.get('inlineManifests') or ():
+        try:
+            documents = [doc for doc in yaml.safe_load_all(manifest.get('contents') or '') if isinstance(doc, dict)]
+        except yaml.YAMLError:
+            documents = []
+        out.append(('99-%s' % manifest.get('name'), documents))
+    return out
 
 
 class ManifestApplier:
@@ -117,6 +169,10 @@ class ManifestApplier:
             self.waiting.append(doc)
             return
         namespace = (doc.get('metadata') or {}).get('namespace') or ('default' if rtype.namespaced else '')
+        if self.store.peek(rtype.key, namespace, name) is not None:
+            return  # Talos creates what is missing, never updates (manifest_apply.go:335-346)
+        doc = copy.deepcopy(doc)
+        doc.setdefault('metadata', {}).setdefault('annotations', {})[INVENTORY_ANNOTATION] = INVENTORY_NAME
         try:
             self.store.patch(rtype, namespace, name, 'apply', doc, MANAGER, force=True, validation='Warn')
         except ApiError as exc:

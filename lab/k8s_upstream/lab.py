@@ -253,6 +253,9 @@ def install(world):
     k8s = world.k8s_upstream = LabUpstreamKubernetes(world)
     if getattr(world, 'talos', None) is None:
         LOG.warning('no Talos simulation in this lab: no cluster will be bootstrapped, so no control plane starts')
+    if getattr(world, 'talos', None) is not None:
+        # the ManifestController's resources, read over apid's COSI State: Talos's own templates (tools/talos-manifests)
+        world.talos.manifests = lambda config: [(m['id'], m['objects']) for m in talos_manifests.render(config.text())['manifests']]
     for source in (getattr(world, 'talos', None), world):
         if source is not None:
             source.add_listener(k8s)

@@ -25,6 +25,7 @@ import ssl
 from grpclib import GRPCError
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.server import Server
+import yaml
 
 from lab.talos import pki, proto
 from lab.talos.node import RpcError
@@ -54,6 +55,7 @@ RULES = {
     '/machine.MachineService/Upgrade': {ADMIN},
     '/machine.MachineService/Version': {ADMIN, OPERATOR, READER},
     '/storage.StorageService/Disks': {ADMIN, OPERATOR, READER},
+    '/cosi.resource.State/List': {ADMIN, OPERATOR, READER},   # machined.go:119
 }
 
 NOT_AUTHORIZED = 'not authorized'
@@ -146,7 +148,8 @@ class ApidServer(object):
         install_tls_alerts()
         self.node = node
         self.fleet = fleet
-        self._server = _ConnectionTrackingServer([MachineService(node, fleet), StorageService(node, fleet)],
+        self._server = _ConnectionTrackingServer([MachineService(node, fleet), StorageService(node, fleet),
+                                                  StateService(node, fleet)],
                                                  check_peer=self._client_certificate_acceptable)
 
     def _client_certificate_acceptable(self, transport):
@@ -413,3 +416,47 @@ class StorageService(_Base):
             values['type'] = disk_type.Value(values['type'])
             entry.disks.add(**values)
         return [reply]
+
+
+# Talos' bootstrap manifests as COSI resources (siderolabs/talos v1.13.9 pkg/machinery/resources/k8s/manifest.go:16-17,
+# 25-39, 53-58: type Manifests.kubernetes.talos.dev, namespace controlplane, the spec's YAML the list of the objects).
+MANIFEST_TYPE = 'Manifests.kubernetes.talos.dev'
+MANIFEST_NAMESPACE = 'controlplane'
+
+
+class StateService(_Base):
+    """cosi.resource.State: List of the bootstrap manifests, which `talosctl upgrade-k8s` reads (talos_managed.go:483-498,
+    go-kubernetes v0.2.38 kubernetes/manifests/get.go:18-39).
+
+    Each resource as cosi-project/runtime v1.14.1 marshals it (pkg/resource/protobuf/resource.go:83-102, 141-195):
+    metadata namespace, type, id, version, owner, phase; the spec as YAML (yaml_spec). Lab differences: proto_spec is
+    left empty (talosctl decodes it; the lab's readers take the YAML), version is 1 and owner is
+    k8s.ManifestController (Talos counts the resource's updates); List of any other resource type answers
+    Unimplemented, as the lab keeps no other COSI resources.
+    """
+
+    SERVICE = 'cosi.resource.State'
+
+    async def rpc_List(self, request, roles, defer):
+        if request.type != MANIFEST_TYPE:
+            raise RpcError('UNIMPLEMENTED', 'the lab serves COSI resources of type %s only' % MANIFEST_TYPE)
+        config = self.node.disk.config
+        render = self.fleet.manifests
+        # the ManifestController runs on control planes only, with the config the node runs (manifest.go)
+        if request.namespace != MANIFEST_NAMESPACE or render is None or config is None or not config.control_plane \
+                or self.node.phase == 'maintenance':
+            return []
+        try:
+            rendered = await asyncio.get_running_loop().run_in_executor(None, render, config)
+        except Exception as exc:  # pylint: disable=broad-except
+            # the lab's renderer failed (tools/talos-manifests missing, say): said as such, not as a Talos answer
+            raise RpcError('INTERNAL', 'lab: the bootstrap manifests could not be rendered: %s' % exc)
+        replies = []
+        for manifest_id, objects in sorted(rendered, key=lambda item: item[0]):
+            reply = proto.cosi.ListResponse()
+            metadata = reply.resource.metadata
+            metadata.namespace, metadata.type, metadata.id = MANIFEST_NAMESPACE, MANIFEST_TYPE, manifest_id
+            metadata.version, metadata.owner, metadata.phase = '1', 'k8s.ManifestController', 'running'
+            reply.resource.spec.yaml_spec = yaml.safe_dump(list(objects), sort_keys=False)
+            replies.append(reply)
+        return replies

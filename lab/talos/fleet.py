@@ -80,6 +80,9 @@ class TalosFleet(object):
         self.requests = []
         self.request_sink = request_sink
         self.media_source = None    # volid -> the URL the file was downloaded from (the World sets it), or None
+        # Talos' ManifestController (controllers/k8s/manifest.go), which renders the bootstrap manifests from a control
+        # plane's config: the Kubernetes world sets it, MachineConfig -> [(manifest id, [objects])] (apid's COSI State)
+        self.manifests = None
         self.listeners = []
         self._condition = None
         self._unreachable = set()

@@ -13,6 +13,11 @@ imports it for `common.Metadata.status`, which the lab never fills. Its one mess
 googleapis' published definition (package google.rpc, message Status: code = 1 int32, message = 2 string,
 details = 3 repeated google.protobuf.Any).
 
+COSI's State API (package cosi.resource), which machined serves beside MachineService, comes from another module
+(github.com/cosi-project/runtime v1.14.1, the version Talos v1.13.9 pins) whose zip has the generated Go
+(api/v1alpha1/resource.pb.go, state.pb.go) but not the .proto files; its messages are declared here from the field
+tags of that Go code (see _cosi_files), only the fields the lab reads or sends.
+
     from lab.talos import proto
     proto.machine.VersionResponse()          # message classes by package
     proto.methods('machine.MachineService')  # [Method(path, name, request, reply, reply_stream)]
@@ -109,6 +114,43 @@ def descriptor_set():
     return files
 
 
+def _cosi_files():
+    """cosi.resource's List messages and State service (cosi-project/runtime v1.14.1): Metadata (resource.pb.go:110-119,
+    without finalizers, labels and annotations, which the lab never sends), Spec (:235-240), Resource (:290-293),
+    ListRequest (state.pb.go:308-311, without options), ListResponse (:420-422), and State.List, a server stream
+    (state_grpc.pb.go:25, 351-355)."""
+    field = descriptor_pb2.FieldDescriptorProto
+    resource = descriptor_pb2.FileDescriptorProto(name='cosi/resource.proto', package='cosi.resource', syntax='proto3',
+                                                  dependency=['google/protobuf/timestamp.proto'])
+
+    def add(message, name, number, kind, type_name=None):
+        entry = message.field.add(name=name, number=number, type=kind, label=field.LABEL_OPTIONAL, json_name=name)
+        if type_name:
+            entry.type_name = type_name
+    metadata = resource.message_type.add(name='Metadata')
+    for number, name in enumerate(('namespace', 'type', 'id', 'version', 'owner', 'phase'), 1):
+        add(metadata, name, number, field.TYPE_STRING)
+    add(metadata, 'created', 7, field.TYPE_MESSAGE, '.google.protobuf.Timestamp')
+    add(metadata, 'updated', 8, field.TYPE_MESSAGE, '.google.protobuf.Timestamp')
+    spec = resource.message_type.add(name='Spec')
+    add(spec, 'proto_spec', 1, field.TYPE_BYTES)
+    add(spec, 'yaml_spec', 2, field.TYPE_STRING)
+    whole = resource.message_type.add(name='Resource')
+    add(whole, 'metadata', 1, field.TYPE_MESSAGE, '.cosi.resource.Metadata')
+    add(whole, 'spec', 2, field.TYPE_MESSAGE, '.cosi.resource.Spec')
+    state = descriptor_pb2.FileDescriptorProto(name='cosi/state.proto', package='cosi.resource', syntax='proto3',
+                                               dependency=['cosi/resource.proto'])
+    request = state.message_type.add(name='ListRequest')
+    add(request, 'namespace', 1, field.TYPE_STRING)
+    add(request, 'type', 2, field.TYPE_STRING)
+    reply = state.message_type.add(name='ListResponse')
+    add(reply, 'resource', 1, field.TYPE_MESSAGE, '.cosi.resource.Resource')
+    service = state.service.add(name='State')
+    service.method.add(name='List', input_type='.cosi.resource.ListRequest', output_type='.cosi.resource.ListResponse',
+                       server_streaming=True)
+    return [resource, state]
+
+
 def _build():
     pool = descriptor_pool.DescriptorPool()
     names = set()
@@ -118,6 +160,13 @@ def _build():
             names.add(file_proto.name)
     if 'google/rpc/status.proto' not in names:
         pool.Add(_status_file())
+    if 'google/protobuf/timestamp.proto' not in names:
+        from google.protobuf import timestamp_pb2  # pylint: disable=import-outside-toplevel
+        timestamp = descriptor_pb2.FileDescriptorProto()
+        timestamp_pb2.DESCRIPTOR.CopyToProto(timestamp)
+        pool.Add(timestamp)
+    for file_proto in _cosi_files():
+        pool.Add(file_proto)
     return pool
 
 
@@ -144,6 +193,7 @@ common = _Package('common')
 machine = _Package('machine')
 storage = _Package('storage')
 protobuf = _Package('google.protobuf')
+cosi = _Package('cosi.resource')
 
 
 def methods(service_name):

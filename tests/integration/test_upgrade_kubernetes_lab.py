@@ -9,6 +9,12 @@ the control planes and then of the workers one at a time, while a thread watchin
 throughout and the versions move in that order; a second run changes nothing; an upgrade to 1.36.4 with one
 worker's apply rejected by Talos stops at that worker, naming it, the nodes after it untouched; a downgrade is
 refused.
+
+kube-proxy is on (proxy_disabled: false): Talos creates its DaemonSet with the image of the config it first sees and
+never updates it, so only the sync that ends the upgrade (as `talosctl upgrade-k8s` ends: the Manifest resources of a
+control plane read over the Talos API, every object applied as field manager talos) moves it to the new version, and
+the upgrade ends once its rollout is done; a rollout that cannot finish (new kube-proxy pods that cannot pull their
+image) fails the upgrade naming the DaemonSet and the reason.
 """
 
 import os
@@ -35,7 +41,10 @@ PATCH = '1.36.4'     # the upgrade that meets the fault
 STRAGGLER = ('lab-w-3', '1.34.3')   # a kubelet two minors below TARGET
 COMPONENTS = ('kube-apiserver', 'kube-controller-manager', 'kube-scheduler')
 APPLY_TASK = 'Apply the machine config of this batch'
+SYNC_TASK = 'The bootstrap manifests of the control plane'
+ROLLOUT_TASK = 'The synced workloads rolled out'
 DEPLOYMENT = 'web'
+PROXY = 'registry.k8s.io/kube-proxy:v'
 
 
 @pytest.fixture(scope='module')
@@ -49,7 +58,9 @@ def workspace(tmp_path_factory):
         os.makedirs(os.path.join(space.inventory, 'host_vars'), exist_ok=True)
         for host in CONTROL_PLANES + WORKERS:
             with open(os.path.join(space.inventory, 'host_vars', '%s.yml' % host), 'w', encoding='utf-8') as handle:
-                yaml.safe_dump({'kubernetes_version': STRAGGLER[1] if host == STRAGGLER[0] else START}, handle)
+                yaml.safe_dump({'kubernetes_version': STRAGGLER[1] if host == STRAGGLER[0] else START,
+                                'talos_machines_cluster_values': {'proxy_disabled': False},
+                                'cni_kube_proxy_replacement': False}, handle)
         first = space.run(label='site')
         assert first.ok, first.explain()
         yield space
@@ -67,6 +78,21 @@ def versions(space):
         if component in COMPONENTS and pod.spec.node_name in out:
             out[pod.spec.node_name][component] = 'v' + pod.spec.containers[0].image.rsplit(':v', 1)[1]
     return out
+
+
+def kube_proxy(space):
+    """(the DaemonSet's image, its status counters, the images of its pods)."""
+    from kubernetes import client  # pylint: disable=import-outside-toplevel
+    daemonset = client.AppsV1Api(space.k8s()).read_namespaced_daemon_set('kube-proxy', 'kube-system')
+    status = daemonset.status
+    pods = client.CoreV1Api(space.k8s()).list_namespaced_pod('kube-system', label_selector='k8s-app=kube-proxy').items
+    return (daemonset.spec.template.spec.containers[0].image,
+            (status.desired_number_scheduled, status.updated_number_scheduled, status.number_available),
+            sorted(set(pod.spec.containers[0].image for pod in pods if not pod.metadata.deletion_timestamp)))
+
+
+def task_results(run, task):
+    return [(host, result) for _s, name, host, result, _e in run.results() if task in name]
 
 
 def ready_replicas(space):
@@ -128,9 +154,17 @@ def test_a_skip_of_two_minors_is_refused_before_anything_changes(workspace):
     assert not run.changed() and versions(workspace) == before
 
 
+def test_kube_proxy_is_created_with_the_image_of_the_config(workspace):
+    image, (desired, updated, available), pods = kube_proxy(workspace)
+    assert image == PROXY + START and pods == [PROXY + START], (image, pods)
+    assert desired == updated == available == len(CONTROL_PLANES + WORKERS), (desired, updated, available)
+
+
 def test_the_straggler_comes_up_first(workspace):
     run = upgrade(workspace, 'upgrade-straggler', START)
     assert run.ok, run.explain()
+    # the manifests already match the config: the sync changes nothing
+    assert [r.get('changed') for _h, r in task_results(run, SYNC_TASK)] == [False], run.explain()
     assert [host for _play, host in applies(run)] == [STRAGGLER[0]], applies(run)
     assert set(v for node in versions(workspace).values() for v in node.values()) == {'v' + START}, versions(workspace)
 
@@ -154,6 +188,7 @@ def test_upgrade_node_by_node_with_workloads_ready_throughout(workspace):
     assert check.ok, check.explain()
     assert any('Machine config of every node' in task for _s, task, _h in check.changed()), check.changed()
     assert not applies(check) and versions(workspace) == before
+    assert kube_proxy(workspace)[0] == PROXY + START
 
     watcher = Watcher(workspace)
     watcher.start()
@@ -193,8 +228,23 @@ def test_upgrade_node_by_node_with_workloads_ready_throughout(workspace):
     assert versions(workspace) == dict((node, dict([('kubelet', new)] + ([(c, new) for c in COMPONENTS] if node in CONTROL_PLANES else [])))
                                        for node in CONTROL_PLANES + WORKERS), versions(workspace)
 
+    # the last step: kube-proxy synced to the new version after every kubelet, its rollout done when the run ends
+    synced = task_results(run, SYNC_TASK)
+    assert [r.get('changed') for _h, r in synced] == [True], run.explain()
+    # read from the first control plane's Manifest resources (COSI): every object Talos renders, only kube-proxy changed
+    result = synced[0][1]
+    assert {'10-kube-proxy', '11-core-dns', '99-cilium'} <= set(result['manifests']), result['manifests']
+    assert [(o['kind'], o['name']) for o in result['objects'] if o['action'] != 'unchanged'] == \
+        [('DaemonSet', 'kube-proxy')], result['objects']
+    assert ('Deployment', 'coredns') in [(o['kind'], o['name']) for o in result['objects']]
+    assert [h for h, r in task_results(run, ROLLOUT_TASK) if not r.get('skipped')] == [CONTROL_PLANES[0]], run.explain()
+    image, (desired, updated, available), pods = kube_proxy(workspace)
+    assert image == PROXY + TARGET and pods == [PROXY + TARGET], (image, pods)
+    assert desired == updated == available == len(CONTROL_PLANES + WORKERS), (desired, updated, available)
+
     again = upgrade(workspace, 'upgrade-again', TARGET)
     assert again.ok and not again.changed(), again.explain() + repr(again.changed())
+    assert [r.get('changed') for _h, r in task_results(again, SYNC_TASK)] == [False]
 
 
 def test_site_rolling_apply_goes_node_by_node_and_changes_nothing_on_a_converged_cluster(workspace):
@@ -230,3 +280,19 @@ def test_a_fault_on_one_node_stops_the_upgrade_there(workspace):
     seen = versions(workspace)
     new = 'v' + PATCH
     assert [seen[node]['kubelet'] for node in CONTROL_PLANES + WORKERS] == [new] * 4 + ['v' + TARGET] * 2, seen
+
+
+def test_a_kube_proxy_rollout_that_cannot_finish_fails_the_upgrade_naming_it(workspace):
+    # after the fault above: two workers still on TARGET; kube-proxy's new pods cannot pull their image
+    workspace.lab.fault('k8s-image-pull', 'kube-system/kube-proxy')
+    try:
+        run = upgrade(workspace, 'upgrade-proxy-stuck', PATCH, talos_machines_apply_timeout=20)
+    finally:
+        workspace.lab.clear('k8s-image-pull', 'kube-system/kube-proxy')
+    assert not run.ok
+    failures = run.failures()
+    assert failures[-1][1] == 'Stop the upgrade at the manifests', run.explain()
+    message = failures[-1][3]
+    assert 'DaemonSet kube-system/kube-proxy' in message and 'ImagePullBackOff' in message, message
+    assert kube_proxy(workspace)[0] == PROXY + PATCH
+    assert set(seen['kubelet'] for seen in versions(workspace).values()) == {'v' + PATCH}

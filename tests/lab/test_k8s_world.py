@@ -262,3 +262,29 @@ def test_a_config_applied_live_moves_the_kubelet_and_the_static_pods_to_its_imag
                         _static_pod_images(core, 'cp-1')), 'kube-apiserver-cp-1 on the new image')
     assert core.read_node('cp-1').status.node_info.kubelet_version == 'v1.36.3'
     assert _port_open(cp_address, 6443)
+
+
+def test_talos_manifests_follow_the_config_images_and_are_created_never_updated(tmp_path):
+    """kube-proxy's image is the config's cluster.proxy.image (Talos' control_plane.go:346-347); an existing object is
+    left as it is when a later config names another image (manifest_apply.go:335-346), annotated with Talos'
+    inventory when created (353-368)."""
+    from lab.k8s.manifests import ManifestApplier, talos_documents  # pylint: disable=import-outside-toplevel
+    from lab.k8s.testing import ClusterThread  # pylint: disable=import-outside-toplevel
+
+    class Old:
+        cluster = {'proxy': {'image': 'registry.k8s.io/kube-proxy:v1.35.4'}}
+
+    class New:
+        cluster = {'proxy': {'image': 'registry.k8s.io/kube-proxy:v1.36.3'}}
+
+    with ClusterThread(workdir=str(tmp_path)) as api:
+        store = api.cluster.store
+
+        def image():
+            proxy = store.peek(('apps', 'daemonsets'), 'kube-system', 'kube-proxy')
+            return proxy['spec']['template']['spec']['containers'][0]['image'], proxy['metadata'].get('annotations')
+        api.call(lambda: ManifestApplier(store).apply(talos_documents(Old)))
+        assert api.call(image) == ('registry.k8s.io/kube-proxy:v1.35.4',
+                                   {'config.k8s.io/owning-inventory': 'talos-bootstrap-manifests-inventory'})
+        api.call(lambda: ManifestApplier(store).apply(talos_documents(New)))
+        assert api.call(image)[0] == 'registry.k8s.io/kube-proxy:v1.35.4'

@@ -153,6 +153,33 @@ _FILES = (
         'GC5tYWNoaW5lLlVwZ3JhZGVSZXNwb25zZRI7CgdWZXJzaW9uEhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5GhgubWFjaGluZS5W'
         'ZXJzaW9uUmVzcG9uc2ViBnByb3RvMw=='
     )),
+    ('cosi/resource.proto', (
+        'ChNjb3NpL3Jlc291cmNlLnByb3RvEg1jb3NpLnJlc291cmNlGh9nb29nbGUvcHJvdG9idWYvdGltZXN0YW1wLnByb3RvIqIE'
+        'CghNZXRhZGF0YRIcCgluYW1lc3BhY2UYASABKAlSCW5hbWVzcGFjZRISCgR0eXBlGAIgASgJUgR0eXBlEg4KAmlkGAMgASgJ'
+        'UgJpZBIYCgd2ZXJzaW9uGAQgASgJUgd2ZXJzaW9uEhQKBW93bmVyGAUgASgJUgVvd25lchIUCgVwaGFzZRgGIAEoCVIFcGhh'
+        'c2USNAoHY3JlYXRlZBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBSB2NyZWF0ZWQSNAoHdXBkYXRlZBgIIAEo'
+        'CzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBSB3VwZGF0ZWQSHgoKZmluYWxpemVycxgJIAMoCVIKZmluYWxpemVycxI7'
+        'CgZsYWJlbHMYCiADKAsyIy5jb3NpLnJlc291cmNlLk1ldGFkYXRhLkxhYmVsc0VudHJ5UgZsYWJlbHMSSgoLYW5ub3RhdGlv'
+        'bnMYCyADKAsyKC5jb3NpLnJlc291cmNlLk1ldGFkYXRhLkFubm90YXRpb25zRW50cnlSC2Fubm90YXRpb25zGjkKC0xhYmVs'
+        'c0VudHJ5EhAKA2tleRgBIAEoCVIDa2V5EhQKBXZhbHVlGAIgASgJUgV2YWx1ZToCOAEaPgoQQW5ub3RhdGlvbnNFbnRyeRIQ'
+        'CgNrZXkYASABKAlSA2tleRIUCgV2YWx1ZRgCIAEoCVIFdmFsdWU6AjgBIkIKBFNwZWMSHQoKcHJvdG9fc3BlYxgBIAEoDFIJ'
+        'cHJvdG9TcGVjEhsKCXlhbWxfc3BlYxgCIAEoCVIIeWFtbFNwZWMiaAoIUmVzb3VyY2USMwoIbWV0YWRhdGEYASABKAsyFy5j'
+        'b3NpLnJlc291cmNlLk1ldGFkYXRhUghtZXRhZGF0YRInCgRzcGVjGAIgASgLMhMuY29zaS5yZXNvdXJjZS5TcGVjUgRzcGVj'
+        'Iu0BCglMYWJlbFRlcm0SEAoDa2V5GAEgASgJUgNrZXkSMgoCb3AYAiABKA4yIi5jb3NpLnJlc291cmNlLkxhYmVsVGVybS5P'
+        'cGVyYXRpb25SAm9wEhQKBXZhbHVlGAMgAygJUgV2YWx1ZRIWCgZpbnZlcnQYBSABKAhSBmludmVydCJsCglPcGVyYXRpb24S'
+        'CgoGRVhJU1RTEAASCQoFRVFVQUwQARIOCgpOT1RfRVhJU1RTEAISBgoCSU4QAxIGCgJMVBAEEgcKA0xURRAFEg4KCkxUX05V'
+        'TUVSSUMQBhIPCgtMVEVfTlVNRVJJQxAHIjwKCkxhYmVsUXVlcnkSLgoFdGVybXMYASADKAsyGC5jb3NpLnJlc291cmNlLkxh'
+        'YmVsVGVybVIFdGVybXMiIQoHSURRdWVyeRIWCgZyZWdleHAYASABKAlSBnJlZ2V4cGIGcHJvdG8z'
+    )),
+    ('cosi/state.proto', (
+        'ChBjb3NpL3N0YXRlLnByb3RvEg1jb3NpLnJlc291cmNlGhNjb3NpL3Jlc291cmNlLnByb3RvInwKC0xpc3RPcHRpb25zEjoK'
+        'C2xhYmVsX3F1ZXJ5GAEgAygLMhkuY29zaS5yZXNvdXJjZS5MYWJlbFF1ZXJ5UgpsYWJlbFF1ZXJ5EjEKCGlkX3F1ZXJ5GAIg'
+        'ASgLMhYuY29zaS5yZXNvdXJjZS5JRFF1ZXJ5UgdpZFF1ZXJ5InUKC0xpc3RSZXF1ZXN0EhwKCW5hbWVzcGFjZRgBIAEoCVIJ'
+        'bmFtZXNwYWNlEhIKBHR5cGUYAiABKAlSBHR5cGUSNAoHb3B0aW9ucxgDIAEoCzIaLmNvc2kucmVzb3VyY2UuTGlzdE9wdGlv'
+        'bnNSB29wdGlvbnMiQwoMTGlzdFJlc3BvbnNlEjMKCHJlc291cmNlGAEgASgLMhcuY29zaS5yZXNvdXJjZS5SZXNvdXJjZVII'
+        'cmVzb3VyY2UySgoFU3RhdGUSQQoETGlzdBIaLmNvc2kucmVzb3VyY2UuTGlzdFJlcXVlc3QaGy5jb3NpLnJlc291cmNlLkxp'
+        'c3RSZXNwb25zZTABYgZwcm90bzM='
+    )),
 )
 
 
@@ -410,6 +437,43 @@ class machine(object):
     VersionResponse = _message('machine.VersionResponse')
 
 
+class cosi_resource(object):
+    """Package cosi.resource (cosi/resource.proto, cosi/state.proto)."""
+
+    # fields: namespace=1 string, type=2 string, id=3 string, version=4 string, owner=5 string,
+    #   phase=6 string, created=7 google.protobuf.Timestamp, updated=8 google.protobuf.Timestamp,
+    #   finalizers=9 repeated string, labels=10 repeated cosi.resource.Metadata.LabelsEntry,
+    #   annotations=11 repeated cosi.resource.Metadata.AnnotationsEntry
+    # nested: LabelsEntry, AnnotationsEntry
+    Metadata = _message('cosi.resource.Metadata')
+
+    # fields: proto_spec=1 bytes, yaml_spec=2 string
+    Spec = _message('cosi.resource.Spec')
+
+    # fields: metadata=1 cosi.resource.Metadata, spec=2 cosi.resource.Spec
+    Resource = _message('cosi.resource.Resource')
+
+    # fields: key=1 string, op=2 cosi.resource.LabelTerm.Operation, value=3 repeated string,
+    #   invert=5 bool
+    # nested: Operation
+    LabelTerm = _message('cosi.resource.LabelTerm')
+
+    # fields: terms=1 repeated cosi.resource.LabelTerm
+    LabelQuery = _message('cosi.resource.LabelQuery')
+
+    # fields: regexp=1 string
+    IDQuery = _message('cosi.resource.IDQuery')
+
+    # fields: label_query=1 repeated cosi.resource.LabelQuery, id_query=2 cosi.resource.IDQuery
+    ListOptions = _message('cosi.resource.ListOptions')
+
+    # fields: namespace=1 string, type=2 string, options=3 cosi.resource.ListOptions
+    ListRequest = _message('cosi.resource.ListRequest')
+
+    # fields: resource=1 cosi.resource.Resource
+    ListResponse = _message('cosi.resource.ListResponse')
+
+
 class StorageService(object):
     """Service storage.StorageService (storage/storage.proto)."""
 
@@ -456,4 +520,12 @@ class MachineService(object):
     )
 
 
-SERVICES = (StorageService, MachineService,)
+class State(object):
+    """Service cosi.resource.State (cosi/state.proto)."""
+
+    NAME = 'cosi.resource.State'
+    List = Method('/cosi.resource.State/List', cosi_resource.ListRequest, cosi_resource.ListResponse, reply_stream=True)
+    METHODS = (List,)
+
+
+SERVICES = (StorageService, MachineService, State,)

@@ -488,6 +488,17 @@ class AsyncTalosClient(object):
             })
         return services
 
+    async def cosi_list(self, namespace, resource_type):
+        """COSI State List (cosi.resource.State/List, a server stream): [{'id', 'version', 'phase', 'yaml_spec'}] of
+        the resources of one namespace and type, in the order the node sends them. yaml_spec is the spec as the node
+        marshals it to YAML (cosi-project/runtime v1.14.1 pkg/resource/protobuf/resource.go:83-102, 141-195, served by
+        pkg/state/protobuf/server/server.go:64-115)."""
+        method = api.State.List
+        replies = await self._invoke(method, api.cosi_resource.ListRequest(namespace=namespace, type=resource_type))
+        return [{'id': reply.resource.metadata.id, 'version': reply.resource.metadata.version,
+                 'phase': reply.resource.metadata.phase, 'yaml_spec': reply.resource.spec.yaml_spec}
+                for reply in replies or ()]
+
     async def reboot(self, mode='default'):
         """Reboot: {actor_id}. mode: default | powercycle | force. The reboot runs after the reply."""
         if mode not in REBOOT_MODES:
@@ -690,6 +701,9 @@ class TalosClient(object):
 
     def service_list(self):
         return self._run(self._client.service_list())
+
+    def cosi_list(self, namespace, resource_type):
+        return self._run(self._client.cosi_list(namespace, resource_type))
 
     def reboot(self, mode='default'):
         return self._run(self._client.reboot(mode=mode))

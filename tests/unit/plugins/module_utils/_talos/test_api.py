@@ -54,6 +54,13 @@ def test_generated_module_keeps_lines_short():
     (api.common.Metadata, {'hostname': 1, 'error': 2, 'status': 3}),
     (api.common.Data, {'metadata': 1, 'bytes': 2}),
     (api.google_rpc.Status, {'code': 1, 'message': 2, 'details': 3}),
+    # cosi-project/runtime v1.14.1 api/v1alpha1/resource.pb.go:110-122, 235-240, 290-293; state.pb.go:308-312, 420-422
+    (api.cosi_resource.Metadata, {'namespace': 1, 'type': 2, 'id': 3, 'version': 4, 'owner': 5, 'phase': 6, 'created': 7,
+                                  'updated': 8, 'finalizers': 9, 'labels': 10, 'annotations': 11}),
+    (api.cosi_resource.Spec, {'proto_spec': 1, 'yaml_spec': 2}),
+    (api.cosi_resource.Resource, {'metadata': 1, 'spec': 2}),
+    (api.cosi_resource.ListRequest, {'namespace': 1, 'type': 2, 'options': 3}),
+    (api.cosi_resource.ListResponse, {'resource': 1}),
     (api.storage.Disk, {'size': 1, 'model': 2, 'device_name': 3, 'name': 4, 'serial': 5, 'modalias': 6, 'uuid': 7,
                         'wwid': 8, 'type': 9, 'bus_path': 10, 'system_disk': 11, 'subsystem': 12, 'readonly': 13}),
 ])
@@ -94,7 +101,9 @@ def test_method_table():
     assert api.MachineService.Kubeconfig.reply_stream and not api.MachineService.Version.reply_stream
     assert api.StorageService.Disks.path == '/storage.StorageService/Disks'
     assert api.StorageService.Disks.reply is api.storage.DisksResponse
-    assert api.SERVICES == (api.StorageService, api.MachineService)
+    assert api.State.List.path == '/cosi.resource.State/List' and api.State.List.reply_stream
+    assert api.State.List.request is api.cosi_resource.ListRequest and api.State.List.reply is api.cosi_resource.ListResponse
+    assert api.SERVICES == (api.StorageService, api.MachineService, api.State)
 
 
 def test_private_pool_does_not_touch_the_default_pool():
