@@ -128,8 +128,8 @@ def playbook_command(lab, tasks, name='play', extra_args=()):
 def parse(stdout, stderr):
     try:
         data = json.loads(stdout)
-    except ValueError:
-        raise AssertionError('ansible-playbook did not print JSON:\n%s\n%s' % (stdout[-3000:], stderr[-2000:]))
+    except ValueError as exc:
+        raise AssertionError('ansible-playbook did not print JSON:\n%s\n%s' % (stdout[-3000:], stderr[-2000:])) from exc
     return [task['hosts']['localhost'] for task in data['plays'][0]['tasks']]
 
 
