@@ -501,6 +501,35 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             self._session.close()
             self._session = None
 
+    def stop_process(self, name, kill=False, timeout=STOP_TIMEOUT):
+        """One process stops while the others run on: for kube-apiserver, what its clients see when Talos restarts that
+        static pod or the process dies - connections refused until start_process.
+
+        kill=False: SIGTERM, SIGKILL at the deadline; kill=True: SIGKILL at once (a crash, the OOM killer). Its clients
+        (kube-controller-manager, kube-scheduler) retry on their own only within their leader election's renew deadline
+        (10 s, k8s.io/component-base@v0.36.3 config/v1alpha1/defaults.go:40-41); past it they exit, as on a real node,
+        where kubelet restarts them and the lab does not. A graceful stop of kube-apiserver takes longer than that here
+        (its SIGTERM was measured running into the 20 s deadline), so a short outage is kill=True."""
+        proc = self.processes.get(name)
+        if proc is None or not proc.running:
+            raise ControlPlaneError('%s is not running' % name)
+        os.killpg(proc.popen.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            proc.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.popen.wait(timeout=timeout)
+
+    def start_process(self, name, timeout=START_TIMEOUT):
+        """Start again, with the same command, a process stop_process stopped; returns once its health endpoint answers
+        healthy (ControlPlaneError with its log's tail otherwise)."""
+        proc = self.processes.get(name)
+        if proc is None:
+            raise ControlPlaneError('%s was never started' % name)
+        if proc.running:
+            raise ControlPlaneError('%s is running' % name)
+        self._start_one(name, proc.args, proc.health_url, time.monotonic() + timeout)
+
     def status(self):
         """Each process: name, pid, running, healthy and what its health endpoint said."""
         out = []
@@ -612,6 +641,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         if self._crashloops is None:
             self._crashloops = kubelet.CrashLoops(self).start()
         self._crashloops.set(node, namespace, daemonset)
+
+    def crash_looping(self, pod):
+        """Whether pod is one a crash_loop fault makes crash-loop (whatever its status says yet)."""
+        return self._crashloops is not None and self._crashloops.targets(pod)
 
     def clear_crash_loop(self, node):
         if self._crashloops is not None:

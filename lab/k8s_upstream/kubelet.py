@@ -163,7 +163,11 @@ class CniReadiness(_Watcher):
     def reconcile(self):
         with self._lock:
             pods = self.plane.api('GET', '/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR)['items']
-            with_agent = {p['spec'].get('nodeName') for p in pods if _ready(p) and not p['metadata'].get('deletionTimestamp')}
+            # an agent pod under the crash-loop fault never runs long enough to write the CNI config (the agent writes it
+            # from its cniConfigManager's Start hook, github.com/cilium/cilium@v1.18.2 daemon/cmd/cni/config.go:191-246):
+            # kwok's pod-ready stage makes it Ready for a moment before CrashLoops reports the crash, which must not count
+            with_agent = {p['spec'].get('nodeName') for p in pods
+                          if _ready(p) and not p['metadata'].get('deletionTimestamp') and not self.plane.crash_looping(p)}
             nodes = self.plane.api('GET', '/api/v1/nodes?labelSelector=%s%%3D%s' % self.managed_label)['items']
             self._pods_ready_again({n['metadata']['name'] for n in nodes if _node_ready(n).get('status') in ('True', 'False')})
             for node in nodes:
@@ -242,6 +246,11 @@ class CrashLoops(_Watcher):
             if gone is not None:
                 self.recovering[node] = gone
         self.reconcile()
+
+    def targets(self, pod):
+        """Whether pod is one the fault makes crash-loop (its DaemonSet's, on a faulted node)."""
+        fault = dict(self.faults).get(pod['spec'].get('nodeName'))
+        return fault is not None and self._owned_by(pod, *fault)
 
     @staticmethod
     def _owned_by(pod, namespace, daemonset):

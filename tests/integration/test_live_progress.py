@@ -1,7 +1,9 @@
 """Live progress: what a waiting gate sees is on the terminal while it waits, before its result.
 
-The lab's Kubernetes API (lab.k8s, one control plane and two workers) with the Cilium agent
-crash-looping on w-2 (the lab fault k8s-crashloop): the nodes gate waits, naming w-2. The test reads
+Upstream Kubernetes on loopback (lab/k8s_upstream ControlPlane: kube-apiserver, the real controllers and scheduler,
+kwok nodes; one control plane and two workers, whatever world PROXTALOS_LAB_KUBERNETES chooses) with the Cilium agent
+crash-looping on w-2 from its start (the crash-loop fault set before the DaemonSet exists), so w-2 stays NotReady
+for its network as its kubelet reports it (lab/k8s_upstream/kubelet.py): the nodes gate waits, naming w-2. The test reads
 ansible-playbook's stdout (default callback, timeline callback enabled) while it runs; once the
 progress line is there it clears the fault, so the gate can only pass after that line was printed.
 Under a JSON stdout callback nothing is added: stdout stays one JSON document.
@@ -17,27 +19,63 @@ import kubernetes
 import pytest
 import yaml
 
-from lab.k8s.testing import CILIUM_DAEMONSET as CILIUM, ClusterThread, wait_until
+from lab.k8s.testing import CILIUM_DAEMONSET as CILIUM, wait_until
+from lab.k8s_upstream import ControlPlane
+from lab.k8s_upstream import kubelet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 
-pytestmark = pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')
+WAIT = 60.0
+
+pytestmark = [pytest.mark.upstream,
+              pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')]
 
 PROGRESS = '  [lab-cp-1] Gate - ALL nodes Ready: nodes Ready 2/3: w-2 NetworkPluginNotReady ('
 
 
+def _ready(plane, name):
+    node = plane.api('GET', '/api/v1/nodes/' + name)
+    return next((c for c in node['status'].get('conditions') or () if c['type'] == 'Ready'), {})
+
+
+def _agent_waiting(plane, node):
+    pods = plane.api('GET', '/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3Dcilium')['items']
+    return [s.get('state', {}).get('waiting', {}).get('reason') for p in pods if p['spec'].get('nodeName') == node
+            for s in p['status'].get('containerStatuses') or ()]
+
+
 @pytest.fixture
-def lab():
-    """Three nodes; the Cilium agent of w-2 crash-loops from its start (fault set before the DaemonSet exists)."""
-    with ClusterThread() as api:
-        api.call(api.cluster.kubelet_started, 'cp-1', '127.0.0.1', control_plane=True)
-        api.call(api.cluster.kubelet_started, 'w-1', '127.0.0.2')
-        api.call(api.cluster.kubelet_started, 'w-2', '127.0.0.3')
-        api.call(api.cluster.fault_crashloop, 'kube-system/cilium', 'w-2')
-        client = kubernetes.config.new_client_from_config(api.kubeconfig)
+def lab(tmp_path_factory):
+    """Three nodes; the Cilium agent of w-2 crash-loops from its start (fault set before the DaemonSet exists).
+
+    A control plane per test (about 10 s each): every test needs w-2 NotReady for its network at its start, and a node
+    whose agent once ran stays Ready (its CNI config stays), so a cleared fault cannot be set back for the next test.
+    Before the test, the state the gates judge: cp-1 and w-1 Ready, the agent on w-2 reported in CrashLoopBackOff (the
+    real controllers, scheduler and kwok act on their own time, where lab/k8s answered at once)."""
+    plane = ControlPlane(str(tmp_path_factory.mktemp('controlplane')), nodes_wait_for_cni=True)
+    plane.start()
+    try:
+        plane.register_node('cp-1', labels={'node-role.kubernetes.io/control-plane': ''}, addresses=['127.0.0.1'],
+                            taints=[{'key': 'node-role.kubernetes.io/control-plane', 'effect': 'NoSchedule'}])
+        plane.register_node('w-1', addresses=['127.0.0.2'])
+        plane.register_node('w-2', addresses=['127.0.0.3'])
+        for name in ('cp-1', 'w-1', 'w-2'):
+            wait_until(lambda name=name: (_ready(plane, name).get('message') == kubelet.NETWORK_NOT_READY, _ready(plane, name)),
+                       timeout=WAIT, what='%s NotReady as its kubelet reports it' % name)
+        wait_until(lambda: (any(sa['metadata']['name'] == 'default'
+                                for sa in plane.api('GET', '/api/v1/namespaces/kube-system/serviceaccounts')['items']), None),
+                   timeout=WAIT, what='ServiceAccount kube-system/default')
+        plane.crash_loop('w-2', 'kube-system/cilium')
+        client = kubernetes.config.new_client_from_config(plane.kubeconfig)
         kubernetes.client.AppsV1Api(client).create_namespaced_daemon_set('kube-system', CILIUM)
-        yield api
+        wait_until(lambda: (_agent_waiting(plane, 'w-2') == ['CrashLoopBackOff'], _agent_waiting(plane, 'w-2')), timeout=WAIT,
+                   what='the agent on w-2 in CrashLoopBackOff')
+        wait_until(lambda: ([_ready(plane, n).get('status') for n in ('cp-1', 'w-1')] == ['True', 'True'], None), timeout=WAIT,
+                   what='cp-1 and w-1 Ready once their agents are')
+        yield plane
+    finally:
+        plane.stop()
 
 
 @pytest.fixture
@@ -74,7 +112,7 @@ def write_run(folder, kubeconfig, wait_timeout, temporary, task=None):
 def run_until_progress_then_clear(lab, command, env, output, line, what):
     """Run the playbook; once `line` is on its stdout (the gate still waiting on the fault), clear the lab's
     faults and let it finish. Returns its stdout; the run must have passed."""
-    with open(str(output), 'w') as stdout:
+    with open(str(output), 'w', encoding='utf-8') as stdout:
         running = subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     try:
         def progress_printed():
@@ -82,7 +120,7 @@ def run_until_progress_then_clear(lab, command, env, output, line, what):
             return line in text or running.poll() is not None, text[-2000:]
         wait_until(progress_printed, timeout=240, interval=0.1, what=what)
         assert running.poll() is None, output.read_text()   # still waiting: the fault is still there
-        lab.call(lab.cluster.clear_faults)
+        lab.clear_crash_loop('w-2')
         running.wait(timeout=300)
     finally:
         if running.poll() is None:
@@ -102,7 +140,7 @@ def test_the_progress_line_is_printed_while_the_gate_waits_and_before_its_result
     assert text.count(PROGRESS) == 1                   # the summary did not change while it waited: one line
     # the follower's folder (under TMPDIR) is gone, and the run's own variable did not leak into the report
     assert os.listdir(str(temporary)) == []
-    with open(str(tmp_path / 'report' / 'progress' / 'report.json')) as stream:
+    with open(str(tmp_path / 'report' / 'progress' / 'report.json'), encoding='utf-8') as stream:
         report = json.load(stream)
     assert [gate['ok'] for gate in report['gates']] == [True]
 
@@ -131,7 +169,7 @@ def test_with_several_gates_in_one_task_the_progress_line_names_the_gate_being_w
                                          'the progress line of the second gate on stdout')
     assert text.index('TASK [Gates - API, then nodes]') < text.index(GATES_PROGRESS) < text.index('ok: [lab-cp-1]')
     # the run report has one gate record per gate of the task, by its title
-    with open(str(tmp_path / 'report' / 'progress' / 'report.json')) as stream:
+    with open(str(tmp_path / 'report' / 'progress' / 'report.json'), encoding='utf-8') as stream:
         report = json.load(stream)
     assert [(gate['name'], gate['ok'], gate['host']) for gate in report['gates']] == [
         ('Kubernetes API ready', True, 'lab-cp-1'), ('ALL nodes Ready', True, 'lab-cp-1')]

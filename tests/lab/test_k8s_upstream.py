@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import requests
 from lab import upstream
 from lab.k8s import pki
 from lab.k8s_upstream import ControlPlane, ControlPlaneError
@@ -212,6 +213,33 @@ def test_a_stopped_kubelet_makes_its_node_unknown_through_the_node_lifecycle_con
     cp.register_node('worker-stop', addresses=['127.0.0.31'])
     Lab.wait_until(lambda: (_ready(cp, 'worker-stop')[0] == 'True' and 'node.kubernetes.io/unreachable' not in _ready(cp, 'worker-stop')[2],
                             _ready(cp, 'worker-stop')), WAIT, what='worker-stop Ready again')
+
+
+def test_a_killed_api_server_refuses_connections_until_started_again_and_its_clients_carry_on(cp):
+    """ControlPlane.stop_process/start_process: kube-apiserver killed, the others running; started again with the same
+    command, it serves the same objects and kube-controller-manager and kube-scheduler are still up (they exit only if
+    the outage outlasts their leader election's renew deadline)."""
+    cp.register_node('worker-restart', addresses=['127.0.0.51'])
+    uid = cp.api('GET', '/api/v1/nodes/worker-restart')['metadata']['uid']
+    cp.stop_process('kube-apiserver', kill=True)
+    try:
+        status = {entry['name']: entry for entry in cp.status()}
+        assert not status['kube-apiserver']['running'] and 'not running' in status['kube-apiserver']['health']
+        with pytest.raises(requests.ConnectionError):
+            cp.api('GET', '/api/v1/nodes/worker-restart')
+        with pytest.raises(ControlPlaneError, match='kube-apiserver is not running'):
+            cp.stop_process('kube-apiserver')
+    finally:
+        cp.start_process('kube-apiserver')
+    with pytest.raises(ControlPlaneError, match='kube-apiserver is running'):
+        cp.start_process('kube-apiserver')
+    assert cp.api('GET', '/api/v1/nodes/worker-restart')['metadata']['uid'] == uid  # etcd kept it
+    status = {entry['name']: entry for entry in cp.status()}
+    assert all(entry['running'] and entry['healthy'] for entry in status.values()), status
+    # the controllers act again: kube-controller-manager's node IPAM gives a node registered now its range
+    cp.register_node('worker-after', addresses=['127.0.0.52'])
+    Lab.wait_until(lambda: (bool(cp.api('GET', '/api/v1/nodes/worker-after')['spec'].get('podCIDR')), None), WAIT,
+                   what='worker-after podCIDR from kube-controller-manager')
 
 
 def test_admission_configuration_is_talos_shape_and_names_bad_input():

@@ -129,6 +129,75 @@ def test_a_node_is_not_ready_for_its_network_until_a_cni_agent_runs_on_it(cp):
     assert _ready(cp, 'cni-2')['status'] == 'False'
 
 
+def test_a_node_whose_agent_crash_loops_from_its_start_stays_not_ready_for_its_network(cp):
+    """The crash-loop fault set before the agent's pod exists: kwok's pod-ready stage makes the pod Ready for a moment
+    before CrashLoops reports the crash, and that moment must not make the Node Ready (kubelet.py CniReadiness: such an
+    agent never wrote the CNI config). Cleared, the agent runs and the Node is Ready. (Whether the watchers meet that
+    moment is a race; the test below takes it deterministically.)"""
+    cp.crash_loop('cni-2', 'kube-system/lab-agent')
+    daemonset = {'apiVersion': 'apps/v1', 'kind': 'DaemonSet', 'metadata': {'name': 'lab-agent', 'namespace': 'kube-system'},
+                 'spec': {'selector': {'matchLabels': {'k8s-app': 'cilium', 'lab': 'agent'}},
+                          'template': {'metadata': {'labels': {'k8s-app': 'cilium', 'lab': 'agent'}},
+                                       'spec': {'nodeSelector': {'kubernetes.io/hostname': 'cni-2'}, 'tolerations': [{'operator': 'Exists'}],
+                                                'containers': [{'name': 'cilium-agent', 'image': 'quay.io/cilium/cilium:v1.18.2'}]}}}}
+    cp.api('POST', '/apis/apps/v1/namespaces/kube-system/daemonsets', daemonset, expect=(201,))
+
+    def pod():
+        found = cp.api('GET', '/api/v1/namespaces/kube-system/pods?labelSelector=lab%3Dagent')['items']
+        return found[0] if found else None
+
+    def crashing():
+        found = pod()
+        states = [s.get('state', {}).get('waiting', {}).get('reason') for s in ((found or {}).get('status') or {}).get('containerStatuses') or ()]
+        return states == ['CrashLoopBackOff'], states
+    try:
+        Lab.wait_until(crashing, WAIT, what='the lab-agent pod on cni-2 in CrashLoopBackOff')
+        assert cp.crash_looping(pod())
+        # the crash is reported, and the watchers have seen every event up to it: the Node stayed NotReady
+        ready = _ready(cp, 'cni-2')
+        assert (ready['status'], ready['message']) == ('False', kubelet.NETWORK_NOT_READY)
+        cp.clear_crash_loop('cni-2')
+        assert not cp.crash_looping(pod())
+        Lab.wait_until(lambda: (_ready(cp, 'cni-2').get('status') == 'True', _ready(cp, 'cni-2')), WAIT, what='cni-2 Ready once its agent runs')
+    finally:
+        cp.clear_crash_loop('cni-2')
+        cp.api('DELETE', '/apis/apps/v1/namespaces/kube-system/daemonsets/lab-agent?propagationPolicy=Foreground', expect=(200, 202, 404))
+    Lab.wait_until(lambda: (pod() is None, pod() and pod()['metadata']['name']), WAIT, what='the lab-agent pod gone')
+
+
+class _FakePlane:
+    """What CniReadiness reads of a control plane: a Ready agent pod on a Node NotReady for its network."""
+
+    def __init__(self, crash_looping):
+        self.patches = []
+        self._crash_looping = crash_looping
+        self.pod = {'metadata': {'name': 'cilium-abcde', 'namespace': 'kube-system', 'labels': {'k8s-app': 'cilium'}},
+                    'spec': {'nodeName': 'n1'},
+                    'status': {'conditions': [{'type': 'Ready', 'status': 'True'}, {'type': 'ContainersReady', 'status': 'True'}]}}
+        self.node = {'metadata': {'name': 'n1'}, 'status': {'conditions': [
+            {'type': 'Ready', 'status': 'False', 'reason': 'KubeletNotReady', 'message': kubelet.NETWORK_NOT_READY}]}}
+
+    def api(self, method, path, body=None, **_kwargs):
+        if method == 'PATCH':
+            self.patches.append((path, body))
+            return {}
+        return {'items': [self.node] if path.startswith('/api/v1/nodes') else [self.pod]}
+
+    def crash_looping(self, pod):
+        return self._crash_looping and pod is self.pod
+
+
+def test_a_ready_agent_pod_under_the_crash_loop_fault_does_not_make_its_node_ready():
+    """CniReadiness.reconcile, the moment taken deterministically: the agent pod still Ready (kwok's stage) but under the
+    crash-loop fault leaves its Node NotReady; the same pod without the fault makes it Ready."""
+    faulted = _FakePlane(crash_looping=True)
+    kubelet.CniReadiness(faulted, ('kwok.x-k8s.io/node', 'fake')).reconcile()
+    assert faulted.patches == []
+    healthy = _FakePlane(crash_looping=False)
+    kubelet.CniReadiness(healthy, ('kwok.x-k8s.io/node', 'fake')).reconcile()
+    assert [(path, body['status']['conditions'][0]['reason']) for path, body in healthy.patches] == [('/api/v1/nodes/n1/status', 'KubeletReady')]
+
+
 # the cni role's Cilium values (roles/cni/defaults/main.yml cni_cilium_values) for a cluster named lab, id 1
 CILIUM_VALUES = {
     'cluster': {'name': 'lab', 'id': 1}, 'ipam': {'mode': 'kubernetes'}, 'kubeProxyReplacement': True,
