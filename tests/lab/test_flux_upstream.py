@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 import pytest
+import requests
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
@@ -283,6 +284,23 @@ def test_a_secret_sealed_by_the_collection_is_unsealed_by_the_upstream_controlle
         data, synced = Lab.wait_until(unsealed, WAIT, what='Secret default/%s unsealed by the controller' % name)
         assert data == {'password': 's3cr3t', 'user': 'app'}, (scope, data)
         assert synced['status'] == 'True', synced
+
+
+def test_the_controller_serves_its_certificate_through_kube_apiservers_service_proxy(world):
+    """kubeseal's way to the controller (and the collection's sealed_cert_gate's): kube-apiserver's service proxy, which
+    dials the pod address kwok gave the controller's pod; the lab's pod network takes it to the process."""
+    cp, dummy, controllers, (dummy, cert_pem), dummy = world
+    pod_ip = {entry['name']: entry.get('pod_ip') for entry in controllers.status()}[flux.SEALED_SECRETS]
+    assert pod_ip and cp.pod_network.routes()[(pod_ip, 8080)] == ('127.0.0.1', controllers.ports[flux.SEALED_SECRETS])
+
+    def served():
+        response = requests.get(cp.api_url + '/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http'
+                                '/proxy/v1/cert.pem', timeout=30, verify=cp.pki_file('ca.crt'),
+                                cert=(cp.pki_file('admin.crt'), cp.pki_file('admin.key')))
+        return response.status_code == 200, (response.status_code, response.text)
+    status, body = Lab.wait_until(served, WAIT, what='the certificate through the service proxy')
+    want = cert_pem.decode() if isinstance(cert_pem, bytes) else cert_pem
+    assert status == 200 and body.strip() == want.strip()
 
 
 def test_a_git_server_that_is_down_fails_the_fetch(world, working_copy):
