@@ -441,8 +441,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         """(name, IP) of the Running pod of deployment that has an address (kwok's), else None."""
         meta, selector = deployment['metadata'], deployment['spec']['selector'].get('matchLabels') or {}
         query = ','.join('%s=%s' % item for item in sorted(selector.items()))
-        pods = self.cp.api('GET', '/api/v1/namespaces/%s/pods?labelSelector=%s' % (meta.get('namespace') or SEALED_NAMESPACE,
-                                                                                 quote(query, safe='')))['items']
+        namespace = meta.get('namespace') or SEALED_NAMESPACE
+        pods = self.cp.api('GET', '/api/v1/namespaces/%s/pods?labelSelector=%s' % (namespace, quote(query, safe='')))['items']
         running = sorted((p['metadata']['name'], p['status']['podIP']) for p in pods
                          if not p['metadata'].get('deletionTimestamp') and (p.get('status') or {}).get('phase') == 'Running'
                          and p['status'].get('podIP'))

@@ -5,7 +5,7 @@ process to the loopback address where that process listens.
 Why: kwok gives each pod an address of the pod subnet that nothing on this machine answers. kube-apiserver reaches
 pods through its service and pod proxy (GET /api/v1/namespaces/NS/services/SCHEME:NAME:PORT/proxy/PATH, what kubeseal
 and the collection's sealed_cert_gate use): the Service's REST storage picks a ready endpoint address and port
-(k8s.io/kubernetes@v1.36.3 pkg/registry/core/service/storage/storage.go:423-486, ResourceLocation) and the proxy
+(k8s.io/kubernetes@v1.36.3 pkg/registry/core/service/storage/storage.go:423-494, ResourceLocation) and the proxy
 handler dials it with the control plane's ProxyTransport (pkg/registry/core/service/proxy.go:66-78). With an egress
 selector configured, kube-apiserver replaces that transport's DialContext by the dialer of the `cluster` egress
 selection (cmd/kube-apiserver/app/server.go:249-261), and the core REST storage of services, pods and nodes gets that
@@ -163,6 +163,10 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
     block_on_close = False
 
+    def __init__(self, path, network):
+        self.network = network
+        super().__init__(path, _Handler)
+
     def server_bind(self):
         name, directory = short_unix_path(self.server_address)
         try:
@@ -192,8 +196,7 @@ class PodNetwork:
         if self._server is None:
             if os.path.lexists(self.socket_path):  # an earlier start's, whose owner died without stop()
                 os.unlink(self.socket_path)
-            self._server = _Server(self.socket_path, _Handler)
-            self._server.network = self
+            self._server = _Server(self.socket_path, self)
             self._thread = threading.Thread(target=self._server.serve_forever, name='lab-pod-network', daemon=True)
             self._thread.start()
         return self
@@ -256,4 +259,3 @@ class PodNetwork:
 
     def __exit__(self, *exc):
         self.stop()
-
