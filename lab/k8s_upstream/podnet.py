@@ -9,7 +9,8 @@ and the collection's sealed_cert_gate use): the Service's REST storage picks a r
 handler dials it with the control plane's ProxyTransport (pkg/registry/core/service/proxy.go:66-78). With an egress
 selector configured, kube-apiserver replaces that transport's DialContext by the dialer of the `cluster` egress
 selection (cmd/kube-apiserver/app/server.go:249-261), and the core REST storage of services, pods and nodes gets that
-transport (pkg/controlplane/instance.go:388-392). An HTTPConnect egress over a unix socket connects to the socket
+transport (pkg/controlplane/instance.go:388-392; Extra, which holds it, is embedded in that Config:
+pkg/controlplane/apiserver/config.go:66-69). An HTTPConnect egress over a unix socket connects to the socket
 (k8s.io/apiserver@v0.36.3 pkg/server/egressselector/egress_selector.go:198-209) and writes `CONNECT host:port
 HTTP/1.1`, then wants a 200 status and nothing buffered after the response's head (tunnelHTTPConnect, 112-144); the
 connection is then the one to host:port. This proxy answers that. A unix socket, not TCP: the TCP transport always
