@@ -68,6 +68,7 @@ SEALED_LISTEN_DEFAULTS = {'--listen-addr': ':8080', '--listen-metrics-addr': ':8
 # kind -> (API path prefix, plural, namespaced) of the objects the lab applies
 RESOURCES = {
     'Namespace': ('/api/v1', 'namespaces', False),
+    'Pod': ('/api/v1', 'pods', True),
     'ServiceAccount': ('/api/v1', 'serviceaccounts', True),
     'Secret': ('/api/v1', 'secrets', True),
     'ConfigMap': ('/api/v1', 'configmaps', True),
@@ -223,6 +224,9 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         self.ports = {}
         self.pod_ports = {}  # controller -> {container port: (host, port) where the process listens}
         self.pod_ips = {}    # controller -> the address of the pod it plays, exposed on the pod network
+        self.pods = {}       # controller -> (namespace, name) of that pod
+        self.deployments = {}  # controller -> the Deployment whose pod it plays
+        self.stopping = False
         self.log_dir = os.path.join(self.workdir, 'logs')
 
     # ------------------------------------------------------------------ manifests
@@ -448,18 +452,70 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
                          and p['status'].get('podIP'))
         return running[0] if running else None
 
-    def _expose(self, name, deployment, deadline):
-        """The controller's process plays the pod of its Deployment: the pod's address and container ports go to it on
-        the control plane's pod network (a pod kwok runs; without one, kube-apiserver could not reach the process)."""
+    def _wait_pod(self, name, deployment, deadline):
+        """(name, IP) of a Running pod of deployment with an address, waited for until deadline."""
         def probe():
             pod = self._pod_of(deployment)
             return pod is not None, pod
-        found = wait_for(probe, max(1.0, deadline - time.monotonic()), 'a Running pod of Deployment %s with an address' % name)
-        self.cp.expose_pod(deployment['metadata'].get('namespace') or SEALED_NAMESPACE, found[0], self.pod_ports[name])
+        return wait_for(probe, max(1.0, deadline - time.monotonic()), 'a Running pod of Deployment %s with an address' % name)
+
+    def _expose(self, name, deployment, deadline):
+        """The controller's process plays the pod of its Deployment: the pod's address and container ports go to it on
+        the control plane's pod network (a pod kwok runs; without one, kube-apiserver could not reach the process)."""
+        found = self._wait_pod(name, deployment, deadline)
+        namespace = deployment['metadata'].get('namespace') or SEALED_NAMESPACE
+        self.cp.expose_pod(namespace, found[0], self.pod_ports[name])
         self.pod_ips[name] = found[1]
+        self.pods[name] = (namespace, found[0])
+        self.deployments[name] = deployment
+
+    def played_pod_gone(self, name):
+        """(gone, what was seen): the pod the process of name plays is deleted, being deleted or no longer Running -
+        when a kubelet stops the pod's container."""
+        namespace, pod_name = self.pods[name]
+        pod = get(self.cp, 'Pod', pod_name, namespace)
+        if pod is None:
+            return True, 'pod %s/%s deleted' % (namespace, pod_name)
+        phase = (pod.get('status') or {}).get('phase')
+        if pod['metadata'].get('deletionTimestamp') or phase != 'Running':
+            return True, 'pod %s/%s %s' % (namespace, pod_name, 'terminating' if pod['metadata'].get('deletionTimestamp') else phase)
+        return False, 'pod %s/%s Running' % (namespace, pod_name)
+
+    def stop_one(self, name, timeout=STOP_TIMEOUT):
+        """The container of the played pod stops: the process ends and the pod's address leads nowhere."""
+        ip = self.pod_ips.pop(name, None)
+        if ip is not None:
+            self.cp.pod_network.forget(ip)
+        proc = self.processes.get(name)
+        if proc is None or not proc.running:
+            return
+        try:
+            os.killpg(proc.popen.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.popen.wait(timeout=timeout)
+
+    def replay(self, name, timeout=START_TIMEOUT):
+        """A new pod of the controller's Deployment (the ReplicaSet replaced a deleted one, kwok runs it): its container
+        starts anew, as the kubelet starts it - the process again with the same command, waited for on its health
+        endpoint, then playing the new pod on the pod network. What the controller does at start (load its keys, make
+        one when it has none) it does again."""
+        if self.stopping:
+            raise FluxError('%s: the controllers are stopping' % name)
+        self.stop_one(name)
+        proc, deployment = self.processes[name], self.deployments[name]
+        deadline = time.monotonic() + timeout
+        self._wait_pod(name, deployment, deadline)  # the kubelet starts the container once the new pod runs on its node
+        self._start_one(name, proc.args, proc.env, proc.health_url, deadline)
+        self._expose(name, deployment, deadline)
 
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM each controller (the reverse order), wait with a deadline, SIGKILL what is left."""
+        self.stopping = True
         for name, ip in list(self.pod_ips.items()):
             self.cp.pod_network.forget(ip)
             del self.pod_ips[name]

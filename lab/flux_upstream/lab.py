@@ -170,8 +170,34 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
             self.watches.pop((cluster_id, what), None)
         self.controllers.setdefault(cluster_id, []).append(controllers)
         LOG.info('cluster %s: %s controllers running: %s', cluster_id, what, ', '.join(controllers.processes))
+        for name in controllers.pods:
+            self.watches[(cluster_id, name + ' pod')] = asyncio.get_running_loop().create_task(
+                self._follow_pod(cluster_id, controllers, name))
+
+    async def _follow_pod(self, cluster_id, controllers, name):
+        """The kubelet's part for a pod a process plays: when the pod goes (deleted, replaced), the process stops; when
+        its Deployment has a new Running pod, the process starts again and plays that one (FluxControllers.replay)."""
+        interval = WATCH_INITIAL
+        while True:
+            try:
+                gone, seen = await self._blocking(controllers.played_pod_gone, name)
+            except ControlPlaneError as exc:
+                gone, seen = False, str(exc)[-200:]
+            if gone:
+                LOG.info('cluster %s: %s: %s; its container starts again with the new pod', cluster_id, name, seen)
+                try:
+                    await self._blocking(controllers.replay, name)
+                except ControlPlaneError as exc:
+                    LOG.error('cluster %s: %s did not start again: %s', cluster_id, name, exc)
+                interval = WATCH_INITIAL
+            # a poll of the pod (the lab has no watch client), backing off to WATCH_MAX
+            await asyncio.sleep(interval)
+            interval = min(interval * 1.5, WATCH_MAX)
 
     async def _stop_controllers(self):
+        for running in self.controllers.values():
+            for controllers in running:
+                controllers.stopping = True  # a replay under way starts nothing more
         for key, task in list(self.watches.items()):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

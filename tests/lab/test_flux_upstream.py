@@ -390,3 +390,30 @@ def test_the_collections_seal_commit_push_flow_ends_in_a_secret_of_the_upstream_
     assert flux.secret_data(secret) == {'token': 't0ken', 'user': 'app'}
     assert secret['metadata']['labels'] == {'app': 'demo'}
     assert secret['metadata']['ownerReferences'][0]['kind'] == 'SealedSecret'
+
+
+def test_a_new_pod_of_the_controller_starts_its_process_again_and_the_proxy_follows_it(world):
+    """What the kubelet does when the ReplicaSet replaces a deleted pod: the container of the new pod starts. The lab
+    stops the process with the old pod, starts it again once kwok runs the new one, and exposes the new address; the
+    service proxy (kube-apiserver picks the new endpoint) reaches it, and the old address leads nowhere."""
+    cp, dummy, controllers, (dummy, cert_pem), dummy = world
+    old_ip, old_pid = controllers.pod_ips[flux.SEALED_SECRETS], controllers.processes[flux.SEALED_SECRETS].popen.pid
+    namespace, old_pod = controllers.pods[flux.SEALED_SECRETS]
+    assert controllers.played_pod_gone(flux.SEALED_SECRETS)[0] is False
+    cp.api('DELETE', '/api/v1/namespaces/%s/pods/%s' % (namespace, old_pod))
+    Lab.wait_until(lambda: controllers.played_pod_gone(flux.SEALED_SECRETS), WAIT, what='the played pod gone')
+    controllers.replay(flux.SEALED_SECRETS, timeout=WAIT)
+    new_ip = controllers.pod_ips[flux.SEALED_SECRETS]
+    assert controllers.pods[flux.SEALED_SECRETS][1] != old_pod and new_ip != old_ip
+    assert controllers.processes[flux.SEALED_SECRETS].running and controllers.processes[flux.SEALED_SECRETS].popen.pid != old_pid
+    routes = cp.pod_network.routes()
+    assert (new_ip, 8080) in routes and (old_ip, 8080) not in routes
+
+    def served():
+        response = requests.get(cp.api_url + '/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http'
+                                '/proxy/v1/cert.pem', timeout=30, verify=cp.pki_file('ca.crt'),
+                                cert=(cp.pki_file('admin.crt'), cp.pki_file('admin.key')))
+        return response.status_code == 200, (response.status_code, response.text)
+    status, body = Lab.wait_until(served, WAIT, what='the certificate through the service proxy at the new pod')
+    want = cert_pem.decode() if isinstance(cert_pem, bytes) else cert_pem
+    assert status == 200 and body.strip() == want.strip()
