@@ -87,13 +87,21 @@ integration: setup
 # The cni and apps stages on the upstream Kubernetes world (python -m lab up --kubernetes upstream;
 # docs/lab-kubernetes.md): the cni stage's suite on the upstream Cilium chart, the real DaemonSet controller and kwok
 # Nodes (3+3 and a single control plane, a crashlooping agent; about 4 min), the apps stage's suite on kube-apiserver
-# (about 100 s; Pod Security admission refuses privileged pods as on Talos), and the GitOps hand-off on Flux's upstream controllers
-# (PROXTALOS_LAB_FLUX=upstream, docs/lab-flux.md "In the World": two whole site.yml runs, about 3 min 40 s). The default
-# world stays lab/k8s.
+# (about 100 s; Pod Security admission refuses privileged pods as on Talos), the GitOps hand-off on Flux's upstream
+# controllers and the upstream sealed-secrets controller (PROXTALOS_LAB_FLUX=upstream, docs/lab-flux.md "In the
+# World": two whole site.yml runs, about 3 min 30 s), the tests of test_gitops_lab.py that need no simulation fault:
+# the Ready tree with the sealed-secrets certificate check, a re-run and --check, and the key in the cluster (about
+# 4 min 30 s), and test_sealed_lab.py's unsealing by the upstream controller: the Secrets the flux stage sealed and
+# pushed, the collection's sealed_secret in each scope, a controller restarted on a key of its own caught and repaired
+# (about 2 min 15 s). The default world stays lab/k8s.
 integration-upstream: setup
 	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_cni_lab.py $(PYTEST_ARGS)
 	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_apps_lab.py $(PYTEST_ARGS)
 	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration/test_gitops_upstream_flux_lab.py $(PYTEST_ARGS)
+	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration/test_gitops_lab.py \
+		-k 'site_ends_with_a_ready_gitops_tree or key_in_the_cluster_is_the_kept_one' $(PYTEST_ARGS)
+	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration/test_sealed_lab.py \
+		-k 'seals_the_csi_config or sealedsecret_made_by_the_collection or another_key' $(PYTEST_ARGS)
 
 # The oldest ansible-core the collection accepts (constraints-oldest-core.txt), in a second venv: the unit tests, and
 # site.yml against a lab then a re-run with changed=0 (tests/integration/test_oldest_core.py). The newest core is

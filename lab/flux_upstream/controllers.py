@@ -27,6 +27,10 @@ What the lab changes, because the controllers run as processes on this machine, 
   artifact server --storage-addr, advertised with --storage-adv-addr (the other controllers download artifacts from
   the URL it advertises); --storage-path is a directory of the work directory (the pod's emptyDir /data) and TMPDIR
   another (its emptyDir /tmp);
+- the pod network: kube-apiserver reaches the sealed-secrets controller through its service proxy (as kubeseal and
+  the collection's sealed_cert_gate do), which dials the pod's address kwok gave it; the lab exposes that address and
+  the container's ports (the ones --listen-addr and --listen-metrics-addr of its Deployment name) on the control
+  plane's pod network (lab/k8s_upstream/podnet.py), to the loopback ports the process listens on;
 - no notification-controller (its module is not served by the Go module proxy here), so no --events-addr: the
   controllers record Kubernetes Events only.
 """
@@ -37,6 +41,7 @@ import os
 import signal
 import subprocess
 import time
+from urllib.parse import quote
 
 import yaml
 
@@ -57,9 +62,13 @@ SEALED_NAMESPACE = 'kube-system'
 START_TIMEOUT, STOP_TIMEOUT = 120.0, 20.0
 FIELD_MANAGER = 'proxtalos-lab'
 
+# sealed-secrets v0.40.0 pkg/controller/server.go:21-22: the defaults of --listen-addr and --listen-metrics-addr
+SEALED_LISTEN_DEFAULTS = {'--listen-addr': ':8080', '--listen-metrics-addr': ':8081'}
+
 # kind -> (API path prefix, plural, namespaced) of the objects the lab applies
 RESOURCES = {
     'Namespace': ('/api/v1', 'namespaces', False),
+    'Pod': ('/api/v1', 'pods', True),
     'ServiceAccount': ('/api/v1', 'serviceaccounts', True),
     'Secret': ('/api/v1', 'secrets', True),
     'ConfigMap': ('/api/v1', 'configmaps', True),
@@ -160,6 +169,17 @@ def wait_established(cp, names, timeout):
     wait_for(probe, timeout, 'CRDs Established')
 
 
+def flag_value(args, flag, default=None):
+    """The value of flag in args, written --flag=value or --flag value (the last one given), else default."""
+    value = default
+    for index, arg in enumerate(args):
+        if arg.startswith(flag + '='):
+            value = arg.split('=', 1)[1]
+        elif arg == flag and index + 1 < len(args) and not args[index + 1].startswith('-'):
+            value = args[index + 1]
+    return value
+
+
 def without_flags(args, flags):
     """args less each of flags, written --flag=value or --flag value."""
     kept, skip = [], False
@@ -193,8 +213,6 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         unknown = set(controllers) - set(FLUX_CONTROLLERS)
         if unknown:
             raise FluxError('unknown Flux controller(s) %s (known: %s)' % (', '.join(sorted(unknown)), ', '.join(FLUX_CONTROLLERS)))
-        if installed and sealed_secrets:
-            raise FluxError('installed=True runs the Flux controllers of Deployments already in the cluster; not sealed-secrets')
         self.cp = cp
         # True: someone else (the collection's flux stage: Flux's install manifests) has applied the CRDs, RBAC and
         # Deployments; each controller runs with the args and ServiceAccount of its Deployment as it is in the cluster
@@ -204,6 +222,11 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         self.sealed_secrets = sealed_secrets
         self.processes = {}
         self.ports = {}
+        self.pod_ports = {}  # controller -> {container port: (host, port) where the process listens}
+        self.pod_ips = {}    # controller -> the address of the pod it plays, exposed on the pod network
+        self.pods = {}       # controller -> (namespace, name) of that pod
+        self.deployments = {}  # controller -> the Deployment whose pod it plays
+        self.stopping = False
         self.log_dir = os.path.join(self.workdir, 'logs')
 
     # ------------------------------------------------------------------ manifests
@@ -249,9 +272,10 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
 
     def deployment(self, name):
         if self.installed:
-            found = get(self.cp, 'Deployment', name, FLUX_NAMESPACE)
+            namespace = SEALED_NAMESPACE if name == SEALED_SECRETS else FLUX_NAMESPACE
+            found = get(self.cp, 'Deployment', name, namespace)
             if found is None:
-                raise FluxError('%s: no Deployment %s/%s in the cluster' % (name, FLUX_NAMESPACE, name))
+                raise FluxError('%s: no Deployment %s/%s in the cluster' % (name, namespace, name))
             return found
         found = [doc for doc in read_documents(os.path.join(self.module(name), 'config', 'manager', 'deployment.yaml'))
                  if doc.get('kind') == 'Deployment']
@@ -330,9 +354,16 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         container = deployment['spec']['template']['spec']['containers'][0]
         args = list(container.get('command') or [])[1:] + list(container.get('args') or [])
         self.ports[SEALED_SECRETS] = free_port()
+        self.ports[SEALED_SECRETS + '-metrics'] = free_port()
+        # the ports the container listens on in its pod, taken to the process's loopback ones on the pod network
+        self.pod_ports[SEALED_SECRETS] = {
+            int(flag_value(args, flag, default).rsplit(':', 1)[1]): (HOST, self.ports[name])
+            for flag, default, name in (('--listen-addr', SEALED_LISTEN_DEFAULTS['--listen-addr'], SEALED_SECRETS),
+                                        ('--listen-metrics-addr', SEALED_LISTEN_DEFAULTS['--listen-metrics-addr'],
+                                         SEALED_SECRETS + '-metrics'))}
         args = without_flags(args, ('--listen-addr', '--listen-metrics-addr'))
         args += ['--listen-addr=%s:%d' % (HOST, self.ports[SEALED_SECRETS]),
-                 '--listen-metrics-addr=%s:%d' % (HOST, free_port())]
+                 '--listen-metrics-addr=%s:%d' % (HOST, self.ports[SEALED_SECRETS + '-metrics'])]
         account = deployment['spec']['template']['spec'].get('serviceAccountName') or SEALED_SECRETS
         command, env = self._as_pod(account, SEALED_NAMESPACE, upstream.binary(SEALED_SECRETS), args,
                                     {'POD_NAMESPACE': SEALED_NAMESPACE})
@@ -346,11 +377,11 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         wait for the controllers' CRDs (the names their modules ship) to be Established."""
         deadline = time.monotonic() + timeout
         crds = [crd for name in self.controllers for crd in self.crds(name)]
+        if self.sealed_secrets:
+            crds += self.crds(SEALED_SECRETS)
         if self.installed:
             wait_established(self.cp, [crd['metadata']['name'] for crd in crds], max(1.0, deadline - time.monotonic()))
             return []
-        if self.sealed_secrets:
-            crds += self.crds(SEALED_SECRETS)
         for crd in crds:
             apply(self.cp, crd)
         objects = self.flux_manifests() if self.controllers else []
@@ -369,14 +400,18 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         self.ports['source-controller-storage'] = free_port()
         sealed = self.install(timeout)
         commands = {name: self._flux_command(name) for name in self.controllers}
+        deployments = {}
         if self.sealed_secrets:
-            deployment = [d for d in sealed if d.get('kind') == 'Deployment']
+            deployment = [self.deployment(SEALED_SECRETS)] if self.installed else [d for d in sealed if d.get('kind') == 'Deployment']
             if len(deployment) != 1:
                 raise FluxError('the sealed-secrets chart rendered %d Deployments, not one' % len(deployment))
+            deployments[SEALED_SECRETS] = deployment[0]
             commands[SEALED_SECRETS] = self._sealed_command(deployment[0])
         try:
             for name, (args, env, health) in commands.items():
                 self._start_one(name, args, env, health, deadline)
+            for name, deployment in deployments.items():
+                self._expose(name, deployment, deadline)
         except BaseException:
             self.stop()
             raise
@@ -406,8 +441,84 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
             raise FluxError('%s not ready within the start deadline; last probe of %s: %s; its log ends:\n%s'
                             % (name, health_url, result.observation, log_tail(log_path)))
 
+    def _pod_of(self, deployment):
+        """(name, IP) of the Running pod of deployment that has an address (kwok's), else None."""
+        meta, selector = deployment['metadata'], deployment['spec']['selector'].get('matchLabels') or {}
+        query = ','.join('%s=%s' % item for item in sorted(selector.items()))
+        namespace = meta.get('namespace') or SEALED_NAMESPACE
+        pods = self.cp.api('GET', '/api/v1/namespaces/%s/pods?labelSelector=%s' % (namespace, quote(query, safe='')))['items']
+        running = sorted((p['metadata']['name'], p['status']['podIP']) for p in pods
+                         if not p['metadata'].get('deletionTimestamp') and (p.get('status') or {}).get('phase') == 'Running'
+                         and p['status'].get('podIP'))
+        return running[0] if running else None
+
+    def _wait_pod(self, name, deployment, deadline):
+        """(name, IP) of a Running pod of deployment with an address, waited for until deadline."""
+        def probe():
+            pod = self._pod_of(deployment)
+            return pod is not None, pod
+        return wait_for(probe, max(1.0, deadline - time.monotonic()), 'a Running pod of Deployment %s with an address' % name)
+
+    def _expose(self, name, deployment, deadline):
+        """The controller's process plays the pod of its Deployment: the pod's address and container ports go to it on
+        the control plane's pod network (a pod kwok runs; without one, kube-apiserver could not reach the process)."""
+        found = self._wait_pod(name, deployment, deadline)
+        namespace = deployment['metadata'].get('namespace') or SEALED_NAMESPACE
+        self.cp.expose_pod(namespace, found[0], self.pod_ports[name])
+        self.pod_ips[name] = found[1]
+        self.pods[name] = (namespace, found[0])
+        self.deployments[name] = deployment
+
+    def played_pod_gone(self, name):
+        """(gone, what was seen): the pod the process of name plays is deleted, being deleted or no longer Running -
+        when a kubelet stops the pod's container."""
+        namespace, pod_name = self.pods[name]
+        pod = get(self.cp, 'Pod', pod_name, namespace)
+        if pod is None:
+            return True, 'pod %s/%s deleted' % (namespace, pod_name)
+        phase = (pod.get('status') or {}).get('phase')
+        if pod['metadata'].get('deletionTimestamp') or phase != 'Running':
+            return True, 'pod %s/%s %s' % (namespace, pod_name, 'terminating' if pod['metadata'].get('deletionTimestamp') else phase)
+        return False, 'pod %s/%s Running' % (namespace, pod_name)
+
+    def stop_one(self, name, timeout=STOP_TIMEOUT):
+        """The container of the played pod stops: the process ends and the pod's address leads nowhere."""
+        ip = self.pod_ips.pop(name, None)
+        if ip is not None:
+            self.cp.pod_network.forget(ip)
+        proc = self.processes.get(name)
+        if proc is None or not proc.running:
+            return
+        try:
+            os.killpg(proc.popen.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.popen.wait(timeout=timeout)
+
+    def replay(self, name, timeout=START_TIMEOUT):
+        """A new pod of the controller's Deployment (the ReplicaSet replaced a deleted one, kwok runs it): its container
+        starts anew, as the kubelet starts it - the process again with the same command, waited for on its health
+        endpoint, then playing the new pod on the pod network. What the controller does at start (load its keys, make
+        one when it has none) it does again."""
+        if self.stopping:
+            raise FluxError('%s: the controllers are stopping' % name)
+        self.stop_one(name)
+        proc, deployment = self.processes[name], self.deployments[name]
+        deadline = time.monotonic() + timeout
+        self._wait_pod(name, deployment, deadline)  # the kubelet starts the container once the new pod runs on its node
+        self._start_one(name, proc.args, proc.env, proc.health_url, deadline)
+        self._expose(name, deployment, deadline)
+
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM each controller (the reverse order), wait with a deadline, SIGKILL what is left."""
+        self.stopping = True
+        for name, ip in list(self.pod_ips.items()):
+            self.cp.pod_network.forget(ip)
+            del self.pod_ips[name]
         for name in reversed(list(self.processes)):
             proc = self.processes[name]
             if not proc.running:
@@ -423,7 +534,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
                 proc.popen.wait(timeout=timeout)
 
     def status(self):
-        return [{'name': name, 'pid': proc.popen.pid, 'running': proc.running, 'health': proc.health_url, 'log': proc.log_path}
+        return [dict({'name': name, 'pid': proc.popen.pid, 'running': proc.running, 'health': proc.health_url, 'log': proc.log_path},
+                     **({'pod_ip': self.pod_ips[name]} if name in self.pod_ips else {}))
                 for name, proc in self.processes.items()]
 
     def __enter__(self):

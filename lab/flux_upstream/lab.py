@@ -16,11 +16,15 @@
   is when a kubelet would start the containers - and their CRDs are Established, the controllers run as processes with
   the args and ServiceAccounts of those Deployments (controllers.py, installed=True). They stop with the lab, or at
   `lab reset`.
-- `lab status` has a `flux_upstream` section: the Git server's URL and, per cluster, each controller's pid and state.
+- Likewise the sealed-secrets controller: once the Deployment kube-system/sealed-secrets-controller (the lab's tree
+  deploys it through Flux) has an available replica and the SealedSecret CRD is Established, the pinned upstream
+  controller runs as a process with that Deployment's args and ServiceAccount, and plays its pod on the control
+  plane's pod network (lab/k8s_upstream/podnet.py): kube-apiserver's service proxy - kubeseal's way and the
+  collection's sealed_cert_gate's to /v1/cert.pem - reaches it at the pod address kwok gave.
+- `lab status` has a `flux_upstream` section: the Git server's URL and, per cluster, each controller's pid, state and
+  (sealed-secrets) pod address.
 
-Not yet: the sealed-secrets controller (the lab's tree deploys it; its process would have to serve the Service the
-collection reaches through kube-apiserver's service proxy, at a pod address kwok makes up); notification-controller
-(its module is not served by the Go module proxy here); faults.
+Not yet: notification-controller (its module is not served by the Go module proxy here); faults.
 """
 
 import asyncio
@@ -37,7 +41,7 @@ from lab.k8s import pki
 from lab.flux.mirror import ArtifactMirror
 from lab.k8s_upstream.controlplane import ControlPlaneError
 
-from .controllers import FLUX_CONTROLLERS, FLUX_NAMESPACE, FluxControllers, FluxError, get
+from .controllers import FLUX_CONTROLLERS, FLUX_NAMESPACE, SEALED_NAMESPACE, SEALED_SECRETS, FluxControllers, FluxError, get
 from .gitserver import GitServerError, SmartGitServer
 
 LOG = logging.getLogger('lab.flux_upstream')
@@ -65,8 +69,8 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
         self.mirror = None
         self.ca_file = None
         self.password_file = None
-        self.controllers = {}
-        self.watches = {}   # cluster id -> the task waiting for the cluster's Flux Deployments
+        self.controllers = {}  # cluster id -> [FluxControllers] running (Flux's, then sealed-secrets')
+        self.watches = {}   # (cluster id, what) -> the task waiting for the cluster's Deployments of what
 
     async def _blocking(self, function, *args):
         return await asyncio.get_running_loop().run_in_executor(None, function, *args)
@@ -113,55 +117,94 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
         self.world.add_endpoint('artifact-mirror', self.mirror.host, self.mirror.port, 'https')
 
     async def on_control_plane(self, cluster_id, plane):
-        if cluster_id in self.controllers or cluster_id in self.watches:
+        if cluster_id in self.controllers or any(key[0] == cluster_id for key in self.watches):
             return
-        self.watches[cluster_id] = asyncio.get_running_loop().create_task(self._run_when_installed(cluster_id, plane))
+        loop = asyncio.get_running_loop()
+        for what in ('flux', 'sealed-secrets'):
+            self.watches[(cluster_id, what)] = loop.create_task(self._run_when_installed(cluster_id, plane, what))
 
     @staticmethod
-    def _deployments_available(plane):
-        """(all available, what was seen): each Flux controller's Deployment with an available replica."""
+    def _deployments_available(plane, deployments):
+        """(all available, what was seen): each Deployment (namespace, name) with an available replica."""
         seen = {}
-        for name in FLUX_CONTROLLERS:
+        for namespace, name in deployments:
             try:
-                found = get(plane, 'Deployment', name, FLUX_NAMESPACE)
+                found = get(plane, 'Deployment', name, namespace)
             except ControlPlaneError as exc:
                 seen[name] = str(exc)[-200:]
                 continue
             seen[name] = None if found is None else ((found.get('status') or {}).get('availableReplicas') or 0)
         return all(isinstance(value, int) and value > 0 for value in seen.values()), seen
 
-    async def _run_when_installed(self, cluster_id, plane):
-        """Wait for the cluster's Flux Deployments to be available (kwok runs their pods), then run the controllers."""
+    async def _run_when_installed(self, cluster_id, plane, what):
+        """Wait for the cluster's Deployments of what (flux: the Flux controllers, which the collection's flux stage
+        applies; sealed-secrets: the controller the lab's tree deploys through Flux) to be available - kwok runs their
+        pods - then run the controllers."""
+        if what == 'flux':
+            deployments = [(FLUX_NAMESPACE, name) for name in FLUX_CONTROLLERS]
+            options = {'sealed_secrets': False}
+        else:
+            deployments = [(SEALED_NAMESPACE, SEALED_SECRETS)]
+            options = {'controllers': (), 'sealed_secrets': True}
         interval, seen = WATCH_INITIAL, None
         while True:
-            ready, observed = await self._blocking(self._deployments_available, plane)
+            ready, observed = await self._blocking(self._deployments_available, plane, deployments)
             if ready:
                 break
             if observed != seen:
-                LOG.info('cluster %s: Flux controllers wait for their Deployments: %s', cluster_id, observed)
+                LOG.info('cluster %s: %s controllers wait for their Deployments: %s', cluster_id, what, observed)
                 seen = observed
             # a poll of the Deployments' status (the lab has no watch client), backing off to WATCH_MAX
             await asyncio.sleep(interval)
             interval = min(interval * 1.5, WATCH_MAX)
-        controllers = FluxControllers(plane, os.path.join(self.dir, 'clusters', str(cluster_id)[:12] or 'cluster'),
-                                      sealed_secrets=False, installed=True)
+        workdir = os.path.join(self.dir, 'clusters', str(cluster_id)[:12] or 'cluster')
+        if what != 'flux':
+            workdir = os.path.join(workdir, what)
+        controllers = FluxControllers(plane, workdir, installed=True, **options)
         try:
             await self._blocking(controllers.start)
         except FluxError as exc:
-            LOG.error('cluster %s: the Flux controllers did not start: %s', cluster_id, exc)
+            LOG.error('cluster %s: the %s controllers did not start: %s', cluster_id, what, exc)
             return
         finally:
-            self.watches.pop(cluster_id, None)
-        self.controllers[cluster_id] = controllers
-        LOG.info('cluster %s: Flux controllers running: %s', cluster_id, ', '.join(FLUX_CONTROLLERS))
+            self.watches.pop((cluster_id, what), None)
+        self.controllers.setdefault(cluster_id, []).append(controllers)
+        LOG.info('cluster %s: %s controllers running: %s', cluster_id, what, ', '.join(controllers.processes))
+        for name in controllers.pods:
+            self.watches[(cluster_id, name + ' pod')] = asyncio.get_running_loop().create_task(
+                self._follow_pod(cluster_id, controllers, name))
+
+    async def _follow_pod(self, cluster_id, controllers, name):
+        """The kubelet's part for a pod a process plays: when the pod goes (deleted, replaced), the process stops; when
+        its Deployment has a new Running pod, the process starts again and plays that one (FluxControllers.replay)."""
+        interval = WATCH_INITIAL
+        while True:
+            try:
+                gone, seen = await self._blocking(controllers.played_pod_gone, name)
+            except ControlPlaneError as exc:
+                gone, seen = False, str(exc)[-200:]
+            if gone:
+                LOG.info('cluster %s: %s: %s; its container starts again with the new pod', cluster_id, name, seen)
+                try:
+                    await self._blocking(controllers.replay, name)
+                except ControlPlaneError as exc:
+                    LOG.error('cluster %s: %s did not start again: %s', cluster_id, name, exc)
+                interval = WATCH_INITIAL
+            # a poll of the pod (the lab has no watch client), backing off to WATCH_MAX
+            await asyncio.sleep(interval)
+            interval = min(interval * 1.5, WATCH_MAX)
 
     async def _stop_controllers(self):
-        for cluster_id, task in list(self.watches.items()):
+        for running in self.controllers.values():
+            for controllers in running:
+                controllers.stopping = True  # a replay under way starts nothing more
+        for key, task in list(self.watches.items()):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            self.watches.pop(cluster_id, None)
-        for cluster_id, controllers in list(self.controllers.items()):
-            await self._blocking(controllers.stop)
+            self.watches.pop(key, None)
+        for cluster_id, running in list(self.controllers.items()):
+            for controllers in reversed(running):
+                await self._blocking(controllers.stop)
             del self.controllers[cluster_id]
 
     async def on_lab_reset(self):
@@ -182,7 +225,8 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
         return {
             'git': {'url': self.git.url_for(LAB_REPO) if self.git else None, 'user': GIT_USER,
                     'password_file': self.password_file, 'ca_file': self.ca_file, 'down': bool(self.git and self.git.down)},
-            'clusters': {str(cluster_id): controllers.status() for cluster_id, controllers in self.controllers.items()},
+            'clusters': {str(cluster_id): [entry for controllers in running for entry in controllers.status()]
+                         for cluster_id, running in self.controllers.items()},
         }
 
 

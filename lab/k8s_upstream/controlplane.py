@@ -35,6 +35,7 @@ from lab.k8s import pki
 from lab.k8s.testing import write_kubeconfig
 
 from . import kubelet
+from .podnet import UNIX_PATH_MAX, PodNetwork, egress_selector_configuration
 
 HOST = '127.0.0.1'
 # Talos's defaults for a cluster's networks: pkg/machinery@v1.13.9 constants/constants.go:894,897
@@ -177,6 +178,9 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         self.processes = {}
         self.ports = {}
         self.kubeconfig = os.path.join(self.pki_dir, 'admin.kubeconfig')
+        # the pod network as kube-apiserver sees it: its `cluster` egress proxy (podnet.py); expose() pods the lab plays
+        self.pod_network = PodNetwork(pod_subnet, os.path.join(self.workdir, 'pod-network.sock'),
+                                      os.path.join(self.log_dir, 'pod-network.log'))
         self._admin_cert = None
         self._session = None
 
@@ -246,6 +250,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             'leaderElection': {'leaderElect': True},
         }
         _write_secret(self._path('scheduler-config.yaml'), yaml.safe_dump(scheduler_config))
+        # kube-apiserver runs in the work directory: a socket path too long for sun_path is given relative to it
+        socket_path = self.pod_network.socket_path
+        uds_name = socket_path if len(os.fsencode(socket_path)) <= UNIX_PATH_MAX else os.path.relpath(socket_path, self.workdir)
+        _write_secret(self._path('egress-selector.yaml'), yaml.safe_dump(egress_selector_configuration(uds_name)))
         if self.with_kwok:
             self._write_kwok_stages()
 
@@ -288,6 +296,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             # Left out: audit log and encryption-provider-config (nothing in the lab reads them). The lab's addresses are
             # loopback ones, which Endpoints may not hold (k8s.io/kubernetes v1.36.3 pkg/apis/core/validation/validation.go:8434
             # ValidateNonSpecialIP), so the `kubernetes` Service gets no endpoints: --endpoint-reconciler-type=none.
+            # Not Talos's: --egress-selector-config-file, the `cluster` egress over the lab's pod network proxy
+            # (podnet.py), so that the service and pod proxy reach the processes the lab runs in place of pods.
             'kube-apiserver': ([upstream.binary('kube-apiserver'),
                                 '--admission-control-config-file=' + p('admission-control-config.yaml'),
                                 '--allow-privileged=true', '--anonymous-auth=false',
@@ -312,7 +322,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                                 '--service-cluster-ip-range=' + self.service_subnet,
                                 '--tls-cert-file=' + p('apiserver.crt'), '--tls-private-key-file=' + p('apiserver.key'),
                                 '--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname',
-                                '--endpoint-reconciler-type=none'],
+                                '--endpoint-reconciler-type=none',
+                                '--egress-selector-config-file=' + p('egress-selector.yaml')],
                                self.api_url + '/readyz'),
             # control_plane_static_pod.go:584-599; the serving certificate is given (signed by the cluster CA) instead of
             # one the process makes itself, so that the health probe verifies it.
@@ -434,6 +445,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                     continue
                 if name == 'kwok':
                     self._grant_kwok()
+                if name == 'kube-apiserver':
+                    self.pod_network.start()
                 args, health_url = commands[name]
                 self._start_one(name, args, health_url, deadline)
             if self.with_kwok and self.nodes_wait_for_cni:
@@ -497,6 +510,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                 proc.popen.wait(timeout=timeout)
         for watcher in watchers:
             watcher.stop()
+        self.pod_network.stop()
         if self._session is not None:
             self._session.close()
             self._session = None
@@ -649,6 +663,22 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
     def clear_crash_loop(self, node):
         if self._crashloops is not None:
             self._crashloops.clear(node)
+
+    def expose_pod(self, namespace, name, ports, timeout=60.0):
+        """The process listening at ports {container port: (host, port)} plays pod namespace/name: once kwok has given
+        the pod its address, kube-apiserver's connections to that address and container port reach it (podnet.py).
+        Returns the pod's IP."""
+        path = '/api/v1/namespaces/%s/pods/%s' % (namespace, name)
+
+        def probe():
+            pod = self.api('GET', path)
+            return bool((pod.get('status') or {}).get('podIP')), (pod.get('status') or {}).get('podIP')
+        result = _wait.wait_for(probe, timeout, interval=0.1, backoff=1.5, max_interval=1.0, sink=None)
+        if not result.ok:
+            raise ControlPlaneError('pod %s/%s has no address within %.0f s' % (namespace, name, timeout))
+        for port, target in ports.items():
+            self.pod_network.expose(result.observation, port, target)
+        return result.observation
 
     def start_kubelet(self, name):
         """The node's kubelet runs again: kwok takes it back and reports it Ready."""

@@ -3,24 +3,24 @@ docs/lab-flux.md "In the World"): site.yml installs Flux's pinned install manife
 kustomize- and helm-controller as processes once kwok runs their pods, the flux stage pushes the sealed Secrets over
 smart HTTPS to the lab's Git server (a private CA, flux_git_ca_cert), source-controller fetches that commit and
 kustomize-controller applies the lab's tree; every Kustomization is Ready at the pushed revision, and a second run
-changes nothing.
+changes nothing. The sealed-secrets controller the tree deploys is the pinned upstream one, a process playing its pod
+on the lab's pod network (lab/k8s_upstream/podnet.py): the gitops stage reads its certificate through kube-apiserver's
+service proxy, and it unseals the SealedSecrets the collection sealed and committed into Secrets of its own.
 
-Runs only on that world (make integration-upstream sets PROXTALOS_LAB_KUBERNETES and PROXTALOS_LAB_FLUX). The
-sealed-secrets check of the gitops stage is off here (gitops_sealed_secrets_verify=false): it reads the controller's
-certificate through kube-apiserver's service proxy, which dials the pod address kwok made up, where no process
-listens - the lab does not run the sealed-secrets controller yet (docs/lab-flux.md "Not yet"). Everything else is
-the collection's whole run."""
+Runs only on that world (make integration-upstream sets PROXTALOS_LAB_KUBERNETES and PROXTALOS_LAB_FLUX). It is the
+collection's whole run."""
 
 import os
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gitops_lab import GitopsCluster  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
-from lab.flux_upstream import FLUX_CONTROLLERS  # noqa: E402  pylint: disable=wrong-import-position
+from lab.flux_upstream import FLUX_CONTROLLERS, SEALED_SECRETS  # noqa: E402  pylint: disable=wrong-import-position
 from lab.flux_upstream.lab import LAB_REPO  # noqa: E402  pylint: disable=wrong-import-position
 from lab.testing import start_lab  # noqa: E402  pylint: disable=wrong-import-position
 from lab.world import FLUX_ENV, flux_world, kubernetes_world  # noqa: E402  pylint: disable=wrong-import-position
@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.upstream, pytest.mark.skipif(
     reason='the upstream Flux world only (%s=upstream with PROXTALOS_LAB_KUBERNETES=upstream; make integration-upstream)'
     % FLUX_ENV)]
 
-NO_VERIFY = ('-e', 'gitops_sealed_secrets_verify=false')
+CSI_FILE = 'infrastructure/proxmox-csi/proxmox-csi-plugin.sealedsecret.yaml'
 TREE = ['apps', 'cert-manager', 'cert-manager-issuers', 'flux-credentials', 'flux-system', 'proxmox-ccm', 'proxmox-csi',
         'sealed-secrets']
 
@@ -44,7 +44,7 @@ def cluster(tmp_path_factory):
     handle = GitopsCluster(start_lab(os.path.join(folder, 'lab')), folder)
     try:
         handle.render_cilium_manifest()
-        handle.first = handle.site(*NO_VERIFY)
+        handle.first = handle.site()
         yield handle
     finally:
         handle.lab.stop()
@@ -66,7 +66,13 @@ def test_the_tree_is_ready_at_the_pushed_revision_on_the_upstream_controllers_an
     # the controllers are the lab's processes, started from the Deployments the collection applied
     clusters = cluster.lab.status()['flux_upstream']['clusters']
     running = sorted(entry['name'] for entries in clusters.values() for entry in entries if entry['running'])
-    assert running == sorted(FLUX_CONTROLLERS), clusters
+    assert running == sorted(FLUX_CONTROLLERS + (SEALED_SECRETS,)), clusters
+    # the gitops stage read the controller's certificate through kube-apiserver's service proxy: the pod address kwok
+    # gave the controller's pod, reached on the lab's pod network
+    served = first.result_values('The sealed-secrets controller serves our certificate')[0]
+    assert served['passed'] and served['url_path'].endswith('/services/http:sealed-secrets-controller:http/proxy/v1/cert.pem'), served
+    pod_ip = [entry['pod_ip'] for entries in clusters.values() for entry in entries if entry['name'] == SEALED_SECRETS][0]
+    assert pod_ip.startswith('10.244.'), pod_ip
     # the flux stage pushed a commit holding the sealed Secrets; source-controller fetched it and every Kustomization
     # applied it
     tip, bare = _server_tip(cluster)
@@ -83,7 +89,24 @@ def test_the_tree_is_ready_at_the_pushed_revision_on_the_upstream_controllers_an
     # the credentials Secret carries the Git server's private CA (flux_git_ca_cert), which source-controller needs
     secret = client.CoreV1Api(cluster.api()).read_namespaced_secret('flux-system', 'flux-system')
     assert sorted(secret.data) == ['ca.crt', 'password', 'username']
-    again = cluster.site(*NO_VERIFY)
+    again = cluster.site()
     assert again.rc == 0, again.explain()
     assert again.changed() == dict((host, 0) for host in again.changed()), again.changed()
     assert _server_tip(cluster)[0] == tip   # nothing new pushed
+
+
+def test_the_upstream_controller_unseals_what_the_collection_sealed_and_committed(cluster):
+    """The SealedSecret of the CSI configuration, sealed by the flux stage with the kept key and committed: the upstream
+    controller (judge) decrypted it into a Secret it owns, with the keys the sealed file holds, and marked it Synced."""
+    assert cluster.first.rc == 0, cluster.first.explain()
+    with open(os.path.join(cluster.lab.run_dir, 'gitops', CSI_FILE), encoding='utf-8') as handle:
+        sealed = yaml.safe_load(handle)
+    namespace, name = sealed['metadata']['namespace'], sealed['metadata']['name']
+    custom = client.CustomObjectsApi(cluster.api())
+    found = custom.get_namespaced_custom_object('bitnami.com', 'v1alpha1', namespace, 'sealedsecrets', name)
+    synced = {c['type']: c for c in (found.get('status') or {}).get('conditions') or []}.get('Synced', {})
+    assert synced.get('status') == 'True', found.get('status')
+    secret = client.CoreV1Api(cluster.api()).read_namespaced_secret(name, namespace)
+    assert sorted(secret.data) == sorted(sealed['spec']['encryptedData'])
+    assert [(o.kind, o.name) for o in secret.metadata.owner_references] == [('SealedSecret', name)]
+    assert all(value for value in secret.data.values())

@@ -73,7 +73,13 @@ def test_the_flux_stage_seals_the_csi_config_and_the_git_credentials_into_the_re
     config = yaml.safe_load(unseal_file(gitops_cluster, os.path.join(repo, CSI_FILE))['config.yaml'])
     assert config == {'clusters': [{'url': 'https://%s:%d/api2/json' % (gitops_cluster.lab.pve_host, gitops_cluster.lab.pve_port),
                                     'insecure': False, 'token_id': 'proxtalos@pve!proxtalos', 'token_secret': pve_token, 'region': 'lab'}]}
-    assert unseal_file(gitops_cluster, os.path.join(repo, GIT_FILE)) == {'username': b'flux', 'password': token.encode()}
+    credentials = {'username': b'flux', 'password': token.encode()}
+    # a Git server of a private CA (the upstream Flux world's, lab_git_ca_file -> flux_git_ca_cert, read with the file
+    # lookup, which strips the trailing newline): its CA goes along
+    ca_file = (gitops_cluster.hosts['cluster'].get('vars') or {}).get('lab_git_ca_file')
+    if ca_file:
+        credentials['ca.crt'] = read_bytes(ca_file).rstrip()
+    assert unseal_file(gitops_cluster, os.path.join(repo, GIT_FILE)) == credentials
     # the lab's controller unsealed both into Secrets it owns; the CSI controller runs on its config
     core = client.CoreV1Api(gitops_cluster.api())
     csi = core.read_namespaced_secret('proxmox-csi-plugin', 'csi-proxmox')

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 import pytest
+import requests
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
@@ -285,6 +286,23 @@ def test_a_secret_sealed_by_the_collection_is_unsealed_by_the_upstream_controlle
         assert synced['status'] == 'True', synced
 
 
+def test_the_controller_serves_its_certificate_through_kube_apiservers_service_proxy(world):
+    """kubeseal's way to the controller (and the collection's sealed_cert_gate's): kube-apiserver's service proxy, which
+    dials the pod address kwok gave the controller's pod; the lab's pod network takes it to the process."""
+    cp, dummy, controllers, (dummy, cert_pem), dummy = world
+    pod_ip = {entry['name']: entry.get('pod_ip') for entry in controllers.status()}[flux.SEALED_SECRETS]
+    assert pod_ip and cp.pod_network.routes()[(pod_ip, 8080)] == ('127.0.0.1', controllers.ports[flux.SEALED_SECRETS])
+
+    def served():
+        response = requests.get(cp.api_url + '/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http'
+                                '/proxy/v1/cert.pem', timeout=30, verify=cp.pki_file('ca.crt'),
+                                cert=(cp.pki_file('admin.crt'), cp.pki_file('admin.key')))
+        return response.status_code == 200, (response.status_code, response.text)
+    status, body = Lab.wait_until(served, WAIT, what='the certificate through the service proxy')
+    want = cert_pem.decode() if isinstance(cert_pem, bytes) else cert_pem
+    assert status == 200 and body.strip() == want.strip()
+
+
 def test_a_git_server_that_is_down_fails_the_fetch(world, working_copy):
     cp, server, dummy, dummy, dummy = world
     _apply_source(world, 'gitops')
@@ -372,3 +390,36 @@ def test_the_collections_seal_commit_push_flow_ends_in_a_secret_of_the_upstream_
     assert flux.secret_data(secret) == {'token': 't0ken', 'user': 'app'}
     assert secret['metadata']['labels'] == {'app': 'demo'}
     assert secret['metadata']['ownerReferences'][0]['kind'] == 'SealedSecret'
+
+
+def test_a_new_pod_of_the_controller_starts_its_process_again_and_the_proxy_follows_it(world):
+    """What the kubelet does when the ReplicaSet replaces a deleted pod: the container of the new pod starts. The lab
+    stops the process with the old pod, starts it again once kwok runs the new one, and exposes the new address; the
+    service proxy (kube-apiserver picks the new endpoint) reaches it, and the old address leads nowhere."""
+    cp, dummy, controllers, (dummy, cert_pem), dummy = world
+    old_ip, old_pid = controllers.pod_ips[flux.SEALED_SECRETS], controllers.processes[flux.SEALED_SECRETS].popen.pid
+    namespace, old_pod = controllers.pods[flux.SEALED_SECRETS]
+    assert controllers.played_pod_gone(flux.SEALED_SECRETS)[0] is False
+    cp.api('DELETE', '/api/v1/namespaces/%s/pods/%s' % (namespace, old_pod))
+    Lab.wait_until(lambda: controllers.played_pod_gone(flux.SEALED_SECRETS), WAIT, what='the played pod gone')
+    with open(cp.pod_network.log_path, encoding='utf-8') as handle:
+        logged = len(handle.readlines())
+    controllers.replay(flux.SEALED_SECRETS, timeout=WAIT)
+    new_ip = controllers.pod_ips[flux.SEALED_SECRETS]
+    assert controllers.pods[flux.SEALED_SECRETS][1] != old_pod
+    assert controllers.processes[flux.SEALED_SECRETS].running and controllers.processes[flux.SEALED_SECRETS].popen.pid != old_pid
+    # the old address is forgotten before the new pod's is exposed (kwok may give the new pod the address it freed)
+    with open(cp.pod_network.log_path, encoding='utf-8') as handle:
+        replayed = [line.strip() for line in handle.readlines()[logged:]]
+    assert replayed[0] == 'forget %s' % old_ip and 'expose %s:8080 -> 127.0.0.1:%d' % (
+        new_ip, controllers.ports[flux.SEALED_SECRETS]) in replayed[1:], replayed
+    assert cp.pod_network.routes()[(new_ip, 8080)] == ('127.0.0.1', controllers.ports[flux.SEALED_SECRETS])
+
+    def served():
+        response = requests.get(cp.api_url + '/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http'
+                                '/proxy/v1/cert.pem', timeout=30, verify=cp.pki_file('ca.crt'),
+                                cert=(cp.pki_file('admin.crt'), cp.pki_file('admin.key')))
+        return response.status_code == 200, (response.status_code, response.text)
+    status, body = Lab.wait_until(served, WAIT, what='the certificate through the service proxy at the new pod')
+    want = cert_pem.decode() if isinstance(cert_pem, bytes) else cert_pem
+    assert status == 200 and body.strip() == want.strip()
