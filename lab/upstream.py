@@ -22,6 +22,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -193,3 +194,17 @@ def go_module_dir(module, version):
     if done.returncode != 0 or not directory:
         raise UpstreamError('go mod download %s failed: %s' % (ref, (done.stderr or done.stdout).strip()[-500:]))
     return directory
+
+
+def end_process_group(popen, timeout, kill=False):
+    """End a started upstream process and its group: SIGTERM (SIGKILL with kill=True), waited for within timeout, then
+    SIGKILL and another wait. A group already gone is left as it is."""
+    try:
+        os.killpg(popen.pid, signal.SIGKILL if kill else signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait(timeout=timeout)

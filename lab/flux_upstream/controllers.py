@@ -38,7 +38,6 @@ What the lab changes, because the controllers run as processes on this machine, 
 import base64
 import glob
 import os
-import signal
 import subprocess
 import time
 from urllib.parse import quote
@@ -489,15 +488,7 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         proc = self.processes.get(name)
         if proc is None or not proc.running:
             return
-        try:
-            os.killpg(proc.popen.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.popen.pid, signal.SIGKILL)
-            proc.popen.wait(timeout=timeout)
+        upstream.end_process_group(proc.popen, timeout)
 
     def replay(self, name, timeout=START_TIMEOUT):
         """A new pod of the controller's Deployment (the ReplicaSet replaced a deleted one, kwok runs it): its container
@@ -523,15 +514,7 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
             proc = self.processes[name]
             if not proc.running:
                 continue
-            try:
-                os.killpg(proc.popen.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-            try:
-                proc.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.popen.pid, signal.SIGKILL)
-                proc.popen.wait(timeout=timeout)
+            upstream.end_process_group(proc.popen, timeout)
 
     def status(self):
         return [dict({'name': name, 'pid': proc.popen.pid, 'running': proc.running, 'health': proc.health_url, 'log': proc.log_path},

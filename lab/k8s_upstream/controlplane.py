@@ -499,15 +499,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             proc = self.processes.get(name)
             if proc is None or not proc.running:
                 continue
-            try:
-                os.killpg(proc.popen.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-            try:
-                proc.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.popen.pid, signal.SIGKILL)
-                proc.popen.wait(timeout=timeout)
+            upstream.end_process_group(proc.popen, timeout)
         for watcher in watchers:
             watcher.stop()
         self.pod_network.stop()
@@ -527,12 +519,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         proc = self.processes.get(name)
         if proc is None or not proc.running:
             raise ControlPlaneError('%s is not running' % name)
-        os.killpg(proc.popen.pid, signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            proc.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.popen.pid, signal.SIGKILL)
-            proc.popen.wait(timeout=timeout)
+        upstream.end_process_group(proc.popen, timeout, kill=kill)
 
     def start_process(self, name, timeout=START_TIMEOUT):
         """Start again, with the same command, a process stop_process stopped; returns once its health endpoint answers
