@@ -14,6 +14,7 @@ import yaml
 from lab.testing import start_lab
 
 from json_run import JsonRun as Run
+from k8s_stages_lab import render_cilium_manifest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
@@ -45,19 +46,7 @@ class GitopsCluster(object):
         self.hosts = yaml.safe_load(text)
 
     def render_cilium_manifest(self):
-        """A lab on upstream Kubernetes names its inline Cilium manifest in the run dir (the upstream chart's `helm
-        template` output, lab/world.py _inventory_vars); write it with the cni role's render_manifest entry point, as a
-        user does once (docs/stages/cni.md), as k8s_stages_lab.py does. A lab/k8s lab ships its manifest: nothing to do."""
-        manifest = (self.hosts['cluster'].get('vars') or {}).get('lab_cilium_manifest')
-        if not manifest or os.path.exists(manifest):
-            return
-        playbook = os.path.join(self.folder, 'render-cilium.yml')
-        with open(playbook, 'w', encoding='utf-8') as handle:
-            handle.write('- hosts: controlplane[0]\n  gather_facts: false\n  tasks:\n'
-                         '    - ansible.builtin.import_role:\n        name: proxtalos.cluster.cni\n'
-                         '        tasks_from: render_manifest\n')
-        run = self.playbook(playbook, timeout=300)
-        assert run.rc == 0 and os.path.exists(manifest), 'rendering %s: %s' % (manifest, run.explain())
+        render_cilium_manifest(self)
 
     def rebuild(self):
         """Throw the lab away and start an empty one on the same net: the same inventory, a cluster built anew."""
