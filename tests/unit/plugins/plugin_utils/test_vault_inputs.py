@@ -19,7 +19,8 @@ from ansible.plugins.action.normal import ActionModule as NormalAction
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _vault_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
-ANSIBLE_PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+# PROXTALOS_ANSIBLE_PLAYBOOK (as tests/integration/test_oldest_core.py) runs the plays on another ansible-core.
+ANSIBLE_PLAYBOOK = os.environ.get('PROXTALOS_ANSIBLE_PLAYBOOK') or os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 MODULES = os.path.join(ROOT, 'plugins', 'modules')
 ACTIONS = os.path.join(ROOT, 'plugins', 'action')
 
