@@ -28,6 +28,9 @@ FORBIDDEN = (
     'TemplateEngine',
     'HostVarsVars',
     'hostvars._loader',
+    # the data loader's vault (the vault_password lookup reads VaultSecretsContext)
+    "'_vault'",
+    '._vault.',
 )
 
 
