@@ -1,5 +1,5 @@
-"""plugin_utils/_vault_inputs.py: the action plugin of every module - the module process, with vault-encrypted input
-files handed over as decrypted copies.
+"""plugin_utils/_vault_inputs.py: the action plugin of every module - in the worker or as a module process, with
+vault-encrypted input files handed over as decrypted copies.
 
 The pure part (which options are replaced by a copy) is tested directly; the action plugin through ansible-playbook on
 a local host with a scratch collection's probe module: the module gets a decrypted copy of a vault-encrypted
@@ -40,9 +40,9 @@ def test_every_module_has_the_vault_inputs_action_plugin():
             continue
         action = importlib.import_module('ansible_collections.proxtalos.cluster.plugins.action.' + name).ActionModule
         assert issubclass(action, _vault_inputs.VaultInputsAction) and issubclass(action, NormalAction), name
-        # the module runs as a module process: its action plugin does not import it into the controller
-        with open(os.path.join(ACTIONS, name + '.py')) as action_file:
-            assert 'plugins.modules' not in action_file.read(), name
+        # the action plugin names its module, for the run in the worker (plugin_utils/_action_module.py)
+        module = importlib.import_module('ansible_collections.proxtalos.cluster.plugins.modules.' + name)
+        assert action.collection_module is module, name
 
 
 PROBE_MODULE = '''#!/usr/bin/python
@@ -106,7 +106,7 @@ def write_probe_collection(tmp_path):
     return '%s:%s' % (tmp_path / 'collections', os.path.join(ROOT, '.collections'))
 
 
-def run_play(tmp_path, play, host_vars, password, extra_env=None):
+def run_play(tmp_path, play, host_vars, password, extra_env=None, verbosity=None):
     hosts = {'local': dict({'ansible_connection': 'local', 'ansible_python_interpreter': os.path.join(ROOT, '.venv', 'bin', 'python'),
                             'result_path': str(tmp_path / 'result.json'), 'folder': str(tmp_path)}, **host_vars)}
     (tmp_path / 'hosts.yml').write_text(yaml.safe_dump({'all': {'hosts': hosts}}))
@@ -115,7 +115,7 @@ def run_play(tmp_path, play, host_vars, password, extra_env=None):
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'),
                PROXTALOS_REPORT_DIR=str(tmp_path / 'report'), **(extra_env or {}))
     return subprocess.run([ANSIBLE_PLAYBOOK, '-i', str(tmp_path / 'hosts.yml'), str(tmp_path / 'play.yml'),
-                           '--vault-password-file', str(tmp_path / 'password'), '--forks', '1'],
+                           '--vault-password-file', str(tmp_path / 'password'), '--forks', '1'] + ([verbosity] if verbosity else []),
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
 
 
@@ -136,7 +136,7 @@ def test_a_module_gets_a_decrypted_copy_removed_after_the_task(tmp_path):
         results = json.load(result_file)
     assert results['encrypted']['content'] == 'apiVersion: v1\n' and results['encrypted']['file_mode'] == 0o600
     assert results['encrypted']['path'] != str(tmp_path / 'kubeconfig') and results['copy_exists'] is False
-    assert results['encrypted']['pid'] != results['clear']['pid']   # module processes, one a task
+    assert results['encrypted']['pid'] != results['clear']['pid']   # module processes (no collection_module), one a task
     assert results['clear']['path'] == str(tmp_path / 'clear') and results['clear']['content'] == 'in clear\n'
 
 
@@ -173,9 +173,19 @@ SECRETS_PLAY = """---
 
 
 @pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
-def test_a_module_of_the_collection_runs_as_a_module_process(tmp_path):
-    run = run_play(tmp_path, SECRETS_PLAY, {}, 'unused')
+@pytest.mark.parametrize('environment', [False, True], ids=['in-the-worker', 'module-process'])
+def test_a_module_of_the_collection_runs_in_the_worker_or_as_a_module_process(tmp_path, environment):
+    play = SECRETS_PLAY
+    if environment:
+        # a task environment takes effect only when a process starts: the module process runs
+        play = play.replace('        path: "{{ folder }}/secrets.yaml"\n', '        path: "{{ folder }}/secrets.yaml"\n      environment:\n        TZ: UTC\n')
+    run = run_play(tmp_path, play, {}, 'unused', verbosity='-vvvv')
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    if environment:
+        assert 'proxtalos.cluster.talos_secrets runs as a module process: the task sets an environment (TZ)' in run.stdout
+    else:
+        assert 'proxtalos.cluster.talos_secrets runs as a module process' not in run.stdout
+    assert 'proxtalos.cluster.talos_secrets runs in the worker process' in run.stdout  # the check-mode task at least
     with open(tmp_path / 'result.json') as result_file:
         results = json.load(result_file)
     assert results['bundle']['changed'] is True and results['bundle_check']['changed'] is True
