@@ -222,9 +222,10 @@ def exit_handlers_run_at_the_end():
                 display.warning('an exit handler of the module failed: %s: %s' % (type(exc).__name__, exc))
 
 
-def run_module(collection_module, args, check_mode=False, diff=False, inject_invocation=False):
-    """The result of collection_module.run(module) with the task's arguments, as a module process would report it."""
-    name = collection_module.__name__.rpartition('.')[2]
+def run_module(collection_module, args, check_mode=False, diff=False, inject_invocation=False, name=None):
+    """The result of collection_module.run(module) with the task's arguments, as a module process would report it
+    (name: the module's name in messages, the task's action)."""
+    name = name or collection_module.__name__.rpartition('.')[2]
     args = round_trip(dict(args), Direction.CONTROLLER_TO_MODULE)
     module = ModuleFacade(collection_module.module_kwargs(), args, check_mode=check_mode, diff=diff, name=name)
     if module.validation_error:

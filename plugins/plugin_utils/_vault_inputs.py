@@ -142,7 +142,8 @@ class VaultInputsAction(NormalAction):
         result = ActionBase.run(self, tmp, task_vars)
         del tmp
         result.update(run_module(self.collection_module, self._task.args, check_mode=bool(self._task.check_mode),
-                                 diff=bool(self._task.diff), inject_invocation=inject_invocation(task_vars)))
+                                 diff=bool(self._task.diff), inject_invocation=inject_invocation(task_vars),
+                                 name=self._task.action))
         return result
 
     def _not_in_worker_because(self, task_vars):

@@ -107,7 +107,8 @@ def write_probe_collection(tmp_path):
 
 
 def run_play(tmp_path, play, host_vars, password, extra_env=None, verbosity=None):
-    hosts = {'local': dict({'ansible_connection': 'local', 'ansible_python_interpreter': os.path.join(ROOT, '.venv', 'bin', 'python'),
+    # the python of the ansible-core that runs the play, as the inventory's "{{ ansible_playbook_python }}"
+    hosts = {'local': dict({'ansible_connection': 'local', 'ansible_python_interpreter': os.path.join(os.path.dirname(ANSIBLE_PLAYBOOK), 'python'),
                             'result_path': str(tmp_path / 'result.json'), 'folder': str(tmp_path)}, **host_vars)}
     (tmp_path / 'hosts.yml').write_text(yaml.safe_dump({'all': {'hosts': hosts}}))
     (tmp_path / 'play.yml').write_text(play)
