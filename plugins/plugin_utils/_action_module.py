@@ -86,7 +86,8 @@ def no_log_values(argument_spec, params):
         value = params.get(name)
         if value is None:
             continue
-        if spec.get('no_log'):
+        if spec.get('no_log') and value:
+            # as AnsibleModule: a false value (0, '', an empty list) is not masked everywhere in the result
             found.update(_leaves(value))
         suboptions = spec.get('options')
         if suboptions:

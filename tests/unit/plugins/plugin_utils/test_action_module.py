@@ -208,6 +208,17 @@ def test_no_log_values_and_registered_values_are_masked(probe):
     assert failed['items'] == [{'key': 'VALUE_SPECIFIED_IN_NO_LOG_PARAMETER', 'label': 'visible'}]
 
 
+def test_no_log_values_are_collected_as_ansible_module_collects_them():
+    spec = {'token': {'type': 'raw', 'no_log': True}, 'port': {'type': 'int', 'no_log': True}, 'off': {'type': 'int', 'no_log': True},
+            'nodes': {'type': 'list', 'elements': 'dict', 'options': {'key': {'no_log': True}, 'name': {}}},
+            'one': {'type': 'dict', 'options': {'key': {'no_log': True}}}, 'plain': {'type': 'str'}}
+    params = {'token': {'a': ['x1', 2, True, None]}, 'port': 6443, 'off': 0, 'plain': 'p',
+              'nodes': [{'key': 'k1', 'name': 'n1'}, {'key': None, 'name': 'n2'}], 'one': {'key': 'k2'}}
+    assert _action_module.no_log_values(spec, params) == {'x1', '2', '6443', 'k1', 'k2'}
+    # what ansible-core's own (private) collector finds, which the facade must not import
+    assert _action_module.no_log_values(spec, params) == parameters._list_no_log_values(spec, params)  # pylint: disable=protected-access
+
+
 def test_run_command_as_ansible_module_runs_it(probe):
     result = in_the_worker(probe, dict(name='n11', mode='command'))
     assert result['rc'] == 3 and result['out'] == 'to stdin\n' and result['err'] == 'from environ_update\n'
