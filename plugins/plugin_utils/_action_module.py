@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import grp
 import io
 import json
 import os
+import pwd
+import stat
 import subprocess
 import traceback
 from collections.abc import Mapping
@@ -96,6 +99,39 @@ def no_log_values(argument_spec, params):
     return found
 
 
+def add_path_info(result):
+    """result with what AnsibleModule adds to the result of a module that returns an existing `path` (or `dest`): uid,
+    gid, owner, group, mode, state and size (AnsibleModule.add_path_info; its SELinux context is not added)."""
+    path = result.get('path', result.get('dest'))
+    if not isinstance(path, (str, bytes)):
+        return result
+    b_path = to_bytes(path, errors='surrogate_or_strict')
+    if not os.path.exists(b_path):
+        return result
+    st = os.lstat(os.path.expanduser(os.path.expandvars(b_path)))
+    result['uid'], result['gid'] = st.st_uid, st.st_gid
+    try:
+        result['owner'] = pwd.getpwuid(st.st_uid)[0]
+    except KeyError:
+        result['owner'] = str(st.st_uid)
+    try:
+        result['group'] = grp.getgrgid(st.st_gid)[0]
+    except KeyError:
+        result['group'] = str(st.st_gid)
+    st = os.lstat(b_path)
+    result['mode'] = '0%03o' % stat.S_IMODE(st.st_mode)
+    if os.path.islink(b_path):
+        result['state'] = 'link'
+    elif os.path.isdir(b_path):
+        result['state'] = 'directory'
+    elif os.stat(b_path).st_nlink > 1:
+        result['state'] = 'hard'
+    else:
+        result['state'] = 'file'
+    result['size'] = st.st_size
+    return result
+
+
 def round_trip(value, direction):
     """value as it comes out of JSON the way Ansible sends it in that direction (plain lists, dicts and scalars)."""
     return json.loads(json.dumps(value, cls=get_module_encoder(PROFILE, direction)), cls=get_module_decoder(PROFILE, direction))
@@ -133,7 +169,7 @@ class ModuleFacade(object):
     # ---- results
 
     def exit_json(self, **kwargs):
-        raise ModuleExit(kwargs)
+        raise ModuleExit(add_path_info(kwargs))
 
     def fail_json(self, msg, **kwargs):
         kwargs.update(failed=True, msg=str(msg))
@@ -142,7 +178,7 @@ class ModuleFacade(object):
             kwargs['exception'] = ''.join(traceback.format_exception(type(exception), exception, exception.__traceback__))
         elif exception is not None and not isinstance(exception, str):
             kwargs['exception'] = str(exception)
-        raise ModuleExit(kwargs)
+        raise ModuleExit(add_path_info(kwargs))
 
     def warn(self, warning):
         if isinstance(warning, str):
@@ -250,5 +286,8 @@ def run_module(collection_module, args, check_mode=False, diff=False, inject_inv
         result['invocation'] = {'module_args': module.params}
     if module.warnings:
         result['warnings'] = list(result.get('warnings') or []) + module.warnings
+    # as AnsibleModule: the top-level booleans and None (changed, failed...) are kept whatever the no_log values are
+    preserved = dict((key, value) for key, value in result.items() if value is None or isinstance(value, bool))
     result = remove_values(result, module.no_log_values)
+    result.update(preserved)
     return round_trip(result, Direction.MODULE_TO_CONTROLLER)

@@ -94,13 +94,13 @@ def module_kwargs():
             name=dict(type='str', required=True),
             token=dict(type='str', no_log=True),
             items=dict(type='list', elements='dict', options=dict(key=dict(type='str', no_log=True), label=dict(type='str'))),
-            mode=dict(type='str', default='ok', choices=['ok', 'fail', 'raise', 'command', 'atexit']),
+            mode=dict(type='str', default='ok', choices=['ok', 'fail', 'raise', 'command', 'atexit', 'path', 'path-fail']),
             count=dict(type='int', default=1),
             marker=dict(type='path'),
         ),
         supports_check_mode=True,
         mutually_exclusive=[('token', 'items')],
-        required_if=[('mode', 'atexit', ('marker',))],
+        required_if=[('mode', 'atexit', ('marker',)), ('mode', 'path', ('marker',))],
     )
 
 
@@ -112,6 +112,10 @@ def run(module):
         import atexit
         atexit.register(os.remove, params['marker'])
         module.exit_json(changed=False)
+    if params['mode'] == 'path':
+        module.exit_json(changed=False, path=params['marker'])
+    if params['mode'] == 'path-fail':
+        module.fail_json(msg='no', dest=os.path.dirname(params['marker']))
     module.warn('careful with %s' % params['name'])
     found = 'found-%s-secret' % params['name']
     _secrets.register(module, found)
@@ -206,6 +210,18 @@ def test_no_log_values_and_registered_values_are_masked(probe):
     failed = in_the_worker(probe, dict(name='n10', mode='fail', items=[{'key': 'sub-s3cr3t-10', 'label': 'visible'}]))
     assert failed['failed'] is True and failed['msg'] == 'failed for n10 with ********'
     assert failed['items'] == [{'key': 'VALUE_SPECIFIED_IN_NO_LOG_PARAMETER', 'label': 'visible'}]
+
+
+def test_a_path_or_dest_result_gets_the_file_details_as_from_ansible_module(probe, capsys, tmp_path):
+    marker = tmp_path / 'marker'
+    marker.write_text('12345')
+    marker.chmod(0o640)
+    for mode in ('path', 'path-fail'):
+        args = dict(name='n15', mode=mode, marker=str(marker))
+        process = as_module_process(probe, args, capsys)
+        worker = in_the_worker(probe, args)
+        assert comparable(worker) == comparable(process)
+    assert in_the_worker(probe, dict(name='n15', mode='path', marker=str(marker)))['mode'] == '0640'
 
 
 def test_no_log_values_are_collected_as_ansible_module_collects_them():
