@@ -12,7 +12,8 @@ ModuleFacade is that part of AnsibleModule built on public interfaces, for the a
 worker process it already runs in (plugin_utils/_vault_inputs.py decides when): the arguments validated by
 ansible.module_utils.common.arg_spec.ArgumentSpecValidator with the module's constraints; the values of no_log options
 (suboptions included) collected from the spec; exit_json and fail_json end run() with ModuleExit; the result passes
-ansible.module_utils.common.parameters.remove_values with the no_log values and those run() registered. As
+ansible.module_utils.common.parameters.remove_values with the no_log values and those run() registered; a result
+naming an existing path or dest gets the file details AnsibleModule adds (add_path_info). As
 community.crypto's action-side module facade does for its *_pipe modules.
 
 run_module() runs one module that way: exit handlers (atexit) registered while run() runs are run when it ends (a
