@@ -12,10 +12,8 @@ host, copied from this task's own variables: the hosts of the play and of its ba
 ansible_play_hosts, ansible_play_batch, play_hosts) and those the strategy adds (ansible_current_hosts,
 ansible_failed_hosts). Not quite every host's own task variables: see the notes of plugins/modules/host_values.py.
 
-The variable is templated for every host through an engine of its own, the engines sharing the templates they compile
-(plugin_utils/_compile_once.py): most of the time of templating the same variable for many hosts went to compiling its
-templates anew for each (about 20 ms a host for the machine config inputs); every host's value is still rendered from
-its own variables.
+The variable is templated for every host by a Templar of its own over that host's variables (the task's Templar
+copied with copy_with_new_env): every host's value is rendered from its own variables.
 """
 
 from __future__ import annotations
@@ -23,8 +21,6 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.validation import check_type_list, check_type_str
 from ansible.plugins.action import ActionBase
-
-from ansible_collections.proxtalos.cluster.plugins.plugin_utils._compile_once import compile_once_engines, template_with
 
 # Variables of the play, not of a host, that the strategy gives every task (VariableManager.get_vars with the hosts
 # of the play and of the batch; add_tqm_variables): copied from this task's variables for every host.
@@ -57,7 +53,6 @@ class ActionModule(ActionBase):
         inventory = manager._inventory  # pylint: disable=protected-access
         play = self._task.get_play()
         play_level = dict((key, task_vars[key]) for key in PLAY_LEVEL_VARS if key in task_vars)
-        engines = compile_once_engines(self._loader)
         values = {}
         for host_name in hosts:
             host = inventory.get_host(host_name)
@@ -71,7 +66,7 @@ class ActionModule(ActionBase):
             if name not in host_vars:
                 raise AnsibleActionFail('host_values: %s has no variable %s' % (host_name, name))
             try:
-                values[host_name] = template_with(self._loader, engines, host_vars, host_vars[name])
+                values[host_name] = self._templar.copy_with_new_env(available_variables=host_vars).template(host_vars[name])
             except Exception as exc:  # pylint: disable=broad-except
                 raise AnsibleActionFail('host_values: %s: %s' % (host_name, exc)) from exc
         result.update(changed=False, by_host=values)

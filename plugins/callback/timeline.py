@@ -105,9 +105,9 @@ import time
 
 from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
+from ansible.template import Templar
 
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _progress, _report_html, _timeline
-from ansible_collections.proxtalos.cluster.plugins.plugin_utils._compile_once import HostVariables
 
 try:
     from ansible.module_utils.secrets import mask_secrets  # ansible-core 2.22+
@@ -123,11 +123,6 @@ try:
     from ansible import context
 except ImportError:
     context = None
-
-try:
-    from ansible.vars.hostvars import HostVarsVars
-except ImportError:
-    HostVarsVars = None
 
 SECRET_NAME = re.compile(r'(^|_)(secret|password|passwd|token|private_key|key_content)$')
 
@@ -146,13 +141,30 @@ def _stdout_is_json():
     return 'json' in str(getattr(C, 'DEFAULT_STDOUT_CALLBACK', '') or '')
 
 
-def _host_variables(hostvars, host, reader=None):
+class _HostView(object):
+    """A host's variables, templated on access with themselves as the context, as hostvars[host] templates them: one
+    public Templar over the variables already read, with the run's loader."""
+
+    def __init__(self, variables, loader=None):
+        self._vars = variables
+        self._templar = Templar(loader=loader, variables=variables)
+
+    def __contains__(self, name):
+        return name in self._vars
+
+    def __getitem__(self, name):
+        return self._templar.template(self._vars[name])
+
+    def get(self, name, default=None):
+        return self[name] if name in self._vars else default
+
+
+def _host_variables(hostvars, host, loader=None):
     """(the host's merged variables, untemplated; a view that templates them) from one read, or (None, None).
 
-    hostvars[host] would merge the host's variables again on every access; ansible-core 2.20+ lets the view be built
-    over the read already made (HostVarsVars(variables, loader, host)), older cores get hostvars[host]. With a reader
-    (_compile_once.HostVariables over hostvars), the view templates through an engine of the host's own that shares
-    the other hosts' engines' compiled templates: each template compiled once for every host."""
+    hostvars[host] would merge the host's variables again on every access: the view is built over the read already
+    made (hostvars.raw_get), templating through a Templar of the host's own with the run's loader
+    (Playbook.get_loader); hostvars[host] when that cannot be made."""
     try:
         raw = hostvars.raw_get(host)
         if not isinstance(raw, dict):
@@ -160,9 +172,7 @@ def _host_variables(hostvars, host, reader=None):
     except Exception:  # pylint: disable=broad-except
         return None, None
     try:
-        view = reader.view(raw) if reader is not None else None
-        if view is None:
-            view = HostVarsVars(raw, loader=hostvars._loader, host=host)  # pylint: disable=protected-access
+        view = _HostView(raw, loader)
     except Exception:  # pylint: disable=broad-except
         try:
             view = hostvars[host]
@@ -189,6 +199,7 @@ class CallbackModule(CallbackBase):
         self.inventory_dirs = {}
         self.scanned_hosts = set()
         self.follower = None
+        self.loader = None
 
     # -- live progress of waiting tasks -----------------------------------------------------------
 
@@ -232,6 +243,8 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_start(self, playbook):
         self.recorder = _timeline.Recorder(time.time(), stages=self.get_option('stages'))
         self.recorder.playbook = os.path.basename(getattr(playbook, '_file_name', '') or '') or None
+        get_loader = getattr(playbook, 'get_loader', None)
+        self.loader = get_loader() if callable(get_loader) else None
         if context is not None and context.CLIARGS:
             self.recorder.check_mode = bool(context.CLIARGS.get('check'))
         self._start_progress()
@@ -258,17 +271,13 @@ class CallbackModule(CallbackBase):
             return
         if hostvars is None:
             return
-        try:
-            reader = HostVariables(hostvars)
-        except Exception:  # pylint: disable=broad-except
-            reader = None
         for host in list(hostvars):
             scan = host not in self.scanned_hosts
             if not scan and not final and host in self.recorder.host_cluster:
                 continue   # a host's cluster and artifacts folder do not change between plays: read once
             # One read of the host's variables (Ansible merges every source for it: the costly part at many hosts),
             # then a templating view over that same read for the values below.
-            raw, view = _host_variables(hostvars, host, reader)
+            raw, view = _host_variables(hostvars, host, self.loader)
             if scan:
                 self._register_secrets(raw, view)
                 self.scanned_hosts.add(host)

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.proxtalos.cluster.plugins.plugin_utils._compile_once import HostVariables
-
 # What a role option declares that belongs to the role's own check (default) or to its documentation, not to the check
 # of a host's own value.
 ROLE_ONLY_KEYS = ('default', 'description')
@@ -46,13 +44,11 @@ def host_argument_spec(options, hosts, first_host_values=None):
 
 def host_arguments(hosts, hostvars, names):
     """{host: {option: value}} for every host: its own values of those options in hostvars (its host and group vars,
-    facts, extra vars); {} for a host that sets none. Each host's values are templated as hostvars[host] templates
-    them, through an engine of each host's own, the engines sharing their compiled templates
-    (plugin_utils/_compile_once.py)."""
+    facts, extra vars); {} for a host that sets none. Each host's values are templated by hostvars[host] (with the host's
+    own variables as the context)."""
     found = {}
-    reader = HostVariables(hostvars)
     for host in hosts:
-        values = reader.values(host)
+        values = hostvars[host]
         found[str(host)] = dict((name, values[name]) for name in names if name in values)
     return found
 

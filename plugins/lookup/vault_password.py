@@ -18,7 +18,8 @@ description:
   - The value is a secret - hand it only to a module option marked no_log, never to a debug task.
 options: {}
 notes:
-  - Reads the vault secrets ansible-playbook loaded at start (the data loader's vault), an internal of ansible-core.
+  - Reads the vault secrets ansible-playbook loaded at start (C(ansible.parsing.vault.VaultSecretsContext), ansible-core
+    2.19 and later).
 """
 
 EXAMPLES = r"""
@@ -42,7 +43,7 @@ from ansible.plugins.lookup import LookupBase
 
 from ansible_collections.proxtalos.cluster.plugins.lookup.vault_password_file import run_choice
 
-from ansible.parsing.vault import AnsibleVaultError, match_encrypt_secret
+from ansible.parsing.vault import AnsibleVaultError, VaultSecretsContext, match_encrypt_secret
 
 
 def prompted_password(secrets, encrypt_vault_id=None):
@@ -66,5 +67,6 @@ class LookupModule(LookupBase):
         path, prompts = run_choice()
         if path or not prompts:
             return ['']
-        vault = getattr(self._loader, '_vault', None)
-        return [prompted_password(getattr(vault, 'secrets', None) or [], C.DEFAULT_VAULT_ENCRYPT_IDENTITY)]
+        # the secrets ansible-playbook set up at start (the same list its data loader holds)
+        secrets_context = VaultSecretsContext.current(optional=True)
+        return [prompted_password(getattr(secrets_context, 'secrets', None) or [], C.DEFAULT_VAULT_ENCRYPT_IDENTITY)]

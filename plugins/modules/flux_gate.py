@@ -178,8 +178,15 @@ def _result(gate_run, client, timeline):
     }
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True, **_argspec.K8S_AUTH_CONSTRAINTS)
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True, **_argspec.K8S_AUTH_CONSTRAINTS,
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     if not k8s_client.HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib('kubernetes'), exception=str(k8s_client.KUBERNETES_IMPORT_ERROR))
     timeout, interval = _argspec.wait_params(module.params)
@@ -212,6 +219,10 @@ def main():
     message = gates.explain(gate_run, client)
     result['diagnosis'] = message.splitlines()[1:]
     module.fail_json(msg=message, **result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -305,7 +305,7 @@ def argument_spec():
     )
 
 
-def run(params):
+def graph_report(params):
     """The report for the module parameters (raises ValidationError on bad input)."""
     own_rules = _flux_graph.check_rules(params['rules'])   # errors name the user's rules[i]
     rules = (list(_flux_graph.DEFAULT_RULES) if params['use_default_rules'] else []) + own_rules
@@ -317,13 +317,20 @@ def run(params):
                                     params['tree_objects'])
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), mutually_exclusive=[('bootstrap_releases', 'bootstrap_helmfile')],
-                           supports_check_mode=True)
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), mutually_exclusive=[('bootstrap_releases', 'bootstrap_helmfile')],
+        supports_check_mode=True,
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     if not _flux_graph.HAS_YAML:
         module.fail_json(msg=missing_required_lib('PyYAML'), exception=str(_flux_graph.YAML_IMPORT_ERROR))
     try:
-        report = run(module.params)
+        report = graph_report(module.params)
     except ProxtalosError as exc:
         module.fail_json(msg=str(exc), **exc.details)
     except (OSError, IOError) as exc:
@@ -339,6 +346,10 @@ def main():
         module.fail_json(msg='Flux dependency graph of %s: %d problem(s): %s' % (module.params['path'], len(report['errors']),
                                                                                  '; '.join(report['errors'])), **result)
     module.exit_json(changed=False, **result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

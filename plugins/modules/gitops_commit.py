@@ -206,7 +206,7 @@ def find_top(module, repo_dir):
     return out.strip()
 
 
-def run(module):
+def commit_paths(module):
     params = module.params
     if params['password'] and not params['username']:
         raise ValidationError('username', 'is required with password (HTTP basic auth)')
@@ -261,15 +261,26 @@ def remote_ca(git, ca_cert):
         os.unlink(path)
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     if module.get_bin_path('git') is None:
         module.fail_json(msg='the git command is required on the controller (not found on PATH)')
     try:
-        result = run(module)
+        result = commit_paths(module)
     except ProxtalosError as exc:
         module.fail_json(msg=str(exc), **exc.details)
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -539,14 +539,19 @@ def run_several(module, timeout, interval):
     module.fail_json(msg=steps.failure_message(gate_steps, outcomes), **result)
 
 
-def main():
-    module = AnsibleModule(
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
         argument_spec=argument_spec(),
         supports_check_mode=True,
         required_if=gates.GATE_REQUIRED_IF,
         required_one_of=[('gate', 'gates')],
         mutually_exclusive=[('gate', 'gates')] + _argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'],
     )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     if not k8s_client.HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib('kubernetes'), exception=str(k8s_client.KUBERNETES_IMPORT_ERROR))
 
@@ -557,6 +562,10 @@ def main():
         run_several(module, timeout, interval)
     else:
         run_one(module, timeout, interval)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

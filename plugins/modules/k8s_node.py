@@ -241,9 +241,16 @@ def delete(module, kube, name, result, deadline, interval):
         raise _errors.WaitTimeout('Node %s: still there %gs after its delete' % (name, deadline.timeout), waited, node=name)
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=_argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'])
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        mutually_exclusive=_argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'],
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     params = module.params
     result = dict(changed=False, cordoned=False, uncordoned=False, evicted=[], left_terminating=[], deleted=False)
     try:
@@ -262,6 +269,10 @@ def main():
         module.fail_json(msg=str(exc), **dict(exc.details, **result))
     result['changed'] = bool(result['cordoned'] or result['uncordoned'] or result['evicted'] or result['deleted'])
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

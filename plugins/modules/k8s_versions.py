@@ -204,9 +204,16 @@ def node_problem(nodes, node, want, kubelet, components):
     return '; '.join(problems) or None
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=_argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'])
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        mutually_exclusive=_argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'],
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     params = module.params
     target = parse_version(params['target'])
     if target is None:
@@ -246,6 +253,10 @@ def main():
     except _errors.ProxtalosError as exc:
         module.fail_json(msg=str(exc), **dict(exc.details, **result))
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -154,8 +154,15 @@ def argument_spec():
     )
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     if not _multicluster.HAS_YAML:
         module.fail_json(msg=missing_required_lib('PyYAML'), exception=str(_multicluster.YAML_IMPORT_ERROR))
     try:
@@ -168,6 +175,10 @@ def main():
         module.fail_json(msg='%d multi-cluster problem(s):\n%s' % (len(problems), '\n'.join(
             '- %s' % problem['message'] for problem in problems)), **result)
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

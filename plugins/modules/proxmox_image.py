@@ -273,9 +273,16 @@ def failure_message(exc, params):
     return message
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           required_if=[('state', 'present', ('url',))], **_argspec.PROXMOX_AUTH_CONSTRAINTS)
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        required_if=[('state', 'present', ('url',))], **_argspec.PROXMOX_AUTH_CONSTRAINTS,
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     params = module.params
     if not _proxmox.HAS_PROXMOXER:
         module.fail_json(msg='proxmoxer and requests are required on the controller', exception=_proxmox.PROXMOXER_IMPORT_ERROR)
@@ -298,6 +305,10 @@ def main():
     result['needed_by'] = params['needed_by']
     result['elapsed'] = round(time.monotonic() - started, 3)
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -665,9 +665,16 @@ def preflight(params, client):
     return report, learnt
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           **_argspec.PROXMOX_AUTH_CONSTRAINTS)
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        **_argspec.PROXMOX_AUTH_CONSTRAINTS,
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     params = module.params
     if params['check_pve'] and not _proxmox.HAS_PROXMOXER:
         module.fail_json(msg='proxmoxer and requests are required on the controller', exception=_proxmox.PROXMOXER_IMPORT_ERROR)
@@ -688,6 +695,10 @@ def main():
     if report.problems:
         module.fail_json(msg=report.message(), **result)
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -481,7 +481,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _errors, _proxmox, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._proxmox_vm import (
-    MAX_WORKERS, STATES, many_result, run, run_many, validate, validate_many)
+    MAX_WORKERS, STATES, run as run_vm, many_result, run_many, validate, validate_many)
 
 
 def vm_options():
@@ -545,7 +545,7 @@ def run_one(module, params, deadline, interval):
     """The single form: one VM; raises ProxtalosError."""
     validate(params)
     client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn), deadline, interval=interval)
-    result = run(params, client, deadline, module.check_mode, module.warn)
+    result = run_vm(params, client, deadline, module.check_mode, module.warn)
     diff = result.pop('diff')
     if module._diff:  # pylint: disable=protected-access
         result['diff'] = diff
@@ -563,8 +563,15 @@ def run_several(module, params, deadline, interval):
     return many_result(outcome, module._diff)  # pylint: disable=protected-access
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True, **constraints())
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True, **constraints(),
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     started = time.monotonic()
     params = module.params
     if not _proxmox.HAS_PROXMOXER:
@@ -585,6 +592,10 @@ def main():
     if not ok:
         module.fail_json(msg=message, **result)
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -249,12 +249,19 @@ def argument_spec():
     )
 
 
-def main():
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
     constraints = dict(_argspec.PROXMOX_AUTH_CONSTRAINTS)
     constraints['mutually_exclusive'] = list(constraints.get('mutually_exclusive', [])) + [
         ('vmid', 'vms'), ('node', 'vms'), ('expected_address', 'vms')]
     constraints['required_one_of'] = list(constraints.get('required_one_of', [])) + [('vmid', 'vms')]
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True, **constraints)
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True, **constraints,
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     params = module.params
     if not _proxmox.HAS_PROXMOXER:
         module.fail_json(msg='proxmoxer and requests are required on the controller', exception=_proxmox.PROXMOXER_IMPORT_ERROR)
@@ -278,6 +285,10 @@ def main():
         failure.setdefault('elapsed', round(time.monotonic() - started, 3))
         module.fail_json(msg=str(exc), exception=traceback.format_exc(), **failure)
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -221,10 +221,17 @@ class CertGate(gates.Gate):
         return lines
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=[('certificate', 'certificate_path')] + _argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'],
-                           required_one_of=[('certificate', 'certificate_path')])
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        mutually_exclusive=[('certificate', 'certificate_path')] + _argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'],
+        required_one_of=[('certificate', 'certificate_path')],
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     if not k8s_client.HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib('kubernetes'), exception=str(k8s_client.KUBERNETES_IMPORT_ERROR))
     timeout, interval = _argspec.wait_params(module.params)
@@ -268,6 +275,10 @@ def main():
         pass
     result['diagnosis'] = message.splitlines()[1:]
     module.fail_json(msg=message, **result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

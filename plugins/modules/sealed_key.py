@@ -381,8 +381,15 @@ def _diff_states(decision):
     return before, after
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), mutually_exclusive=MUTUALLY_EXCLUSIVE, supports_check_mode=True)
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), mutually_exclusive=MUTUALLY_EXCLUSIVE, supports_check_mode=True,
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     if not _sealed.HAS_CRYPTOGRAPHY:
         module.fail_json(msg=missing_required_lib('cryptography'), exception=str(_sealed.CRYPTOGRAPHY_IMPORT_ERROR))
     params = module.params
@@ -424,6 +431,10 @@ def main():
     if params['return_content']:
         result['private_key'] = (decision.get('key_pem') or b'').decode('ascii')
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

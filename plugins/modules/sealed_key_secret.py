@@ -211,9 +211,16 @@ def secret_path(namespace, name=None):
     return k8s_client.api_path('v1', 'secrets', namespace, name)
 
 
-def main():  # pylint: disable=too-many-locals
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=[('vault_password', 'vault_password_file')] + _argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'])
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        mutually_exclusive=[('vault_password', 'vault_password_file')] + _argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'],
+    )
+
+
+def run(module):  # pylint: disable=too-many-locals
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     params = module.params
     namespace, name = params['namespace'], params['name']
     result = {'changed': False, 'operation': 'unchanged', 'secret': '%s/%s' % (namespace, name), 'public_key_sha256': '',
@@ -275,6 +282,10 @@ def main():  # pylint: disable=too-many-locals
         result.update(exc.details)
         module.fail_json(msg='%s (Secret %s)' % (exc, result['secret']), exception=traceback.format_exc(), **result)
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -272,13 +272,18 @@ def _without_values(sealed):
     return view
 
 
-def main():
-    module = AnsibleModule(
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
         argument_spec=argument_spec(),
         required_one_of=[('certificate', 'certificate_path')],
         mutually_exclusive=[('certificate', 'certificate_path'), ('vault_password', 'vault_password_file')],
         supports_check_mode=True,
     )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     if not _sealed.HAS_CRYPTOGRAPHY:
         module.fail_json(msg=missing_required_lib('cryptography'), exception=str(_sealed.CRYPTOGRAPHY_IMPORT_ERROR))
     if not HAS_YAML:
@@ -312,6 +317,10 @@ def main():
         before = _without_values(existing) if isinstance(existing, dict) else {}
         result['diff'] = make_diff(before, _without_values(sealed), before_header=params['dest'], after_header=params['dest'])
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

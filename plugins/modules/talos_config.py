@@ -576,11 +576,18 @@ def merge_diffs(diffs):
     return {'before': before, 'after': after}
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=[('vault_password', 'vault_password_file')]
-                           + [('nodes', option) for option in SINGLE_NODE_OPTIONS],
-                           required_one_of=[('dest', 'nodes', 'talosconfig_dest')])
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        mutually_exclusive=[('vault_password', 'vault_password_file')]
+        + [('nodes', option) for option in SINGLE_NODE_OPTIONS],
+        required_one_of=[('dest', 'nodes', 'talosconfig_dest')],
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     if not pki.HAS_CRYPTOGRAPHY:
         module.fail_json(msg=missing_required_lib('cryptography'), exception=str(pki.CRYPTOGRAPHY_IMPORT_ERROR))
     if not talosyaml.HAS_YAML:
@@ -635,6 +642,10 @@ def main():
     if module._diff:
         result['diff'] = decision['diffs'] if multi else merge_diffs(decision['diffs'])
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -472,10 +472,17 @@ def probe_all(module, credentials):
     module.exit_json(**outcome)
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'] + [['node', 'nodes']],
-                           required_one_of=[['node', 'nodes']])
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'] + [['node', 'nodes']],
+        required_one_of=[['node', 'nodes']],
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     missing = session.missing_libraries()
     if missing:
         module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
@@ -490,6 +497,10 @@ def main():
         if module.params['node'] is not None:
             details['node'] = module.params['node']
         module.fail_json(msg=str(exc), **details)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -239,9 +239,16 @@ def _state(kubeconfig, reason):
             'client_certificate_not_after': kubeconfig.certificate_not_after().isoformat(), 'reason': reason}
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'])
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'],
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     missing = session.missing_libraries()
     if missing:
         module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
@@ -308,6 +315,10 @@ def main():
     except (IOError, OSError) as exc:
         module.fail_json(msg='cannot write the kubeconfig %s: %s' % (params['dest'], exc), exception=traceback.format_exc())
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -477,7 +477,7 @@ def targets(params):
     return found
 
 
-def run(params, credentials, check_mode=False, clock=time.monotonic, sleep=time.sleep):
+def diagnosis(params, credentials, check_mode=False, clock=time.monotonic, sleep=time.sleep):
     """(result dict, failure message or None) for the module's params.
 
     Single form (O(node)): the node's diagnosis; a failure when O(wait_for=running) ran out of time; a node that
@@ -537,21 +537,32 @@ def multi_result(diagnosers, service_id, outcome, waited_timeout):
     return result, failure
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'] + [('node', 'nodes')],
-                           required_one_of=[('node', 'nodes')])
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'] + [('node', 'nodes')],
+        required_one_of=[('node', 'nodes')],
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     missing = session.missing_libraries()
     if missing:
         module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
     try:
         credentials = session.load_credentials(module.params, module)
-        result, failure = run(module.params, credentials, check_mode=module.check_mode)
+        result, failure = diagnosis(module.params, credentials, check_mode=module.check_mode)
     except ProxtalosError as exc:
         module.fail_json(msg=str(exc), changed=False, **exc.details)
     if failure:
         module.fail_json(msg=failure, **result)
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

@@ -139,9 +139,16 @@ def wait_back(node_session, boot_before, required, deadline, interval):
     return seen['boot']
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'])
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'],
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     missing = session.missing_libraries()
     if missing:
         module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
@@ -164,6 +171,10 @@ def main():
     except ProxtalosError as exc:
         module.fail_json(msg=str(exc), **dict(exc.details, node=result['node'] or params['node'], changed=bool(result['actor_id'])))
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

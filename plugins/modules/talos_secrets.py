@@ -246,8 +246,15 @@ def _state(decision, after):
     }
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), mutually_exclusive=MUTUALLY_EXCLUSIVE, supports_check_mode=True)
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), mutually_exclusive=MUTUALLY_EXCLUSIVE, supports_check_mode=True,
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     if not pki.HAS_CRYPTOGRAPHY:
         module.fail_json(msg=missing_required_lib('cryptography'), exception=str(pki.CRYPTOGRAPHY_IMPORT_ERROR))
     if not talosyaml.HAS_YAML:
@@ -282,6 +289,10 @@ def main():
         result['diff'] = make_diff(_state(decision, after=False), _state(decision, after=True),
                                    before_header=params['path'], after_header=params['path'])
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

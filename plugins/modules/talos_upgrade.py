@@ -153,9 +153,16 @@ def observe(node_session, required, etcd_members):
     return version, health.boot_marker(services), problems
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'])
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'],
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     missing = session.missing_libraries()
     if missing:
         module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
@@ -203,6 +210,10 @@ def main():
     except ProxtalosError as exc:
         module.fail_json(msg=str(exc), **dict(exc.details, **result))
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':

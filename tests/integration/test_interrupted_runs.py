@@ -71,10 +71,10 @@ KEYPAIR_TASK = 'Keep the sealed-secrets keypair'
 # unhealthy etcd member on lab-cp-3 keeps its quorum wait going. The fault is cleared right after the kill.
 # (name, target, params)
 KILL_ARGS = {}
-# The killed runs start a module process for each module task (the venv's python by its other name is not
-# ansible-playbook's own interpreter: docs/development.md): with the modules in the worker process, a stage at time
-# scale 0 moves on from its kill point (preflight's first check, the Kubeconfig call...) in less time than the
-# observer takes to notice it and freeze the run. The runs that resume use the default.
+# The killed runs name the venv's python by its other name (from when the collection's modules ran in the worker
+# process unless the interpreter was another: a stage at time scale 0 then moved on from its kill point in less time
+# than the observer takes to notice it). Every module task is a module process now (docs/adr/0001-...); the
+# argument is kept so that the killed runs stay as they were measured. The runs that resume use the default.
 KILLED_RUN_ARGS = ('-e', 'ansible_python_interpreter=%s' % os.path.join(os.path.dirname(os.path.realpath(PLAYBOOK_BIN)), 'python3'))
 KILL_FAULTS = {'vms': ('pve-5xx', None, {'times': 0, 'status': 503, 'method': 'POST', 'path': '/qemu/1023/status/start'}),
                'apply': ('talos-unreachable', 'lab-w-3', {}),

@@ -3,9 +3,10 @@
 changes nothing.
 
 `make oldest-core` runs it, with PROXTALOS_ANSIBLE_PLAYBOOK naming the ansible-playbook of a second venv that holds
-ansible-core 2.19 and the `ansible` 12 package; without that variable the test is skipped. On 2.19 every task of the
-collection runs as a module process (plugins/plugin_utils/_in_process.py runs modules in the worker on 2.21 only;
-docs/adr/0001-modules-in-the-worker-process.md), so this is also the run of that path.
+ansible-core 2.19 and the `ansible` 12 package; without that variable the test is skipped. Every task of the
+collection runs the same way on every core: its module's run(module) in the worker through the public facade of
+AnsibleModule (the inventory's interpreter is that ansible-playbook's own; plugins/plugin_utils/_vault_inputs.py,
+_action_module.py; docs/adr/0001-modules-in-the-worker-process.md), so 2.19 and 2.21 run the same path.
 
 The `ansible` 12 package ships kubernetes.core 6.2.0, whose helm modules cannot run helm 4 (the helm `make setup`
 installs); a user with helm 4 installs kubernetes.core 6.4.0 or later (requirements.yml), which the preflight checks.

@@ -8,16 +8,6 @@ from ansible.parsing.vault import VaultSecret
 from ansible_collections.proxtalos.cluster.plugins.lookup import vault_password as plugin
 
 
-class _Vault(object):
-    def __init__(self, secrets):
-        self.secrets = secrets
-
-
-class _Loader(object):
-    def __init__(self, secrets):
-        self._vault = _Vault(secrets)
-
-
 @pytest.fixture
 def cli(monkeypatch):
     def set_cli(**args):
@@ -31,7 +21,17 @@ def cli(monkeypatch):
 
 
 def lookup(secrets):
-    instance = plugin.LookupModule(loader=_Loader(secrets))
+    # ansible-playbook's secrets (CLI.setup_vault_secrets initialises the context once per process): set for this call
+    saved = plugin.VaultSecretsContext._current  # pylint: disable=protected-access
+    plugin.VaultSecretsContext._current = plugin.VaultSecretsContext(secrets)  # pylint: disable=protected-access
+    try:
+        return _run_lookup()
+    finally:
+        plugin.VaultSecretsContext._current = saved  # pylint: disable=protected-access
+
+
+def _run_lookup():
+    instance = plugin.LookupModule()
     instance.set_options = lambda **kwargs: None
     return instance.run([])
 

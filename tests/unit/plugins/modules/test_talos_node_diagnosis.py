@@ -140,7 +140,7 @@ def run_with(monkeypatch, answers, check_mode=False, **overrides):
     fake = FakeNodes(answers if isinstance(answers, dict) else {'10.5.0.21': answers})
     monkeypatch.setattr(module, 'read_service_list', fake.read_service_list)
     clock = FakeClock()
-    result, failure = module.run(params(**overrides), credentials=object(), check_mode=check_mode, clock=clock, sleep=clock.sleep)
+    result, failure = module.diagnosis(params(**overrides), credentials=object(), check_mode=check_mode, clock=clock, sleep=clock.sleep)
     fake.calls_of_one = fake.calls.get('10.5.0.21')
     return result, failure, fake
 
