@@ -115,9 +115,16 @@ def read_manifests(params, module=None):
     return node.call('cosi_list', manifests_sync.MANIFEST_NAMESPACE, manifests_sync.MANIFEST_TYPE)
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           mutually_exclusive=_argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'])
+def module_kwargs():
+    """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
+    return dict(
+        argument_spec=argument_spec(), supports_check_mode=True,
+        mutually_exclusive=_argspec.K8S_AUTH_CONSTRAINTS['mutually_exclusive'],
+    )
+
+
+def run(module):
+    """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
     result = dict(changed=False, manifests=[], objects=[])
     missing = session.missing_libraries()
     if missing:
@@ -137,6 +144,10 @@ def main():
         result['changed'] = any(entry['action'] != 'unchanged' for entry in result['objects']) and not module.check_mode
         module.fail_json(msg=str(exc), **dict(exc.details, **result))
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_kwargs()))
 
 
 if __name__ == '__main__':
