@@ -286,6 +286,19 @@ def test_a_secret_sealed_by_the_collection_is_unsealed_by_the_upstream_controlle
         assert synced['status'] == 'True', synced
 
 
+def assert_certificate_through_service_proxy(cp, cert_pem, what):
+    """kubeseal's GET of the controller's certificate through kube-apiserver's service proxy answers, within WAIT, the
+    certificate the controller serves."""
+    def served():
+        response = requests.get(cp.api_url + '/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http'
+                                '/proxy/v1/cert.pem', timeout=30, verify=cp.pki_file('ca.crt'),
+                                cert=(cp.pki_file('admin.crt'), cp.pki_file('admin.key')))
+        return response.status_code == 200, (response.status_code, response.text)
+    status, body = Lab.wait_until(served, WAIT, what=what)
+    want = cert_pem.decode() if isinstance(cert_pem, bytes) else cert_pem
+    assert status == 200 and body.strip() == want.strip()
+
+
 def test_the_controller_serves_its_certificate_through_kube_apiservers_service_proxy(world):
     """kubeseal's way to the controller (and the collection's sealed_cert_gate's): kube-apiserver's service proxy, which
     dials the pod address kwok gave the controller's pod; the lab's pod network takes it to the process."""
@@ -293,14 +306,7 @@ def test_the_controller_serves_its_certificate_through_kube_apiservers_service_p
     pod_ip = {entry['name']: entry.get('pod_ip') for entry in controllers.status()}[flux.SEALED_SECRETS]
     assert pod_ip and cp.pod_network.routes()[(pod_ip, 8080)] == ('127.0.0.1', controllers.ports[flux.SEALED_SECRETS])
 
-    def served():
-        response = requests.get(cp.api_url + '/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http'
-                                '/proxy/v1/cert.pem', timeout=30, verify=cp.pki_file('ca.crt'),
-                                cert=(cp.pki_file('admin.crt'), cp.pki_file('admin.key')))
-        return response.status_code == 200, (response.status_code, response.text)
-    status, body = Lab.wait_until(served, WAIT, what='the certificate through the service proxy')
-    want = cert_pem.decode() if isinstance(cert_pem, bytes) else cert_pem
-    assert status == 200 and body.strip() == want.strip()
+    assert_certificate_through_service_proxy(cp, cert_pem, 'the certificate through the service proxy')
 
 
 def test_a_git_server_that_is_down_fails_the_fetch(world, working_copy):
@@ -415,11 +421,4 @@ def test_a_new_pod_of_the_controller_starts_its_process_again_and_the_proxy_foll
         new_ip, controllers.ports[flux.SEALED_SECRETS]) in replayed[1:], replayed
     assert cp.pod_network.routes()[(new_ip, 8080)] == ('127.0.0.1', controllers.ports[flux.SEALED_SECRETS])
 
-    def served():
-        response = requests.get(cp.api_url + '/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http'
-                                '/proxy/v1/cert.pem', timeout=30, verify=cp.pki_file('ca.crt'),
-                                cert=(cp.pki_file('admin.crt'), cp.pki_file('admin.key')))
-        return response.status_code == 200, (response.status_code, response.text)
-    status, body = Lab.wait_until(served, WAIT, what='the certificate through the service proxy at the new pod')
-    want = cert_pem.decode() if isinstance(cert_pem, bytes) else cert_pem
-    assert status == 200 and body.strip() == want.strip()
+    assert_certificate_through_service_proxy(cp, cert_pem, 'the certificate through the service proxy at the new pod')
