@@ -153,7 +153,6 @@ def test_a_release_whose_workload_stays_pending_fails_naming_it_and_the_next_rel
             cluster.lab.clear('k8s-pending', 'stuck-system/stuck-operator')
 
 
-
 PRIVILEGED_AGENT = {
     'apiVersion': 'apps/v1', 'kind': 'Deployment',
     'metadata': {'name': 'node-agent'},
@@ -200,6 +199,7 @@ def test_a_release_of_privileged_pods_in_a_namespace_without_pod_security_labels
     assert run.rc == 0, run.explain()
     deployment = cluster.kubectl_json('-n', 'agents-privileged', 'get', 'deployment', 'node-agent')
     assert deployment['status'].get('availableReplicas') == 1, deployment['status']
+
 
 # ---------------------------------------------------------------------- remote sources: a chart repository, manifest URLs
 
