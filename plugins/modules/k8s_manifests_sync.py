@@ -137,8 +137,7 @@ def run(module):
             raise _errors.ApiError('talos node %s lists no bootstrap manifests (%s in namespace %s): is it a control plane?'
                                    % (module.params['node'], manifests_sync.MANIFEST_TYPE, manifests_sync.MANIFEST_NAMESPACE))
         kube = k8s_client.build_client(module.params, module=module, warn=module.warn)
-        for obj in manifests_sync.staged(objects):
-            result['objects'].append(manifests_sync.sync_one(kube, obj, check_mode=module.check_mode))
+        manifests_sync.sync(kube, objects, check_mode=module.check_mode, done=result['objects'])
         result['changed'] = any(entry['action'] != 'unchanged' for entry in result['objects'])
     except _errors.ProxtalosError as exc:
         result['changed'] = any(entry['action'] != 'unchanged' for entry in result['objects']) and not module.check_mode

@@ -137,6 +137,11 @@ def sync_one(kube, obj, check_mode=False):
     return entry
 
 
-def sync(kube, objects, check_mode=False):
-    """Apply every object in staged order; the entries of sync_one. The first refusal raises, naming its object."""
-    return [sync_one(kube, obj, check_mode=check_mode) for obj in staged(objects)]
+def sync(kube, objects, check_mode=False, done=None):
+    """Apply every object in staged order; the entries of sync_one, appended to `done` (a new list when None) as each
+    object is handled, so a caller keeps those of the objects before a refusal. The first refusal raises, naming its
+    object."""
+    done = [] if done is None else done
+    for obj in staged(objects):
+        done.append(sync_one(kube, obj, check_mode=check_mode))
+    return done
