@@ -96,26 +96,6 @@ def _with_image(documents, kind, container, image):
     return out
 
 
-def talos_documents(config):
-    """The documents Talos' manifest controller applies for this machine config."""
-    cluster = config.cluster
-    documents = []
-    coredns = cluster.get('coreDNS') or {}
-    if not coredns.get('disabled'):
-        documents += _with_image(COREDNS, 'Deployment', 'coredns', coredns.get('image') or DEFAULT_COREDNS_IMAGE)
-    proxy = cluster.get('proxy') or {}
-    if not proxy.get('disabled'):
-        documents += _with_image(KUBE_PROXY, 'DaemonSet', 'kube-proxy', proxy.get('image') or DEFAULT_PROXY_IMAGE)
-    for manifest in cluster.get('inlineManifests') or ():
-        try:
-            documents += [doc for doc in yaml.safe_load_all(manifest.get('contents') or '') if isinstance(doc, dict)]
-        except yaml.YAMLError as exc:
-            LOG.warning('inline manifest %s is not YAML: %s', manifest.get('name'), exc)
-    for url in cluster.get('extraManifests') or ():
-        LOG.warning('extra manifest %s: the lab cannot fetch URLs; not applied', url)
-    return documents
-
-
 def manifests_by_id(config):
     """The Manifest resources Talos' ManifestController renders from a control plane's config, as [(id, documents)]:
     kube-proxy as `10-kube-proxy`, CoreDNS as `11-core-dns`, each inline manifest as `99-<name>` (siderolabs/talos
@@ -132,10 +112,20 @@ def manifests_by_id(config):
     for manifest in cluster.get('inlineManifests') or ():
         try:
             documents = [doc for doc in yaml.safe_load_all(manifest.get('contents') or '') if isinstance(doc, dict)]
-        except yaml.YAMLError:
+        except yaml.YAMLError as exc:
+            LOG.warning('inline manifest %s is not YAML: %s', manifest.get('name'), exc)
             documents = []
         out.append(('99-%s' % manifest.get('name'), documents))
     return out
+
+
+def talos_documents(config):
+    """The documents Talos' manifest controller applies for this machine config: those of its Manifest resources, in
+    their id order (manifests_by_id)."""
+    documents = [doc for _id, docs in manifests_by_id(config) for doc in docs]
+    for url in config.cluster.get('extraManifests') or ():
+        LOG.warning('extra manifest %s: the lab cannot fetch URLs; not applied', url)
+    return documents
 
 
 class ManifestApplier:
