@@ -5,7 +5,7 @@
 
 assess(kustomizations, sources) is pure: it orders the live Kustomizations by spec.dependsOn (the
 namespace of a dependency defaults to the dependant's, as kustomize-controller resolves it),
-judges each with kustomization_state() (what kustomize-controller v1.6.1 itself requires of a
+judges each with kustomization_state() (what kustomize-controller v1.9.5 itself requires of a
 dependency, plus the reconcile request and suspension; see there), and for each one that is not
 Ready says why, in dependsOn terms:
 
@@ -138,27 +138,43 @@ def source_key(obj):
     return (ref.get('kind') or '', ref.get('namespace') or objects.metadata(obj).get('namespace') or '', ref.get('name') or '')
 
 
+def last_build_succeeded(obj):
+    """False when the newest snapshot of a Kustomization's status.history (the outcome of its last reconcile that got
+    as far as a build; kustomize-controller v1.9.5 kustomization_controller.go:473-547) is a failure; True when it is
+    a success or when there is no history (a controller before status.history)."""
+    history = objects.status(obj).get('history') or []
+    newest = history[0] if history and isinstance(history[0], dict) else {}
+    return newest.get('lastReconciledStatus') in (None, 'ReconciliationSucceeded')
+
+
 def kustomization_state(obj, source=None, check_source=True):
     """Is this Kustomization done with what it has to apply now? A condition_met-shaped item.
 
-    On top of the flux CLI's test (predicates.condition_met), what kustomize-controller v1.6.1 itself requires before
-    it counts a dependency as ready (internal/controller/kustomization_controller.go:535-577, checkDependencies):
-    status.lastAppliedRevision equal to the source's status.artifact.revision (source-controller api/v1.6.0
-    api/v1/artifact_types.go:66-71, HasRevision: plain equality). A Kustomization's generation does not move when
-    its source gets a new commit, so Ready=True alone can be the old commit's verdict.
+    On top of the flux CLI's test (predicates.condition_met), what kustomize-controller v1.9.5 (Flux v2.9.5, the pinned
+    release) itself requires before it counts a dependency as ready (internal/controller/kustomization_controller.go
+    :558-630, checkDependencies): status.lastAppliedRevision equal to the source's status.artifact.revision (HasRevision:
+    plain equality). A Kustomization's generation does not move when its source gets a new commit, so Ready=True alone
+    can be the old commit's verdict.
 
-    - spec.suspend: the controller returns before reconciling (kustomization_controller.go:230-234) and leaves the
+    - spec.suspend: the controller returns before reconciling (kustomization_controller.go:183-187) and leaves the
       status as it was; named at once (`suspended`, fails the gate: no wait can change it).
     - A reconcile request (reconcile.fluxcd.io/requestedAt) on the Kustomization or on its source that the
       controller has not handled yet (predicates.request_pending) is not Ready.
     - Every reconcile, the periodic one with nothing new included, starts with Ready=Unknown `Progressing`
-      and Reconciling=True (kustomization_controller.go:344-345) and keeps them through build, apply and health
-      checks; status.observedGeneration moves only on success (finalizeStatus, :1192-1195). So Ready=Unknown
-      `Progressing` is accepted when status.observedGeneration equals the generation, no request is pending and the
-      last applied revision is the source's current one: this object already completed a reconcile of this spec
-      at this revision, and the one running now has nothing new to apply. Not while Healthy is False: a retry after
-      a failed health check also starts so, and Healthy stays False until its health checks run again (:962-980).
-    - Stalled=True (at v1.6.1 only InvalidCELExpression and FeatureGateDisabled, :240-256) fails at once.
+      and Reconciling=True (kustomization_controller.go:325-326) and keeps them through build, apply and health
+      checks; status.observedGeneration moves only on success (finalizeStatus, :1304-1307). So Ready=Unknown
+      `Progressing` is accepted when status.observedGeneration equals the generation, no request is pending, the
+      last applied revision is the source's current one, and the last reconcile that got as far as a build succeeded:
+      this object already completed a reconcile of this spec at this revision, and the one running now has nothing
+      new to apply. A retry after a failure starts the same way, so what the last attempt ended with decides:
+      - status.history (fluxcd/pkg apis/meta v1.30.2 history.go: newest snapshot first, Upsert) has the outcome of
+        every reconcile that built: `ReconciliationSucceeded` (:541-545), else `ReconciliationFailed` (apply,
+        inventory), `PruneFailed` or `HealthCheckFailed` (:473-529). Its newest entry must be the success.
+      - Healthy=False (a failed health check) also refuses it: Healthy stays False until the retry's health checks
+        start (:1052-1054), which covers a controller that writes no history.
+      What is not seen: a retry after a failure before the build (a dependency, a source or decryption error at the
+      same revision, :213-262, :424-454) records no history; its Ready=Unknown is accepted for the time it runs.
+    - Stalled=True (at v1.9.5 InvalidCELExpression, FeatureGateDisabled and AccessDenied, :189-255) fails at once.
 
     With check_source false (no sources read) the revision is not compared.
     """
@@ -174,7 +190,7 @@ def kustomization_state(obj, source=None, check_source=True):
         ready = objects.condition(obj, 'Ready') or {}
         healthy = objects.condition(obj, 'Healthy')
         if not (ready.get('status') == 'Unknown' and ready.get('reason') == 'Progressing' and not predicates.request_pending(obj)
-                and (healthy is None or healthy.get('status') != 'False')
+                and (healthy is None or healthy.get('status') != 'False') and last_build_succeeded(obj)
                 and objects.generation(obj) is not None and objects.observed_generation(obj) == objects.generation(obj)
                 and check_source and item['source_revision'] and item['last_applied_revision'] == item['source_revision']):
             return item

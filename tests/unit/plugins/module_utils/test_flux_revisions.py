@@ -2,11 +2,14 @@
 request made of it; a periodic no-change reconcile is not a failure; a suspended one is named at once.
 
 The status objects are shaped as the pinned controllers write them:
-- kustomize-controller v1.6.1 internal/controller/kustomization_controller.go: at the start of every reconcile
-  Ready=Unknown `Progressing` "Reconciliation in progress" and Reconciling=True `Progressing` "Fetching manifests for
-  revision ... with a timeout of ..." (:341-345); on success lastAppliedRevision (:523) and Ready=True
-  `ReconciliationSucceeded` "Applied revision: ..." (:527-530); finalizeStatus copies the reconcile request to
-  lastHandledReconcileAt (:1186-1188), drops Reconciling and sets observedGeneration when Ready is True (:1192-1195).
+- kustomize-controller v1.9.5 (Flux v2.9.5) internal/controller/kustomization_controller.go: at the start of every
+  reconcile Ready=Unknown `Progressing` "Reconciliation in progress" and Reconciling=True `Progressing` "Fetching
+  manifests for revision ... with a timeout of ..." (:323-326); on success lastAppliedRevision (:533-534), Ready=True
+  `ReconciliationSucceeded` "Applied revision: ..." (:536-540) and a status.history snapshot of the build's digest
+  with lastReconciledStatus `ReconciliationSucceeded` and metadata.revision (:541-545; a failed apply, prune or
+  health check records `ReconciliationFailed`, `PruneFailed`, `HealthCheckFailed` instead, :473-529; newest first,
+  fluxcd/pkg apis/meta v1.30.2 history.go Upsert); finalizeStatus copies the reconcile request to
+  lastHandledReconcileAt (:1297-1300), drops Reconciling and sets observedGeneration when Ready is True (:1302-1307).
   Every condition carries the object's generation as observedGeneration (fluxcd/pkg runtime/conditions/setter.go).
 - source-controller v1.6.2: status.artifact.revision `<branch>@sha1:<hash>` (fluxcd/pkg git/git.go:97-102,
   Commit.String), lastHandledReconcileAt from RecordReconcileReq (internal/reconcile/summarize/processor.go:42-46).
@@ -38,7 +41,16 @@ def succeeded(name='apps', revision=OLD, generation=3, requested=None, handled=N
                               'message': 'Applied revision: %s' % revision, 'lastTransitionTime': '2026-11-27T10:00:00Z'}]}
     if handled:
         status['lastHandledReconcileAt'] = handled
+    status['history'] = [snapshot('ReconciliationSucceeded', revision)]
     return {'apiVersion': 'kustomize.toolkit.fluxcd.io/v1', 'kind': 'Kustomization', 'metadata': meta, 'spec': body, 'status': status}
+
+
+def snapshot(outcome, revision, digest='sha256:' + 'b' * 64):
+    """One status.history entry (fluxcd/pkg apis/meta v1.30.2 history.go Snapshot) as kustomize-controller records a
+    reconcile that got as far as a build."""
+    return {'digest': digest, 'firstReconciled': '2026-11-27T10:00:00Z', 'lastReconciled': '2026-11-27T10:00:00Z',
+            'lastReconciledDuration': '1.2s', 'lastReconciledStatus': outcome, 'totalReconciliations': 1,
+            'metadata': {'revision': revision}}
 
 
 def reconciling(obj, revision):
@@ -215,10 +227,12 @@ def test_a_helmrelease_ready_for_the_previous_chart_is_not_ready_until_it_releas
 
 
 def test_a_retry_after_a_failed_health_check_is_not_taken_for_a_periodic_reconcile():
-    # a health check failed at this generation and revision (kustomization_controller.go:979-980 Ready and Healthy
-    # False HealthCheckFailed); the retry starts with Ready Unknown Progressing and leaves Healthy False until its
-    # health checks run again (:962-968)
+    # a health check failed at this generation and revision (kustomization_controller.go:1071 Healthy and :528-529
+    # Ready False HealthCheckFailed); the retry starts with Ready Unknown Progressing and leaves Healthy False until
+    # its health checks run again (:1053-1054). Without status.history (a controller before it) Healthy=False is what
+    # tells the retry apart; once its health checks run, only the history can (the test after the next ones).
     retry = reconciling(succeeded(revision=NEW), NEW)
+    del retry['status']['history']
     retry['status']['conditions'].append({'type': 'Healthy', 'status': 'False', 'reason': 'HealthCheckFailed', 'observedGeneration': 3,
                                           'message': 'health check failed after 5m0s: timeout waiting for: [Deployment/apps/web status: InProgress]'})
     assert not judge([retry], gitrepository(NEW)).ok
@@ -244,3 +258,40 @@ def test_a_source_kind_the_gate_does_not_read_is_not_taken_as_missing():
     verdict = _flux.assess([succeeded(revision=NEW, sourceRef={'kind': 'FutureSource', 'name': 'x'})], sources={})
     assert verdict.ok, verdict.items
     assert verdict.items[0]['note'] == 'source kind FutureSource is not one the gate reads; its revision is not compared'
+
+
+def test_a_retry_after_a_failed_apply_at_the_applied_revision_is_waited_for():
+    # Reviewer finding 8: an apply failed at the revision already applied (a drift the API server refused:
+    # kustomization_controller.go:471-476 records ReconciliationFailed in status.history and Ready=False); the retry
+    # starts with Ready=Unknown Progressing (:325-326) and Healthy still True from the last success, so only the
+    # history tells it apart from a periodic reconcile of a healthy tree.
+    retry = reconciling(succeeded(revision=NEW), NEW)
+    retry['status']['conditions'].append({'type': 'Healthy', 'status': 'True', 'reason': 'Succeeded', 'observedGeneration': 3,
+                                          'message': 'Health check passed in 1.1s'})
+    retry['status']['history'].insert(0, snapshot('ReconciliationFailed', NEW))
+    verdict = judge([retry], gitrepository(NEW))
+    assert not verdict.ok
+    assert verdict.items[0]['reason'] == 'Ready=Unknown Progressing: Reconciliation in progress'
+    # the same retry once it succeeded again: Upsert moves the success snapshot of the same digest to the front
+    retry['status']['history'].reverse()
+    assert judge([retry], gitrepository(NEW)).ok
+
+
+def test_a_retry_after_a_failed_health_check_stays_waited_for_once_its_health_checks_run():
+    # HealthCheckFailed in the history (:528) keeps the retry out while its health checks run (Healthy=Unknown
+    # Progressing, :1053-1054), where the Healthy condition alone no longer tells it apart
+    retry = reconciling(succeeded(revision=NEW), NEW)
+    retry['status']['conditions'].append({'type': 'Healthy', 'status': 'Unknown', 'reason': 'Progressing', 'observedGeneration': 3,
+                                          'message': 'Running health checks for revision %s with a timeout of 9m30s' % NEW})
+    retry['status']['history'].insert(0, snapshot('HealthCheckFailed', NEW))
+    assert not judge([retry], gitrepository(NEW)).ok
+    for outcome in ('PruneFailed', 'ReconciliationFailed'):
+        retry['status']['history'][0]['lastReconciledStatus'] = outcome
+        assert not judge([retry], gitrepository(NEW)).ok
+
+
+def test_a_kustomization_without_history_is_judged_by_its_conditions():
+    # a controller from before status.history (the field is omitempty): the conditions alone decide, as before
+    periodic = reconciling(succeeded(revision=NEW), NEW)
+    del periodic['status']['history']
+    assert judge([periodic], gitrepository(NEW)).ok
