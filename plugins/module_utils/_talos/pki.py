@@ -54,6 +54,7 @@ OS_CA_KEY_TYPES = ('ed25519', 'ecdsa')
 KNOWN_ROLES = ('os:admin', 'os:operator', 'os:reader', 'os:etcd:backup', 'os:image:verifier',
                'os:meta:writer', 'os:impersonator')
 
+
 def utcnow():
     """The current time, timezone-aware UTC, to the second."""
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
