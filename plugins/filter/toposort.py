@@ -13,6 +13,8 @@ release, a release listed twice, or a cycle is an error that names the releases 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.proxtalos.cluster.plugins.module_utils._graph import cycle_through, cyclic_components
+from ansible_collections.proxtalos.cluster.plugins.module_utils._graph import tiers as graph_tiers
 
 
 def release_id(release):
@@ -61,79 +63,30 @@ def _check(releases, needs_key):
     return ids, needs
 
 
-def _cycles(remaining, needs):
-    """(path 'a -> b -> a', members) for each strongly connected component that loops (Tarjan)."""
-    index_of, low, stack, on_stack, found = {}, {}, [], set(), []
-    counter = [0]
-
-    def connect(node):
-        index_of[node] = low[node] = counter[0]
-        counter[0] += 1
-        stack.append(node)
-        on_stack.add(node)
-        for need in needs[node]:
-            if need not in remaining:
-                continue
-            if need not in index_of:
-                connect(need)
-                low[node] = min(low[node], low[need])
-            elif need in on_stack:
-                low[node] = min(low[node], index_of[need])
-        if low[node] == index_of[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1 or node in needs[node]:
-                component = sorted(component, key=remaining.index)
-                found.append((_cycle_path(component, needs), component))
-
-    for node in remaining:
-        if node not in index_of:
-            connect(node)
-    return found
-
-
-def _cycle_path(component, needs):
-    """One loop inside a looping component, 'a -> b -> a', plus the other members if any."""
-    members = set(component)
-    path = [component[0]]
-    while True:
-        # every member of a looping component needs at least one other member (or itself)
-        following = [need for need in needs[path[-1]] if need in members][0]
-        if following in path:
-            loop = path[path.index(following):] + [following]
-            text = ' -> '.join(loop)
-            if len(members) > len(loop) - 1:
-                text += ' (all caught in it: %s)' % ', '.join(component)
-            return text
-        path.append(following)
+def _cycle_text(graph, component):
+    """'a -> b -> a': a shortest loop through the component's first release, plus the other members if any."""
+    loop = cycle_through(graph, component)
+    text = ' -> '.join(loop)
+    if len(component) > len(loop) - 1:
+        text += ' (all caught in it: %s)' % ', '.join(component)
+    return text
 
 
 def tiers(releases, needs_key='needs'):
     """Lists of releases; each needs only releases of earlier lists."""
     ids, needs = _check(releases, needs_key)
     by_id = dict(zip(ids, releases))
-    placed = set()
-    result = []
-    remaining = list(ids)
-    while remaining:
-        tier = [rid for rid in remaining if all(need in placed for need in needs[rid])]
-        if not tier:
-            loops = _cycles(remaining, needs)
-            caught = set(member for path, component in loops for member in component)
-            text = 'toposort: needs form a cycle: %s' % '; '.join(path for path, component in loops)
-            blocked = [rid for rid in remaining if rid not in caught]
-            if blocked:
-                text += '; waiting behind it: %s' % ', '.join(blocked)
-            raise AnsibleFilterError(text)
-        result.append([by_id[rid] for rid in tier])
-        placed.update(tier)
-        remaining = [rid for rid in remaining if rid not in placed]
-    return result
+    ordered, waiting = graph_tiers(needs)
+    if waiting:
+        stuck = dict((rid, needs[rid]) for rid in waiting)
+        loops = cyclic_components(stuck)
+        caught = set(member for component in loops for member in component)
+        text = 'toposort: needs form a cycle: %s' % '; '.join(_cycle_text(stuck, component) for component in loops)
+        blocked = [rid for rid in waiting if rid not in caught]
+        if blocked:
+            text += '; waiting behind it: %s' % ', '.join(blocked)
+        raise AnsibleFilterError(text)
+    return [[by_id[rid] for rid in tier] for tier in ordered]
 
 
 def toposort(releases, needs_key='needs'):

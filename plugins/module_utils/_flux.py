@@ -22,7 +22,7 @@ _k8s.gates.run like any gate.
 
 from __future__ import annotations
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _graph
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import client as k8s_client
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import diagnosis
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import gates
@@ -57,79 +57,11 @@ def dependencies(obj):
 
 
 def order(graph):
-    """(tiers, cycles) of {id: [dependency ids]}: tier 0 depends on nothing present; cycles as id lists."""
-    tiers, placed = [], {}
-    remaining = set(graph)
-    while remaining:
-        tier = sorted(n for n in remaining if all(d in placed or d not in graph for d in graph[n]))
-        if not tier:
-            break
-        for node in tier:
-            placed[node] = len(tiers)
-        tiers.append(tier)
-        remaining -= set(tier)
-    return tiers, find_cycles({n: [d for d in graph[n] if d in remaining] for n in remaining})
-
-
-def find_cycles(graph):
-    """One cycle (as a path whose first id is repeated at the end) per strongly connected group."""
-    index, low, stack, on_stack, groups = {}, {}, [], set(), []
-    counter = [0]
-
-    def visit(node):
-        work = [(node, iter(graph.get(node, ())))]
-        index[node] = low[node] = counter[0]
-        counter[0] += 1
-        stack.append(node)
-        on_stack.add(node)
-        while work:
-            current, children = work[-1]
-            advanced = False
-            for child in children:
-                if child not in graph:
-                    continue
-                if child not in index:
-                    index[child] = low[child] = counter[0]
-                    counter[0] += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(graph.get(child, ()))))
-                    advanced = True
-                    break
-                if child in on_stack:
-                    low[current] = min(low[current], index[child])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[current])
-            if low[current] == index[current]:
-                group = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    group.append(member)
-                    if member == current:
-                        break
-                if len(group) > 1 or current in graph.get(current, ()):
-                    groups.append(group)
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    cycles = []
-    for group in groups:
-        members = set(group)
-        start = min(group)
-        path, node = [start], start
-        while True:
-            node = min(d for d in graph[node] if d in members)
-            if node in path:
-                path = path[path.index(node):] + [node]
-                break
-            path.append(node)
-        cycles.append(path)
-    return sorted(cycles)
+    """(tiers, cycles) of {id: [dependency ids]}: tier 0 depends on nothing present; each tier and the cycles sorted,
+    a cycle as an id path from the smallest id of its strongly connected group back to it."""
+    tiers, waiting = _graph.tiers(_graph.sorted_graph(graph))
+    stuck = _graph.sorted_graph(dict((ident, graph[ident]) for ident in waiting))
+    return tiers, sorted(_graph.cycle_through(stuck, component) for component in _graph.cyclic_components(stuck))
 
 
 def source_key(obj):

@@ -33,6 +33,7 @@ import os
 import re
 import sys
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _graph
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 
 try:
@@ -596,104 +597,6 @@ def ownership(repo):
     return dict((key, sorted(value)) for key, value in owners.items()), warnings
 
 
-# --- graph algorithms ------------------------------------------------------------------------
-
-def strongly_connected(graph):
-    """Tarjan's strongly connected components (iterative); graph: id -> list of ids."""
-    index = {}
-    low = {}
-    on_stack = set()
-    stack = []
-    components = []
-    counter = [0]
-    for start in sorted(graph):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph.get(start, ()))))]
-        index[start] = low[start] = counter[0]
-        counter[0] += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            vertex, successors = work[-1]
-            advanced = False
-            for successor in successors:
-                if successor not in graph:
-                    continue
-                if successor not in index:
-                    index[successor] = low[successor] = counter[0]
-                    counter[0] += 1
-                    stack.append(successor)
-                    on_stack.add(successor)
-                    work.append((successor, iter(sorted(graph.get(successor, ())))))
-                    advanced = True
-                    break
-                if successor in on_stack:
-                    low[vertex] = min(low[vertex], index[successor])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[vertex])
-            if low[vertex] == index[vertex]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == vertex:
-                        break
-                components.append(sorted(component))
-    return components
-
-
-def _cycle_through(graph, members):
-    """One cycle through the first member, staying inside the component, in dependsOn order."""
-    inside = set(members)
-    start = members[0]
-    parents = {}
-    frontier = [start]
-    while frontier:
-        following = []
-        for vertex in frontier:
-            for successor in sorted(graph.get(vertex, ())):
-                if successor not in inside:
-                    continue
-                if successor == start:
-                    path = [vertex]
-                    while path[-1] != start:
-                        path.append(parents[path[-1]])
-                    return list(reversed(path)) + [start]
-                if successor not in parents:
-                    parents[successor] = vertex
-                    following.append(successor)
-        frontier = following
-    return [start, start]
-
-
-def tiers_of(graph):
-    """Longest-path levels of the acyclic part; nodes in or behind a cycle get None."""
-    tier = {}
-    remaining = dict((vertex, set(d for d in graph[vertex] if d in graph)) for vertex in graph)
-    dependants = {}
-    for vertex, deps in remaining.items():
-        for dep in deps:
-            dependants.setdefault(dep, set()).add(vertex)
-    ready = sorted(vertex for vertex, deps in remaining.items() if not deps)
-    for vertex in ready:
-        tier[vertex] = 0
-    while ready:
-        following = []
-        for vertex in ready:
-            for dependant in sorted(dependants.get(vertex, ())):
-                remaining[dependant].discard(vertex)
-                if not remaining[dependant]:
-                    tier[dependant] = 1 + max(tier[d] for d in graph[dependant] if d in graph)
-                    following.append(dependant)
-        ready = sorted(set(following))
-    return dict((vertex, tier.get(vertex)) for vertex in graph)
-
-
 def _closure(edges, start):
     seen = set()
     frontier = list(edges.get(start, ()))
@@ -999,22 +902,15 @@ def analyze(repo, rules=DEFAULT_RULES, bootstrap_releases=None, fail_on=DEFAULT_
 
     cycles = []
     cycle_members = set()
-    for component in strongly_connected(resolved):
-        if len(component) == 1 and component[0] not in resolved.get(component[0], ()):
-            continue
-        path = _cycle_through(resolved, component)
+    ordered = _graph.sorted_graph(resolved)
+    for component in _graph.cyclic_components(ordered):
+        path = _graph.cycle_through(ordered, component)
         cycle_members.update(component)
         cycles.append({'members': component, 'path': path,
                        'message': 'dependsOn cycle: %s (Flux waits forever: each one is DependencyNotReady)' % ' -> '.join(path)})
 
-    tiers = tiers_of(resolved)
-    tier_list = []
-    for identifier, tier in sorted(tiers.items()):
-        if tier is not None:
-            while len(tier_list) <= tier:
-                tier_list.append([])
-            tier_list[tier].append(identifier)
-    untiered = sorted(identifier for identifier, tier in tiers.items() if tier is None)
+    tiers = _graph.levels(ordered)
+    tier_list, untiered = _graph.tiers(ordered)
 
     owners, ownership_warnings = ownership(repo)
     edges = _effective_edges(repo, owners, resolved)

@@ -32,7 +32,8 @@ import os
 import re
 import struct
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
+from ansible_collections.proxtalos.cluster.plugins.module_utils._crypto import (
+    parse_private_key, pem_label, public_key_der, require_cryptography)
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
 
 try:
@@ -42,12 +43,8 @@ try:
     from cryptography.hazmat.primitives.asymmetric import padding, rsa
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     from cryptography.x509.oid import NameOID
-except ImportError as exc:  # pragma: no cover - reported by the modules through missing_required_lib
-    HAS_CRYPTOGRAPHY = False
-    CRYPTOGRAPHY_IMPORT_ERROR = exc
-else:
-    HAS_CRYPTOGRAPHY = True
-    CRYPTOGRAPHY_IMPORT_ERROR = None
+except ImportError:  # pragma: no cover - reported by _crypto.require_cryptography()
+    pass
 
 KEY_LABEL = 'sealedsecrets.bitnami.com/sealed-secrets-key'
 NAMESPACE_WIDE_ANNOTATION = 'sealedsecrets.bitnami.com/namespace-wide'
@@ -74,7 +71,6 @@ LAST_APPLIED_ANNOTATIONS = ('kubectl.kubernetes.io/last-applied-configuration',
 SERVER_METADATA = ('ownerReferences', 'selfLink', 'uid', 'resourceVersion', 'generation',
                    'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'managedFields')
 
-_PEM_BLOCK = re.compile(r'-----BEGIN ([A-Z0-9 ]+)-----')
 _KEY_BLOCKS = ('RSA PRIVATE KEY', 'PRIVATE KEY')
 _DNS_SUBDOMAIN = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')
 _DNS_LABEL = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')
@@ -83,13 +79,6 @@ _SECRET_KEY = re.compile(r'^[-._a-zA-Z0-9]+$')
 
 class SealingError(ProxtalosError):
     """Sealing or unsealing failed for a reason that is not the caller's input."""
-
-
-def require_cryptography():
-    """Raise a clear error when the cryptography library is missing."""
-    if not HAS_CRYPTOGRAPHY:
-        raise ProxtalosError('the Python library "cryptography" is required (pip install cryptography): %s'
-                             % CRYPTOGRAPHY_IMPORT_ERROR)
 
 
 def _utcnow():
@@ -146,10 +135,6 @@ def certificate_for(key_pem, common_name=DEFAULT_COMMON_NAME, validity_days=DEFA
     return certificate.public_bytes(serialization.Encoding.PEM)
 
 
-def _pem_blocks(data):
-    return _PEM_BLOCK.findall(data.decode('utf-8', 'replace'))
-
-
 def load_private_key(key_pem, field='private key', check_consistency=True):
     """The RSA private key in key_pem, checked the way the controller will read it. A PEM parsed before in this
     process gives the same key object again (one parsed with the check serves either kind of caller).
@@ -160,16 +145,16 @@ def load_private_key(key_pem, field='private key', check_consistency=True):
     """
     require_cryptography()
     key_pem = to_bytes(key_pem)
-    blocks = _pem_blocks(key_pem)
-    if not blocks:
-        raise ValidationError(field, 'not PEM: no "-----BEGIN ...-----" line found')
-    if blocks[0] == 'ENCRYPTED PRIVATE KEY' or b'Proc-Type: 4,ENCRYPTED' in key_pem:
+    label = pem_label(key_pem)
+    if label is None:
+        raise ValidationError(field, 'not PEM: no "-----BEGIN ...-----" line with its "-----END ...-----" line found')
+    if label == 'ENCRYPTED PRIVATE KEY' or b'Proc-Type: 4,ENCRYPTED' in key_pem:
         raise ValidationError(field, 'the key is passphrase-protected; the sealed-secrets controller needs an unencrypted key')
-    if blocks[0] not in _KEY_BLOCKS:
+    if label not in _KEY_BLOCKS:
         raise ValidationError(field, 'PEM block is "%s"; the controller reads only "RSA PRIVATE KEY" (PKCS#1) or '
-                                     '"PRIVATE KEY" (PKCS#8) blocks' % blocks[0])
+                                     '"PRIVATE KEY" (PKCS#8) blocks' % label)
     try:
-        key = _keys.parse_private_key(key_pem, check_consistency)
+        key = parse_private_key(key_pem, check_consistency)
     except (ValueError, TypeError) as exc:
         raise ValidationError(field, 'cannot be parsed as a private key: %s' % exc) from None
     if not isinstance(key, rsa.RSAPrivateKey):
@@ -184,11 +169,12 @@ def load_certificate(cert_pem, field='certificate'):
     """The first certificate in cert_pem (the only one the controller and kubeseal use) and warnings."""
     require_cryptography()
     cert_pem = to_bytes(cert_pem)
-    blocks = _pem_blocks(cert_pem)
-    if not blocks:
-        raise ValidationError(field, 'not PEM: no "-----BEGIN CERTIFICATE-----" line found')
-    if blocks[0] != 'CERTIFICATE':
-        raise ValidationError(field, 'first PEM block is "%s", expected "CERTIFICATE"' % blocks[0])
+    label = pem_label(cert_pem)
+    if label is None:
+        raise ValidationError(field, 'not PEM: no "-----BEGIN CERTIFICATE-----" line with its "-----END CERTIFICATE-----" '
+                                     'line found')
+    if label != 'CERTIFICATE':
+        raise ValidationError(field, 'first PEM block is "%s", expected "CERTIFICATE"' % label)
     warnings = []
     try:
         certificates = x509.load_pem_x509_certificates(cert_pem)
@@ -204,8 +190,7 @@ def load_certificate(cert_pem, field='certificate'):
 
 def fingerprints(certificate):
     """Fingerprints that identify the keypair without revealing it."""
-    public_der = certificate.public_key().public_bytes(serialization.Encoding.DER,
-                                                       serialization.PublicFormat.SubjectPublicKeyInfo)
+    public_der = public_key_der(certificate.public_key())
     return {
         'certificate_sha256': certificate.fingerprint(hashes.SHA256()).hex(),
         'public_key_sha256': hashlib.sha256(public_der).hexdigest(),

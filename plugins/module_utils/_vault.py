@@ -29,7 +29,7 @@ try:
     from cryptography.hazmat.primitives import hmac as crypto_hmac
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
     from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
-except ImportError:  # pragma: no cover - callers check _sealed.HAS_CRYPTOGRAPHY first
+except ImportError:  # pragma: no cover - callers check _crypto.HAS_CRYPTOGRAPHY first
     pass
 
 HEADER = b'$ANSIBLE_VAULT'

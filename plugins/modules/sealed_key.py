@@ -190,7 +190,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _sealed, _secrets, _vault
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _crypto, _sealed, _secrets, _vault
 from ansible_collections.proxtalos.cluster.plugins.module_utils._diff import make_diff
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
 
@@ -390,8 +390,8 @@ def module_kwargs():
 
 def run(module):
     """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
-    if not _sealed.HAS_CRYPTOGRAPHY:
-        module.fail_json(msg=missing_required_lib('cryptography'), exception=str(_sealed.CRYPTOGRAPHY_IMPORT_ERROR))
+    if not _crypto.HAS_CRYPTOGRAPHY:
+        module.fail_json(msg=missing_required_lib('cryptography'), exception=str(_crypto.CRYPTOGRAPHY_IMPORT_ERROR))
     params = module.params
     try:
         password = params['vault_password']

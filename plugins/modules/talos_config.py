@@ -300,7 +300,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.validation import check_type_path
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _secrets
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _crypto, _secrets
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import config as talos_config
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import files, pki, redact, talosyaml
@@ -588,8 +588,8 @@ def module_kwargs():
 
 def run(module):
     """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
-    if not pki.HAS_CRYPTOGRAPHY:
-        module.fail_json(msg=missing_required_lib('cryptography'), exception=str(pki.CRYPTOGRAPHY_IMPORT_ERROR))
+    if not _crypto.HAS_CRYPTOGRAPHY:
+        module.fail_json(msg=missing_required_lib('cryptography'), exception=str(_crypto.CRYPTOGRAPHY_IMPORT_ERROR))
     if not talosyaml.HAS_YAML:
         module.fail_json(msg=missing_required_lib('PyYAML'), exception=str(talosyaml.YAML_IMPORT_ERROR))
     params = module.params

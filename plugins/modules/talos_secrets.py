@@ -133,10 +133,10 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _secrets
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _crypto, _secrets
 from ansible_collections.proxtalos.cluster.plugins.module_utils._diff import make_diff
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
-from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import files, pki, talosyaml
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import files, talosyaml
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import secrets as talos_secrets
 
 
@@ -159,7 +159,7 @@ def ca_fingerprints(bundle):
     """{name: sha256 hex of the CA certificate (DER)} for the bundle's four CAs."""
     out = {}
     for name in talos_secrets.CA_NAMES:
-        blocks = pki.pem_blocks(bundle.certs[name]['crt'])
+        blocks = _crypto.pem_blocks(bundle.certs[name]['crt'])
         der = base64.b64decode(''.join(blocks[0][1].split())) if blocks else b''
         out[name] = hashlib.sha256(der).hexdigest()
     return out
@@ -255,8 +255,8 @@ def module_kwargs():
 
 def run(module):
     """The module's work on an AnsibleModule or on the worker's facade of one (plugin_utils/_action_module.py)."""
-    if not pki.HAS_CRYPTOGRAPHY:
-        module.fail_json(msg=missing_required_lib('cryptography'), exception=str(pki.CRYPTOGRAPHY_IMPORT_ERROR))
+    if not _crypto.HAS_CRYPTOGRAPHY:
+        module.fail_json(msg=missing_required_lib('cryptography'), exception=str(_crypto.CRYPTOGRAPHY_IMPORT_ERROR))
     if not talosyaml.HAS_YAML:
         module.fail_json(msg=missing_required_lib('PyYAML'), exception=str(talosyaml.YAML_IMPORT_ERROR))
     params = module.params

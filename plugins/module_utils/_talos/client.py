@@ -48,6 +48,7 @@ import traceback
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import api
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import pki
 
 try:
     from grpclib.client import Channel, UnaryStreamMethod, UnaryUnaryMethod
@@ -112,15 +113,6 @@ def missing_libraries():
     return missing
 
 
-def relabel_talos_key(pem):
-    """Talos writes Ed25519 keys as `ED25519 PRIVATE KEY` around a PKCS#8 body; OpenSSL reads
-    only `PRIVATE KEY`. Other labels pass through unchanged."""
-    if isinstance(pem, str):
-        pem = pem.encode('ascii')
-    return (pem.replace(b'-----BEGIN ED25519 PRIVATE KEY-----', b'-----BEGIN PRIVATE KEY-----')
-            .replace(b'-----END ED25519 PRIVATE KEY-----', b'-----END PRIVATE KEY-----'))
-
-
 def spki_fingerprint(cert_der):
     """SHA-256 of a DER certificate's SubjectPublicKeyInfo, standard base64 (Talos' format)."""
     cert = x509.load_der_x509_certificate(cert_der)
@@ -152,7 +144,7 @@ class TalosCredentials(object):
     def __init__(self, ca_pem, crt_pem, key_pem):
         self.ca_pem = ca_pem
         self.crt_pem = crt_pem
-        self.key_pem = relabel_talos_key(key_pem)
+        self.key_pem = pki.pem_for_python(key_pem)
         self._ssl_context = None
         self._ssl_context_lock = threading.Lock()
 

@@ -28,6 +28,7 @@ import copy
 import ipaddress
 import re
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils._crypto import pem_blocks
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import patch as talos_patch
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import pki, talosyaml
@@ -607,7 +608,7 @@ def _pem_problem(value, expected_label):
         pem = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         return 'not valid base64'
-    labels = [label for label, dummy in pki.pem_blocks(pem)]
+    labels = [label for label, dummy in pem_blocks(pem)]
     if not labels:
         return 'not base64 of a PEM block'
     if expected_label == 'PRIVATE KEY':

@@ -30,10 +30,10 @@ import base64
 import binascii
 import datetime
 import os
-import re
 import secrets as _secrets
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
+from ansible_collections.proxtalos.cluster.plugins.module_utils._crypto import (
+    as_bytes, parse_private_key, pem_label, public_key_der, require_cryptography)
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 
 try:
@@ -42,11 +42,8 @@ try:
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-    HAS_CRYPTOGRAPHY = True
-    CRYPTOGRAPHY_IMPORT_ERROR = None
-except ImportError as exc:  # pragma: no cover - exercised by the sanity import test
-    HAS_CRYPTOGRAPHY = False
-    CRYPTOGRAPHY_IMPORT_ERROR = exc
+except ImportError:  # pragma: no cover - reported by _crypto.require_cryptography()
+    pass
 
 
 TALOS_ED25519_LABEL = 'ED25519 PRIVATE KEY'
@@ -57,39 +54,10 @@ OS_CA_KEY_TYPES = ('ed25519', 'ecdsa')
 KNOWN_ROLES = ('os:admin', 'os:operator', 'os:reader', 'os:etcd:backup', 'os:image:verifier',
                'os:meta:writer', 'os:impersonator')
 
-_PEM_BLOCK_RE = re.compile(
-    r'-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)\r?\n?-----END \1-----', re.DOTALL)
-
-
-def require_cryptography():
-    """Raise ImportError with the reason when the cryptography package is missing."""
-    if not HAS_CRYPTOGRAPHY:
-        raise ImportError('cryptography is required: %s' % (CRYPTOGRAPHY_IMPORT_ERROR,))
-
 
 def utcnow():
     """The current time, timezone-aware UTC, to the second."""
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-
-
-def _as_bytes(value):
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode('ascii', 'replace')
-    raise TypeError('expected bytes or str, got %s' % type(value).__name__)
-
-
-def pem_blocks(pem):
-    """The (label, base64 body) pairs of every PEM block in pem (bytes or str)."""
-    text = _as_bytes(pem).decode('ascii', 'replace')
-    return [(match.group(1), match.group(2)) for match in _PEM_BLOCK_RE.finditer(text)]
-
-
-def pem_label(pem):
-    """Label of the first PEM block (e.g. 'EC PRIVATE KEY'), or None when there is none."""
-    blocks = pem_blocks(pem)
-    return blocks[0][0] if blocks else None
 
 
 # --- keys -------------------------------------------------------------------------------------
@@ -150,7 +118,7 @@ def pem_for_python(key_pem):
     and cryptography accept the result. Other labels are returned unchanged. Takes and
     returns bytes (str input is accepted).
     """
-    data = _as_bytes(key_pem)
+    data = as_bytes(key_pem)
     label = TALOS_ED25519_LABEL.encode()
     return data.replace(b'-----BEGIN ' + label + b'-----', b'-----BEGIN PRIVATE KEY-----') \
                .replace(b'-----END ' + label + b'-----', b'-----END PRIVATE KEY-----')
@@ -167,14 +135,14 @@ def load_private_key(key_pem, field='key', check_consistency=True):
     """
     require_cryptography()
     try:
-        data = _as_bytes(key_pem)
+        data = as_bytes(key_pem)
     except TypeError:
         raise ValidationError(field, 'not a PEM private key')
     label = pem_label(data)
     if label not in (TALOS_ED25519_LABEL, 'PRIVATE KEY', 'EC PRIVATE KEY', 'RSA PRIVATE KEY'):
         raise ValidationError(field, 'not a PEM private key')
     try:
-        return _keys.parse_private_key(pem_for_python(data), check_consistency)
+        return parse_private_key(pem_for_python(data), check_consistency)
     except TypeError:
         raise ValidationError(field, 'is an encrypted private key; Talos needs it unencrypted')
     except (ValueError, UnsupportedAlgorithm) as exc:
@@ -185,7 +153,7 @@ def load_private_key(key_pem, field='key', check_consistency=True):
 def _load_pem_certificates(crt_pem, field, loader, what):
     """loader(PEM bytes) after checking that the text starts with a CERTIFICATE block; ValidationError naming `field`."""
     try:
-        data = _as_bytes(crt_pem)
+        data = as_bytes(crt_pem)
     except TypeError:
         raise ValidationError(field, 'not a PEM certificate')
     if pem_label(data) != 'CERTIFICATE':
@@ -213,11 +181,6 @@ def certificate_to_pem(cert):
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def _public_bytes(public_key):
-    return public_key.public_bytes(serialization.Encoding.DER,
-                                   serialization.PublicFormat.SubjectPublicKeyInfo)
-
-
 def key_matches_certificate(crt_pem, key_pem):
     """True when the private key (PEM) belongs to the certificate (PEM).
 
@@ -225,7 +188,7 @@ def key_matches_certificate(crt_pem, key_pem):
     """
     cert = load_certificate(crt_pem, 'crt')
     key = load_private_key(key_pem, 'key')
-    return _public_bytes(cert.public_key()) == _public_bytes(key.public_key())
+    return public_key_der(cert.public_key()) == public_key_der(key.public_key())
 
 
 def check_key_pair(crt_pem, key_pem, field):
@@ -235,7 +198,7 @@ def check_key_pair(crt_pem, key_pem, field):
     """
     cert = load_certificate(crt_pem, field + '.crt')
     key = load_private_key(key_pem, field + '.key')
-    if _public_bytes(cert.public_key()) != _public_bytes(key.public_key()):
+    if public_key_der(cert.public_key()) != public_key_der(key.public_key()):
         raise ValidationError(field + '.key', 'does not belong to the certificate in %s.crt' % field)
     return cert, key
 
@@ -452,7 +415,7 @@ def client_certificate_problems(crt_pem, key_pem, ca_crt_pem, roles=(ADMIN_ROLE,
 
 def b64encode_pem(pem):
     """Standard base64 (with padding) of PEM bytes, as text."""
-    return base64.b64encode(_as_bytes(pem)).decode('ascii')
+    return base64.b64encode(as_bytes(pem)).decode('ascii')
 
 
 def b64decode_pem(value, field):

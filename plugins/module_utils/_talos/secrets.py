@@ -29,6 +29,7 @@ import binascii
 import re
 import secrets as _secrets
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils._crypto import require_cryptography
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import pki, talosyaml
 
@@ -158,7 +159,7 @@ def generate_bundle(os_key_type='ed25519', now=None):
     os_key_type: 'ed25519' (talosctl's choice) or 'ecdsa' (P-256, for grpcio clients).
     now: aware datetime for the CAs' NotBefore (default: the current time).
     """
-    pki.require_cryptography()
+    require_cryptography()
     certs = {}
     for name, make in (('etcd', pki.new_etcd_ca), ('k8s', pki.new_kubernetes_ca),
                        ('k8saggregator', pki.new_aggregator_ca)):
@@ -275,5 +276,5 @@ def parse_bundle(text, field='secrets_bundle', check_key_consistency=True):
     YAML syntax errors name `field`; content errors name the bundle field. check_key_consistency=False: the RSA
     service account key's numbers are not checked (pki.load_private_key).
     """
-    pki.require_cryptography()
+    require_cryptography()
     return validate_bundle_dict(talosyaml.load(text, field), check_key_consistency)

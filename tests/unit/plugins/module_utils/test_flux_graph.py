@@ -184,17 +184,6 @@ def test_bad_bootstrap_input_names_the_field():
     assert error.value.field == 'bootstrap_releases[0].needs'
 
 
-def test_tiers_are_longest_path_levels():
-    graph = {'a': [], 'b': ['a'], 'c': ['a', 'b'], 'd': ['c'], 'e': []}
-    assert _flux_graph.tiers_of(graph) == {'a': 0, 'b': 1, 'c': 2, 'd': 3, 'e': 0}
-
-
-def test_strongly_connected_components():
-    graph = {'a': ['b'], 'b': ['c'], 'c': ['a'], 'd': ['a'], 'e': ['e']}
-    components = sorted(_flux_graph.strongly_connected(graph))
-    assert components == [['a', 'b', 'c'], ['d'], ['e']]
-
-
 def test_cli_exit_codes_and_formats():
     out = io.StringIO()
     assert _flux_graph.main([repo('clean')], stdout=out) == 0

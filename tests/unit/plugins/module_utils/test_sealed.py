@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.x509.oid import NameOID
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _crypto
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _sealed
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 from ansible_collections.proxtalos.cluster.tests.unit.broken_keys import flipped_exponent_pem
@@ -329,7 +329,7 @@ def test_the_rsa_consistency_check_is_skipped_only_when_asked(keypair, monkeypat
         skipped.append(unsafe_skip_rsa_key_validation)
         return real(data, password=password, unsafe_skip_rsa_key_validation=unsafe_skip_rsa_key_validation)
     monkeypatch.setattr(_sealed.serialization, 'load_pem_private_key', recording)
-    monkeypatch.setattr(_keys, '_PARSED', {})
+    monkeypatch.setattr(_crypto, '_PARSED', {})
     quick, _warnings = _sealed.describe_keypair(key_pem, cert_pem, check_consistency=False)
     full, _warnings = _sealed.describe_keypair(key_pem, cert_pem)
     assert skipped == [True, False] and quick == full
@@ -348,7 +348,7 @@ def test_a_key_with_broken_rsa_numbers_is_refused_by_the_full_check(keypair, mon
     """What sealed_key (the keeper) relies on: one bit of the private exponent flipped, n and e intact (it still
     matches its certificate) - refused with the check, loaded without it."""
     key_pem, cert_pem = keypair
-    monkeypatch.setattr(_keys, '_PARSED', {})
+    monkeypatch.setattr(_crypto, '_PARSED', {})
     broken_pem = flipped_exponent_pem(serialization.load_pem_private_key(key_pem, password=None))
     with pytest.raises(ValidationError) as caught:
         _sealed.describe_keypair(broken_pem, cert_pem, key_field='private_key_path')

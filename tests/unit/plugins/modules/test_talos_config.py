@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _crypto
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import config, pki, secrets, talosconfig, talosyaml
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_config
 from ansible_collections.proxtalos.cluster.tests.unit.broken_keys import flipped_exponent_pem
@@ -198,7 +198,7 @@ def test_multi_node_reads_the_bundle_and_parses_its_keys_once(capsys, secrets_pa
     monkeypatch.setattr(talos_config, 'read_bundle', lambda *args: reads.append(args) or real_read_bundle(*args))
     parsed = []
     real_load = pki.serialization.load_pem_private_key
-    monkeypatch.setattr(_keys, '_PARSED', {})
+    monkeypatch.setattr(_crypto, '_PARSED', {})
     monkeypatch.setattr(pki.serialization, 'load_pem_private_key',
                         lambda pem, **kwargs: parsed.append(pem) or real_load(pem, **kwargs))
     result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path))
@@ -363,7 +363,7 @@ def test_the_service_account_keys_numbers_are_checked_unless_the_keeper_checked_
     refused by default, naming the key; check_key_consistency=false (the talos_machines role passes it only right
     after talos_secrets checked the same file in the same run) renders."""
     from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
-    monkeypatch.setattr(_keys, '_PARSED', {})
+    monkeypatch.setattr(_crypto, '_PARSED', {})
     data = bundle.to_dict()
     data['certs']['k8sserviceaccount']['key'] = pki.b64encode_pem(flipped_exponent_pem(
         pki.load_private_key(bundle.certs['k8sserviceaccount']['key']), serialization.PrivateFormat.TraditionalOpenSSL))

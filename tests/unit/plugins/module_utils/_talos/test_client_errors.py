@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
-from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import api, client, errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import api, client, errors, pki
 from lab.talos import testing
 
 NODE = '127.0.0.9:50000'
@@ -134,9 +134,9 @@ def test_talos_ed25519_key_label_is_relabelled():
     secrets = testing.ClusterSecrets()
     crt, key = secrets.admin_client()
     assert b'ED25519 PRIVATE KEY' in key
-    relabelled = client.relabel_talos_key(key)
+    relabelled = pki.pem_for_python(key)
     assert b'-----BEGIN PRIVATE KEY-----' in relabelled and b'ED25519' not in relabelled
-    assert client.relabel_talos_key(b'-----BEGIN EC PRIVATE KEY-----\nx\n') == b'-----BEGIN EC PRIVATE KEY-----\nx\n'
+    assert pki.pem_for_python(b'-----BEGIN EC PRIVATE KEY-----\nx\n') == b'-----BEGIN EC PRIVATE KEY-----\nx\n'
     # and the relabelled key loads into an mTLS context
     credentials = client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
     assert isinstance(credentials.ssl_context(), ssl.SSLContext)

@@ -6,7 +6,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _keys
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _crypto
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import pki
 from ansible_collections.proxtalos.cluster.tests.unit.broken_keys import flipped_exponent_pem
@@ -240,36 +240,6 @@ def test_signature_check_across_key_types_is_false_not_an_error():
     assert pki.is_signed_by(x509.load_pem_x509_certificate(leaf), x509.load_pem_x509_certificate(ed_crt))
 
 
-def test_a_key_is_parsed_once_per_process(monkeypatch):
-    """Parsing the 4096-bit RSA service account key costs about 0.25 s of CPU; a module run needs it several times."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                            serialization.NoEncryption())
-    calls = []
-    real = serialization.load_pem_private_key
-
-    def counting(data, password=None, unsafe_skip_rsa_key_validation=False):
-        calls.append(unsafe_skip_rsa_key_validation)
-        return real(data, password=password, unsafe_skip_rsa_key_validation=unsafe_skip_rsa_key_validation)
-    monkeypatch.setattr(pki.serialization, 'load_pem_private_key', counting)
-    monkeypatch.setattr(_keys, '_PARSED', {})
-    first = pki.load_private_key(pem)
-    assert pki.load_private_key(pem.decode()) is first
-    # a key checked once serves a caller that would skip the check
-    assert pki.load_private_key(pem, check_consistency=False) is first
-    assert calls == [False]
-    # one parsed without the check does not serve a caller that wants it
-    monkeypatch.setattr(_keys, '_PARSED', {})
-    unchecked = pki.load_private_key(pem, check_consistency=False)
-    assert pki.load_private_key(pem, check_consistency=False) is unchecked
-    assert pki.load_private_key(pem) is not unchecked
-    assert calls == [False, True, False]
-    assert first.private_numbers() == key.private_numbers()
-    with pytest.raises(ValidationError):
-        pki.load_private_key(pem.replace(b'MII', b'XXX'), 'certs.k8sserviceaccount.key')
-
-
 def rsa_key_with_broken_numbers(bits=2048):
     """PEM of an RSA key whose private exponent has one bit flipped: n and e (the public key) are right, the key parses
     when its numbers are not checked, and OpenSSL's check refuses it."""
@@ -279,7 +249,7 @@ def rsa_key_with_broken_numbers(bits=2048):
 
 
 def test_an_rsa_key_with_broken_numbers_is_refused_unless_the_check_is_skipped(monkeypatch):
-    monkeypatch.setattr(_keys, '_PARSED', {})
+    monkeypatch.setattr(_crypto, '_PARSED', {})
     pem = rsa_key_with_broken_numbers()
     with pytest.raises(ValidationError) as err:
         pki.load_private_key(pem, 'certs.k8sserviceaccount.key')
