@@ -1,4 +1,4 @@
-"""pytest plugin for tests against the lab (tests/conftest.py loads it: pytest_plugins = ["lab.testing"]).
+"""Fixtures for tests against the lab (tests/lab/conftest.py and tests/integration/conftest.py import them).
 
 Fixtures:
     lab          one lab for the session (3 control planes, 3 workers, time scale 0), started with
@@ -28,7 +28,7 @@ import threading
 
 import pytest
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
+from ansible_collections.proxtalos.cluster.tests import helpers
 
 from lab import ROOT
 from lab.control import call
@@ -167,11 +167,8 @@ class Lab(object):
 
     @staticmethod
     def wait_until(probe, timeout=10.0, interval=0.02, what='the condition'):
-        """Poll probe() -> (done, observation) until done; AssertionError with the last observation on timeout."""
-        result = _wait.wait_for(probe, timeout, interval=interval, backoff=1.5, max_interval=0.5)
-        if not result.ok:
-            raise AssertionError('%s did not happen within %.1f s; last seen: %r' % (what, timeout, result.observation))
-        return result.observation
+        """tests/helpers.py's wait_until with the timeout second, from every `interval` s growing by 1.5 up to 0.5 s."""
+        return helpers.wait_until(probe, what, timeout=timeout, interval=interval, backoff=1.5, max_interval=0.5)
 
     # ----------------------------------------------------------------- stop
 

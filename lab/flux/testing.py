@@ -17,7 +17,8 @@ import os
 import yaml
 
 from lab import artifacts
-from lab.k8s.testing import ClusterThread, wait_until
+from ansible_collections.proxtalos.cluster.tests.helpers import wait_until
+from lab.k8s.testing import ClusterThread
 
 from .lab import LAB_REPO_DIR, LAB_REPO_PATH, attach
 from .controllers import CLUSTER_SCOPED_KINDS, DEFAULT_COMPONENTS, flatten
@@ -178,7 +179,7 @@ class FluxLab(object):
             rows = self.status()
             return len(rows) >= count and all(r['ready'] == 'True' for r in rows), [
                 (r['kind'], r['name'], r['ready'], r['reason'], (r['message'] or '')[:160]) for r in rows]
-        return wait_until(probe, timeout=timeout, what='every Flux object Ready')
+        return wait_until(probe, 'every Flux object Ready', timeout=timeout, interval=0.05)
 
     def wait_condition(self, name, reason, timeout=30.0, namespace='flux-system', kind='Kustomization'):
         """Until the object's Ready condition has this reason; returns the condition."""
@@ -186,7 +187,7 @@ class FluxLab(object):
             obj = self.kustomization(name, namespace) if kind == 'Kustomization' else self.git_repository(name, namespace)
             ready = next((c for c in ((obj or {}).get('status') or {}).get('conditions') or () if c['type'] == 'Ready'), None)
             return ready is not None and ready.get('reason') == reason, ready
-        return wait_until(probe, timeout=timeout, what='%s %s Ready reason %s' % (kind, name, reason))
+        return wait_until(probe, '%s %s Ready reason %s' % (kind, name, reason), timeout=timeout, interval=0.05)
 
     def reconcile(self, name, namespace='flux-system', kind='Kustomization'):
         """What `flux reconcile` does: set the reconcile.fluxcd.io/requestedAt annotation."""

@@ -103,12 +103,3 @@ class ClusterThread:  # pylint: disable=too-many-instance-attributes
 
     def __exit__(self, *exc):
         self.stop()
-
-
-def wait_until(probe, timeout=15.0, interval=0.05, what='condition'):
-    """Poll probe() -> (done, observation) until done; on timeout fail with the last observation."""
-    from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait  # pylint: disable=import-outside-toplevel
-    result = _wait.wait_for(probe, timeout, interval=interval)
-    if not result.ok:
-        raise AssertionError('timed out after %.1fs waiting for %s; last seen: %r' % (result.elapsed, what, result.observation))
-    return result.observation

@@ -1,4 +1,4 @@
-"""Fixtures of the reliability suites (test_fault_matrix, test_secrets_hygiene) that more than one module uses.
+"""The lab fixtures, and fixtures of the reliability suites (test_fault_matrix, test_secrets_hygiene) that more than one module uses.
 
 `converged_cluster` (session): a lab of its own (3 control planes + 3 workers, time scale 0) taken through the whole
 of site.yml once at -vvv with the default stdout callback - the output a user sees - kept in its logs folder with
@@ -15,7 +15,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reliability_lab import PLAYBOOK_BIN, Workspace  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
-from lab.testing import start_lab  # noqa: E402  pylint: disable=wrong-import-position
+# the lab fixtures (lab, clean_lab, lab_factory) of lab/testing.py, and start_lab for the converged cluster below
+from lab.testing import clean_lab, lab, lab_factory, start_lab  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
 
 
 @pytest.fixture(scope='session')

@@ -12,6 +12,7 @@ results by stage (the play a task ran in, mapped to its tag in playbooks/site.ym
 messages, the PLAY RECAP.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ import time
 
 import yaml
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
+from ansible_collections.proxtalos.cluster.tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
@@ -364,10 +365,5 @@ class Workspace(object):
         return config.new_client_from_config(config_file=self.kubeconfig)
 
 
-def wait_until(probe, timeout, what, interval=0.05, backoff=1.5):
-    """Poll probe() -> (done, observation) with _wait.wait_for, from every `interval` s growing by `backoff` up to 1 s
-    (backoff=1: every `interval` s); AssertionError naming what and the last observation."""
-    result = _wait.wait_for(probe, timeout, interval=interval, backoff=backoff, max_interval=max(interval, 1.0))
-    if not result.ok:
-        raise AssertionError('%s did not happen within %.0f s; last seen: %r' % (what, timeout, result.observation))
-    return result.observation
+# tests/helpers.py's wait_until(probe, what, timeout=...), polling a whole lab from every 0.05 s growing by 1.5 up to 1 s
+wait_until = functools.partial(helpers.wait_until, interval=0.05, backoff=1.5)

@@ -287,7 +287,7 @@ def start_workload(api):
     def two_ready():
         pods = ready_pods(api)
         return len(pods) == 2 and len(set(pods.values())) == 2, pods
-    wait_until(two_ready, 120, 'two Ready replicas of day-two/web on two workers')
+    wait_until(two_ready, 'two Ready replicas of day-two/web on two workers', timeout=120)
 
 
 def ready_pods(api):

@@ -22,6 +22,8 @@ import sys
 
 import pytest
 
+from ansible_collections.proxtalos.cluster.tests import helpers
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fault_matrix as matrix  # noqa: E402  pylint: disable=wrong-import-position,import-error
 from reliability_lab import PLAYBOOK_BIN, SITE, Workspace, wait_until  # noqa: E402  pylint: disable=wrong-import-position,import-error
@@ -71,7 +73,7 @@ def workspace_for(row, request, session_workspace, lab_factory, tmp_path):  # py
     if row.start == 'converged':
         workspace = request.getfixturevalue('converged_cluster')
         assert workspace.first.rc == 0, 'the converged cluster did not converge: %s' % workspace.first.stdout_path
-        wait_until(lambda: cluster_healthy(workspace.lab.status()), RESTORE_TIMEOUT, 'the converged cluster being healthy')
+        wait_until(lambda: cluster_healthy(workspace.lab.status()), 'the converged cluster being healthy', timeout=RESTORE_TIMEOUT)
         return workspace
     if row.start == 'scaled':
         lab = lab_factory(control_planes=1, workers=0, time_scale=0.05)
@@ -83,7 +85,7 @@ def workspace_for(row, request, session_workspace, lab_factory, tmp_path):  # py
         workspace.lab.reset()
         setup = workspace.run('--tags', 'vms', label='setup-vms')
         assert setup.ok, setup.explain()
-        wait_until(lambda: vms_ready(workspace.lab.status()), 30, 'every VM running with Talos in maintenance mode')
+        wait_until(lambda: vms_ready(workspace.lab.status()), 'every VM running with Talos in maintenance mode', timeout=30)
     return workspace
 
 
@@ -98,15 +100,15 @@ def step(workspace, action):
     name, args = action[0], action[1:]
     if name == 'stop_vm':
         pve_vm(workspace, args[0]).status.stop.post()
-        wait_until(lambda: (pve_vm(workspace, args[0]).status.current.get()['status'] == 'stopped', None), 30,
-                   'VM of %s stopped' % args[0])
+        wait_until(lambda: (pve_vm(workspace, args[0]).status.current.get()['status'] == 'stopped', None),
+                   'VM of %s stopped' % args[0], timeout=30)
     elif name == 'power_cycle':
         # Someone stops and starts the VM: the node boots again (a PVE reset would clear a kubelet volume fault).
         since = lab.last_seq('events')
         pve_vm(workspace, args[0]).status.stop.post()
         pve_vm(workspace, args[0]).status.start.post()
         wait_until(lambda: ([e['event'] for e in lab.events(since=since) if e['name'] == args[0]][-1:] == ['started'],
-                            lab.events(since=since)), 30, 'VM of %s stopped and started' % args[0])
+                            lab.events(since=since)), 'VM of %s stopped and started' % args[0], timeout=30)
     elif name == 'fault':
         lab.fault(args[0], args[1], **args[2])
     elif name == 'delete_pods':
@@ -131,7 +133,7 @@ def clear_after(row, lab, since, running):
         seen = [r for r in lab.requests(since=since, source=source) if r['path'].endswith(path_end)]
         return len(seen) >= count or not running.running(), seen[-1:] or 'the run ended first'
     try:
-        wait_until(met, 120, '%d %s requests to ...%s' % (count, source, path_end), interval=0.1)
+        helpers.wait_until(met, '%d %s requests to ...%s' % (count, source, path_end), timeout=120, interval=0.1, backoff=1.5)
     finally:
         lab.clear(row.fault, row.target)
 
@@ -142,7 +144,7 @@ def restore(row, workspace):
     if row.start == 'converged':
         for name in ('proxmox-ccm', 'proxmox-csi', 'apps'):
             step(workspace, ('reconcile', name))
-        wait_until(lambda: cluster_healthy(lab.status()), RESTORE_TIMEOUT, 'the cluster healthy again after %s' % row.id)
+        wait_until(lambda: cluster_healthy(lab.status()), 'the cluster healthy again after %s' % row.id, timeout=RESTORE_TIMEOUT)
 
 
 # ------------------------------------------------------------------------------ evidence

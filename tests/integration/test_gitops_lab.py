@@ -14,7 +14,7 @@ import yaml
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gitops_lab import ROOT, gitops_cluster  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import,import-error
 
-from lab.k8s.testing import wait_until  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.proxtalos.cluster.tests.helpers import wait_until  # noqa: E402  pylint: disable=wrong-import-position
 
 kubernetes = pytest.importorskip('kubernetes')
 from kubernetes import client  # noqa: E402  pylint: disable=wrong-import-position

@@ -48,8 +48,10 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from ansible_collections.proxtalos.cluster.tests import helpers
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reliability_lab import PLAYBOOK_BIN, Workspace, play_stage, stages, task_results, wait_until  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from reliability_lab import PLAYBOOK_BIN, Workspace, play_stage, stages, task_results  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 from lab.testing import start_lab  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -182,7 +184,7 @@ def run_killed_in(workspace, stage, previous):
             return trigger(stage, workspace, running, requests)
         try:
             # a fixed short poll: a stage at time scale 0 can be over a second after its kill point (report, gitops)
-            seen = wait_until(reached, KILL_TIMEOUT, 'stage %s reached its kill point' % stage, interval=0.02, backoff=1.0)
+            seen = helpers.wait_until(reached, 'stage %s reached its kill point' % stage, timeout=KILL_TIMEOUT, interval=0.02)
         finally:
             running.kill()
     finally:

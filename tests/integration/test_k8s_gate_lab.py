@@ -22,7 +22,8 @@ import kubernetes
 import pytest
 import yaml
 
-from lab.k8s.testing import CILIUM_DAEMONSET as CILIUM, wait_until
+from ansible_collections.proxtalos.cluster.tests.helpers import wait_until
+from lab.k8s.testing import CILIUM_DAEMONSET as CILIUM
 from lab.k8s_upstream import ControlPlane
 from lab.k8s_upstream import kubelet
 

@@ -178,8 +178,8 @@ def test_upgrade_node_by_node_with_workloads_ready_throughout(workspace):
         'spec': {'replicas': 3, 'selector': {'matchLabels': labels},
                  'template': {'metadata': {'labels': labels},
                               'spec': {'containers': [{'name': 'web', 'image': 'registry.k8s.io/pause:3.10'}]}}}})
-    wait_until(lambda: (ready_replicas(workspace) == 3, 'readyReplicas %d' % ready_replicas(workspace)), 120,
-               'the Deployment %s Ready' % DEPLOYMENT)
+    wait_until(lambda: (ready_replicas(workspace) == 3, 'readyReplicas %d' % ready_replicas(workspace)),
+               'the Deployment %s Ready' % DEPLOYMENT, timeout=120)
 
     # check mode: the path checked, the configs predicted as rendered anew (talos_config writes nothing in check mode,
     # so the applies dry-run the configs on disk), nothing changed on the nodes

@@ -9,7 +9,7 @@ import yaml
 
 from lab.flux.lab import LAB_REPO_PATH
 from lab.flux.testing import FluxLab, copy_repo
-from lab.k8s.testing import wait_until
+from ansible_collections.proxtalos.cluster.tests.helpers import wait_until
 
 KS = 'kustomize.toolkit.fluxcd.io/v1'
 TREE = ['flux-system', 'sealed-secrets', 'flux-credentials', 'proxmox-ccm', 'proxmox-csi', 'cert-manager', 'cert-manager-issuers', 'apps']

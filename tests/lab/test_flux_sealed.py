@@ -12,7 +12,7 @@ from lab.flux.gitserver import read_tree
 from lab.flux.lab import LAB_REPO_DIR
 from lab.flux import build
 from lab.flux.testing import FluxLab
-from lab.k8s.testing import wait_until
+from ansible_collections.proxtalos.cluster.tests.helpers import wait_until
 
 kubernetes = pytest.importorskip('kubernetes')
 from kubernetes import client, config  # noqa: E402  pylint: disable=wrong-import-position

@@ -4,7 +4,6 @@ the module. The judges here are the upstream controllers; nothing of the collect
 gitops_commit pushes and its _sealed module seals: they are what is tested). Select with `-m upstream`."""
 
 import base64
-import json
 import os
 import re
 import shutil
@@ -13,10 +12,10 @@ import subprocess
 import pytest
 import requests
 import yaml
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _sealed
 from ansible_collections.proxtalos.cluster.plugins.modules import gitops_commit, sealed_secret
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 from lab import upstream
 from lab.flux_upstream import controllers as flux
 from lab.flux_upstream.gitserver import SmartGitServer
@@ -99,10 +98,7 @@ def _push_with_gitops_commit(capsys, monkeypatch, world, work, paths, message):
     monkeypatch.setenv('GIT_SSL_CAINFO', ca_file)
     _git(work, 'remote', 'set-url', 'origin', server.url_for(REPO))  # no password in the URL: the module's own auth
     args = dict(repo_dir=work, paths=paths, commit_message=message, push=True, username=CREDENTIALS[0], password=CREDENTIALS[1])
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            gitops_commit.main()
-    result = json.loads(capsys.readouterr().out)
+    result = run_module(gitops_commit, capsys, **args)[0]
     assert not result.get('failed'), result
     return result
 
@@ -375,10 +371,7 @@ def test_the_collections_seal_commit_push_flow_ends_in_a_secret_of_the_upstream_
     os.makedirs(directory, exist_ok=True)
     args = dict(name='app-credentials', namespace='default', string_data={'token': 't0ken', 'user': 'app'},
                 labels={'app': 'demo'}, certificate_path=str(cert_file), dest=os.path.join(directory, 'app-credentials.yaml'))
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            sealed_secret.main()
-    sealed = json.loads(capsys.readouterr().out)
+    sealed = run_module(sealed_secret, capsys, **args)[0]
     assert sealed['changed'] is True and not sealed.get('failed'), sealed
     result = _push_with_gitops_commit(capsys, monkeypatch, world, working_copy, ['sealed'], 'sealed app credentials')
     flux.annotate(cp, 'GitRepository', 'gitops', 'flux-system', {'reconcile.fluxcd.io/requestedAt': 'sealed'})

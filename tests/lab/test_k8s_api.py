@@ -14,7 +14,8 @@ from kubernetes import client, config, watch  # noqa: E402  pylint: disable=wron
 from kubernetes.client.rest import ApiException  # noqa: E402  pylint: disable=wrong-import-position
 
 from lab.k8s import pki  # noqa: E402  pylint: disable=wrong-import-position
-from lab.k8s.testing import ClusterThread, wait_until  # noqa: E402  pylint: disable=wrong-import-position
+from lab.k8s.testing import ClusterThread  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.proxtalos.cluster.tests.helpers import wait_until  # noqa: E402  pylint: disable=wrong-import-position
 
 
 @pytest.fixture(scope='module')
@@ -239,8 +240,8 @@ def test_watch_live_events_and_selector_transitions(api, kube, namespace):
 
     worker = threading.Thread(target=consume)
     worker.start()
-    wait_until(lambda: (api.call(lambda: len(api.cluster.store._subscribers)) > subscribers, 'watch not open yet'), 10,  # pylint: disable=protected-access
-               what='the watch to be open')
+    wait_until(lambda: (api.call(lambda: len(api.cluster.store._subscribers)) > subscribers, 'watch not open yet'),  # pylint: disable=protected-access
+               'the watch to be open', timeout=10)
     core.patch_namespaced_config_map('sel', namespace, {'metadata': {'labels': {'on': 'yes'}}})
     core.patch_namespaced_config_map('sel', namespace, {'metadata': {'labels': {'on': 'no'}}})
     worker.join(10)

@@ -10,7 +10,8 @@ from kubernetes import client, config  # noqa: E402  pylint: disable=wrong-impor
 from kubernetes.client.rest import ApiException  # noqa: E402  pylint: disable=wrong-import-position
 
 from lab.k8s.controllers import CNI_MESSAGE  # noqa: E402  pylint: disable=wrong-import-position
-from lab.k8s.testing import ClusterThread, wait_until  # noqa: E402  pylint: disable=wrong-import-position
+from lab.k8s.testing import ClusterThread  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.proxtalos.cluster.tests.helpers import wait_until  # noqa: E402  pylint: disable=wrong-import-position
 
 CILIUM_DS = {
     'metadata': {'name': 'cilium', 'labels': {'k8s-app': 'cilium'}},
@@ -233,7 +234,7 @@ def test_api_flap_answers_503_half_the_time(lab):
         except ApiException as exc:
             outcomes.add(exc.status)
         return len(outcomes) == 2, sorted(map(str, outcomes))
-    wait_until(probe, 5, interval=0.05, what='both answers while flapping')
+    wait_until(probe, 'both answers while flapping', timeout=5, interval=0.05)
     assert outcomes == {'ok', 503}
     lab.call(lab.cluster.clear_faults, 'k8s-api-flap')
     assert lab.core.list_namespace().items

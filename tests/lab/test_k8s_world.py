@@ -2,6 +2,7 @@
 from the Talos Kubeconfig RPC works unchanged; kubelets register their Nodes, NotReady until a
 Cilium agent is Ready; the k8s faults go through the lab's fault registry."""
 
+import functools
 import os
 import socket
 
@@ -9,8 +10,8 @@ import pytest
 from proxmoxer import ProxmoxAPI
 from proxmoxer.tools import Tasks
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client as talos_client, errors
+from ansible_collections.proxtalos.cluster.tests import helpers
 from lab.talos import testing
 from lab.talos.node import TALOS_VERSION
 from lab.testing import free_net, world_in_thread
@@ -25,10 +26,7 @@ def running(tmp_path):
         yield world
 
 
-def wait_until(probe, what, timeout=30):
-    result = _wait.wait_for(probe, timeout, interval=0.05)
-    assert result.ok, '%s: last seen %r' % (what, result.observation)
-    return result.observation
+wait_until = functools.partial(helpers.wait_until, timeout=30, interval=0.05)
 
 
 def _ok(api, upid):

@@ -6,15 +6,14 @@ join timeout ran out; Bootstrap refused only by the node's own etcd data, so a s
 plane splits etcd. Checked: the module bootstraps a fresh cluster once (it waited until its timeout before), a cluster
 whose etcd sits Failed after the join timeout too, and it never calls Bootstrap a second time.
 """
-import json
 import time
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_bootstrap
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 from lab.talos import testing
 from talos_lab_nodes import configure
 
@@ -27,10 +26,7 @@ def lab():
 
 
 def run(capsys, **options):
-    with patch_module_args(options):
-        with pytest.raises(SystemExit):
-            talos_bootstrap.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(talos_bootstrap, capsys, **options)[0]
 
 
 def control_planes(lab, secrets, count):

@@ -6,12 +6,11 @@ the API gate in one run; a services gate with a node that does not answer, one w
 healthy_services) and one still in maintenance mode fails naming exactly those three by inventory name and address,
 each with its own reason, while the healthy node is reported as passing.
 """
-import json
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_info
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 from lab.talos import testing
 from talos_lab_nodes import configure
 
@@ -31,10 +30,7 @@ def secrets():
 
 
 def run(capsys, **options):
-    with patch_module_args(options):
-        with pytest.raises(SystemExit):
-            talos_info.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(talos_info, capsys, **options)[0]
 
 
 @pytest.fixture(scope='module')

@@ -6,13 +6,12 @@ with the realistic profile at a small time scale so that window lasts long enoug
 reports `rebooted` and `verified` only once the node was seen on the boot after the install (it returned inside the
 window before, with the node not yet installed).
 """
-import json
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 from lab.talos import testing
 from talos_lab_nodes import ENDPOINT
 
@@ -27,10 +26,7 @@ def lab():
 
 
 def run(capsys, **options):
-    with patch_module_args(options):
-        with pytest.raises(SystemExit):
-            talos_apply.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(talos_apply, capsys, **options)[0]
 
 
 def test_the_install_window_on_mtls_is_not_taken_for_the_installed_node(lab, capsys):

@@ -5,17 +5,16 @@ v1.12's maintenance mode is a separate server: no ServiceList or Hostname, Versi
 REBOOT and AUTO with a bare reply, and after an apply the port closes until the node has installed and rebooted (no
 mTLS window as on v1.13). The node then runs the Talos of its config's installer image.
 """
-import json
 import ssl
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from grpclib import GRPCError
 from grpclib.client import Channel
 from grpclib.const import Cardinality, Status
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_info
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 from lab.talos import proto, testing, versions
 from talos_lab_nodes import ENDPOINT
 
@@ -132,11 +131,8 @@ def test_talos_info_reads_a_v112_maintenance_node(lab, capsys):
     # Unimplemented, which talos_info must take as "not served here", not as a failure.
     node = lab.start('v112-info', media_version=V112)
     lab.wait(lambda: node.mode == 'maintenance', what='v112-info in maintenance mode')
-    with patch_module_args({'nodes': [{'name': 'v112-info', 'address': node.address}], 'gather': ['services', 'version'],
-                            'wait_timeout': 10, 'wait_sleep': 0.05}):
-        with pytest.raises(SystemExit):
-            talos_info.main()
-    result = json.loads(capsys.readouterr().out)
+    result, dummy = run_module(talos_info, capsys, nodes=[{'name': 'v112-info', 'address': node.address}],
+                               gather=['services', 'version'], wait_timeout=10, wait_sleep=0.05)
     assert 'failed' not in result, result.get('msg')
     assert result['nodes']['v112-info']['mode'] == 'maintenance'
     assert [r['method'].rsplit('/', 1)[1] + ':' + r['code'] for r in lab.fleet.requests

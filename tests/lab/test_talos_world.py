@@ -1,10 +1,12 @@
 """The Talos simulation inside the World: VMs created and powered through the PVE API get a Talos
 node on their address; status, faults, request log and power events behave as the lab contract says."""
+import functools
+
 import pytest
 from proxmoxer.tools import Tasks
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors
+from ansible_collections.proxtalos.cluster.tests import helpers
 from lab.testing import free_net, world_in_thread
 from lab.talos import testing
 
@@ -37,10 +39,7 @@ def create_vm(running, vmid, index):
     return api.nodes('pve1').qemu(vmid), address
 
 
-def wait_until(probe, what, timeout=20):
-    result = _wait.wait_for(probe, timeout, interval=0.02)
-    assert result.ok, '%s: last seen %r' % (what, result.observation)
-    return result.observation
+wait_until = functools.partial(helpers.wait_until, timeout=20, interval=0.02)
 
 
 def probe(address):

@@ -6,13 +6,12 @@ over the real protocol (grpclib, mTLS with a talosconfig of the cluster's secret
 try timeout; any ApplyConfiguration in another mode, dry runs included, cancels that revert; a reboot boots the
 persisted config; a staged config runs only after a reboot; a change that needs a reboot is refused in try mode.
 """
-import json
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 from lab.talos import testing
 from talos_lab_nodes import ENDPOINT, configure
 
@@ -40,10 +39,7 @@ def apply(capsys, node, secrets, config, **options):
     values = dict(node=node.address, config=config, talosconfig_content=secrets.talosconfig('lab'), wait_timeout=20,
                   wait_sleep=0.05)
     values.update(options)
-    with patch_module_args(values):
-        with pytest.raises(SystemExit):
-            talos_apply.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(talos_apply, capsys, **values)[0]
 
 
 def status(lab, node):
@@ -139,10 +135,7 @@ def apply_nodes(capsys, targets, secrets, tmp_path, **options):
         items.append({'name': name, 'address': node.address, 'config_path': str(path)})
     values = dict(nodes=items, talosconfig_content=secrets.talosconfig('lab'), wait_timeout=20, wait_sleep=0.05)
     values.update(options)
-    with patch_module_args(values):
-        with pytest.raises(SystemExit):
-            talos_apply.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(talos_apply, capsys, **values)[0]
 
 
 def test_every_node_in_one_run_maintenance_and_configured_then_a_rerun_changes_nothing(lab, secrets, capsys, tmp_path):

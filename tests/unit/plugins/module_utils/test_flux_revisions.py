@@ -20,9 +20,10 @@ import sys
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _flux
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import gates
+from ansible_collections.proxtalos.cluster.tests.helpers import FakeClock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '_k8s'))
-from fake_kube import FakeClock, FakeKube  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from fake_kube import FakeKube  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 OLD = 'main@sha1:1111111111111111111111111111111111111111'
 NEW = 'main@sha1:2222222222222222222222222222222222222222'

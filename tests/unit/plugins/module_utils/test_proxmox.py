@@ -4,21 +4,9 @@ import requests
 from proxmoxer.core import ResourceException
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _proxmox, _wait
+from ansible_collections.proxtalos.cluster.tests.helpers import FakeClock
 
 UPID = 'UPID:pve1:00001234:00005678:6B000000:qmstart:101:root@pam!proxtalos:'
-
-
-class FakeClock(object):
-    def __init__(self):
-        self.now = 1000.0
-        self.sleeps = []
-
-    def clock(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 class FakeResource(object):
@@ -65,7 +53,7 @@ def pve_error(status, message, errors=None):
 
 
 def make_client(script, timeout=60.0, clock=None):
-    clock = clock or FakeClock()
+    clock = clock or FakeClock(start=1000.0)
     api = FakeApi(script)
     deadline = _wait.Deadline(timeout, clock=clock.clock)
     client = _proxmox.PveClient(lambda: api, deadline, interval=1.0, clock=clock.clock, sleep=clock.sleep)
@@ -213,7 +201,7 @@ def test_writes_without_retry_are_sent_once():
 
 
 def test_a_failing_login_is_retried_inside_the_deadline():
-    clock = FakeClock()
+    clock = FakeClock(start=1000.0)
     attempts = []
     api = FakeApi({('get', 'version'): [{'version': '9.0.10'}]})
 

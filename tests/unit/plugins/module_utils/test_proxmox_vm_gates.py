@@ -10,6 +10,7 @@ import pytest
 from proxmoxer.core import ResourceException
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _proxmox, _proxmox_vm_info, _wait
+from ansible_collections.proxtalos.cluster.tests.helpers import FakeClock
 
 
 class FakeClient(object):
@@ -22,19 +23,6 @@ class FakeClient(object):
         assert path == 'cluster/resources' and params == {'type': 'vm'}
         self.lists += 1
         return []
-
-
-class Clock(object):
-    """A fake monotonic clock that sleep() moves forward."""
-
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 def reading(vmid, status='running', addresses=(), agent_error=None, exists=True):
@@ -109,7 +97,7 @@ def test_no_more_than_max_workers_probes_run_at_once():
 
 
 def test_one_deadline_a_vm_that_passed_is_not_probed_again_and_only_the_failing_vm_is_named():
-    clock = Clock()
+    clock = FakeClock()
     probes = {
         1000: ScriptedProbe([reading(1000, addresses=('10.0.0.10',))]),
         1001: ScriptedProbe([reading(1001, status='stopped'), reading(1001, agent_error='QEMU guest agent is not running'),
@@ -141,7 +129,7 @@ def test_one_deadline_a_vm_that_passed_is_not_probed_again_and_only_the_failing_
 
 
 def test_a_permanent_error_ends_only_that_vms_wait_and_transient_errors_are_not_yet():
-    clock = Clock()
+    clock = FakeClock()
     transient = _errors.TransientApiError('VM 1001: read status failed: Proxmox VE API answered 503 busy')
     probes = {
         1000: ScriptedProbe([transient, reading(1000, status='running')]),
@@ -158,7 +146,7 @@ def test_a_permanent_error_ends_only_that_vms_wait_and_transient_errors_are_not_
 
 
 def test_progress_names_the_vms_still_waiting():
-    clock = Clock()
+    clock = FakeClock()
     probes = {1000: ScriptedProbe([reading(1000, status='running')]),
               1001: ScriptedProbe([reading(1001, status='stopped'), reading(1001, status='running')])}
     lines = []
@@ -210,7 +198,7 @@ def test_a_vm_whose_pve_reads_keep_failing_holds_up_no_round_and_pool_threads_wr
     Before: the probe of 1001 retried its read until the module's deadline inside round 1, so round 2 never came
     (1000 and 1002 failed as 'stopped'), and that pool thread wrote its retries to the live-progress file.
     """
-    clock = Clock()
+    clock = FakeClock()
     progress = tmp_path / 'progress.jsonl'
     monkeypatch.setenv(_wait.PROGRESS_FILE_ENV, str(progress))
     listing = [dict(vmid=vmid, name='vm-%s' % vmid, node='pve1', type='qemu') for vmid in (1000, 1001, 1002)]
@@ -242,7 +230,7 @@ def test_a_vm_whose_pve_reads_keep_failing_holds_up_no_round_and_pool_threads_wr
 
 def test_only_the_round_summary_reaches_the_progress_file_when_a_read_fails_once(monkeypatch, tmp_path):
     """Before: the pool thread retried the 503 itself and wrote that retry to the shared, unlocked progress file."""
-    clock = Clock()
+    clock = FakeClock()
     progress = tmp_path / 'progress.jsonl'
     monkeypatch.setenv(_wait.PROGRESS_FILE_ENV, str(progress))
     api = ScriptedPve({
@@ -263,7 +251,7 @@ def test_only_the_round_summary_reaches_the_progress_file_when_a_read_fails_once
 
 def test_reading_without_waiting_reads_again_only_a_vm_whose_read_met_a_transient_error():
     """wait_for=none: probes do not retry, so a 503 is ridden out by rounds - for that VM only, up to 30 s."""
-    clock = Clock()
+    clock = FakeClock()
     transient = _errors.TransientApiError('VM 1001: read status failed: Proxmox VE API answered 503 busy')
     probes = {1000: ScriptedProbe([reading(1000, status='stopped')]),
               1001: ScriptedProbe([transient, transient, reading(1001, status='stopped')]),
@@ -396,7 +384,7 @@ def test_without_the_option_or_without_an_answer_the_gate_waits_for_the_agent(tm
     try:
         vm = {'name': 'cp-1', 'vmid': 811, 'node': 'pve1', 'expected_address': '127.0.0.1'}
         for options in ({}, {'talos_api_port': _closed_port()}, {'talos_api_port': port}):
-            clock = Clock()
+            clock = FakeClock()
             outcome = _proxmox_vm_info.gate_many(AgentlessClient(), [vm], dict(params(timeout=3), **options),
                                                  clock=clock, sleep=clock.sleep)
             ok, result, message = _proxmox_vm_info.many_result(outcome, 'address')
@@ -410,7 +398,7 @@ def test_without_the_option_or_without_an_answer_the_gate_waits_for_the_agent(tm
 def test_a_vm_without_an_expected_address_never_falls_back(tmp_path):
     port, close = _tls_server(tmp_path)
     try:
-        clock = Clock()
+        clock = FakeClock()
         vm = {'name': 'w-1', 'vmid': 811, 'node': 'pve1'}
         outcome = _proxmox_vm_info.gate_many(AgentlessClient(), [vm], dict(params(timeout=3), talos_api_port=port),
                                              clock=clock, sleep=clock.sleep)

@@ -6,19 +6,7 @@ import stat
 import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
-
-
-class FakeClock(object):
-    def __init__(self):
-        self.now = 100.0
-        self.sleeps = []
-
-    def clock(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.sleeps.append(seconds)
-        self.now += seconds
+from ansible_collections.proxtalos.cluster.tests.helpers import FakeClock
 
 
 def probe_sequence(values):

@@ -1,30 +1,5 @@
-"""Helpers for the Talos module tests: run a module's main() with arguments, read its JSON result."""
-import json
-
-import pytest
-from ansible.module_utils.testing import patch_module_args
-
-
-def run_module(module, capsys, **args):
-    """Run module.main() with args; return (result dict, raw stdout)."""
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            module.main()
-    out = capsys.readouterr().out
-    return json.loads(out), out
-
-
-def assert_no_secret(out, secret_values):
-    """No secret value (nor its first line, for PEM) appears in the module's stdout."""
-    for value in secret_values:
-        if not value:
-            continue
-        text = value.decode('ascii', 'replace') if isinstance(value, bytes) else str(value)
-        assert text not in out
-        for line in text.splitlines():
-            if len(line) > 20 and not line.startswith('-----'):
-                assert line not in out, 'a line of a secret value reached the module output'
-
+"""Helpers for the Talos module tests: a fake Talos cluster and a talosconfig (running a module and checking its
+output for secrets: tests/helpers.py)."""
 
 # ---------------------------------------------------------------------------------------------------------
 # A fake Talos cluster at the NodeSession seam (probe_mode / call / call_insecure), for module unit tests.
@@ -35,9 +10,9 @@ def assert_no_secret(out, secret_values):
 # try timeout passing) or a reboot, and any request in another mode cancels a pending revert; no-reboot and
 # try refuse a change that needs a reboot. Every ApplyConfiguration is recorded in `applies`.
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors  # noqa: E402
-from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import pki, session  # noqa: E402
-from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import talosconfig as talos_talosconfig  # noqa: E402
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import pki, session
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import talosconfig as talos_talosconfig
 
 
 def make_talosconfig(endpoints=('10.5.0.11',)):

@@ -1,12 +1,11 @@
 """flux_graph module: read-only, fails on cycles and dangling references, warns on the rest."""
-import json
 import os
 import shutil
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.modules import flux_graph
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', 'module_utils', 'fixtures', 'flux_repos')
 REPOS = None
@@ -26,10 +25,7 @@ def repos(tmp_path_factory):
 
 
 def run(capsys, **args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            flux_graph.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(flux_graph, capsys, **args)[0]
 
 
 @pytest.fixture

@@ -1,25 +1,19 @@
 """gitops_commit against real Git repositories in a temporary folder: commit only the given paths, nothing to do on a
 re-run, check mode writes nothing, push to a remote (a bare repository) and retry of a missed push, bad input named."""
 import base64
-import json
 import os
 import subprocess
-import tempfile
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.modules import gitops_commit
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 
 IDENTITY = dict(GIT_AUTHOR_NAME='t', GIT_AUTHOR_EMAIL='t@t', GIT_COMMITTER_NAME='t', GIT_COMMITTER_EMAIL='t@t')
 
 
 def run(capsys, **args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            gitops_commit.main()
-    out = capsys.readouterr().out
-    return json.loads(out), out
+    return run_module(gitops_commit, capsys, **args)
 
 
 def git(repo, *args):
@@ -116,33 +110,3 @@ def test_bad_input_is_named(capsys, repos, tmp_path):
 
 def test_porcelain_parsing_handles_renames():
     assert gitops_commit.changed_paths('R  new.yaml\0old.yaml\0?? x y.yaml\0') == ['new.yaml', 'x y.yaml']
-
-
-def test_a_push_to_a_server_of_a_private_ca_trusts_ca_cert_over_the_environment(capsys, monkeypatch, tmp_path):
-    """An HTTPS Git server whose certificate a private CA signs (the lab's smart-HTTP server, git http-backend): with
-    ca_cert the push trusts that CA, even when the environment names another bundle in GIT_SSL_CAINFO (which beats
-    http.sslCAInfo of git's configuration); without it git refuses the server's certificate, and the error says so."""
-    from lab.flux_upstream.gitserver import SmartGitServer  # pylint: disable=import-outside-toplevel
-    from lab.k8s import pki  # pylint: disable=import-outside-toplevel
-    ca = pki.make_ca('test-git')
-    other = pki.make_ca('another')[0]
-    bundle = tmp_path / 'system-bundle.pem'
-    bundle.write_text(other)
-    monkeypatch.setenv('GIT_SSL_CAINFO', str(bundle))
-    with SmartGitServer(str(tmp_path / 'served'), credentials=('flux', 's3cret-git-pw'),
-                        tls=pki.issue(ca[0], ca[1], '127.0.0.1', server=True, ip_addresses=['127.0.0.1'])) as server:
-        remote = server.create_repo('team/tree')
-        work = tmp_path / 'work'
-        git(tmp_path, 'init', '--quiet', '--initial-branch', 'main', str(work))
-        git(work, 'remote', 'add', 'origin', server.url_for('team/tree'))
-        write(str(work / 'e.yaml'), 'kind: SealedSecret\n')
-        args = dict(repo_dir=str(work), paths=['e.yaml'], commit_message='seal e', push=True, username='flux', password='s3cret-git-pw')
-        refused, dummy = run(capsys, **args)
-        assert refused['failed'] and 'git ls-remote failed' in refused['msg'] and 'certificate' in refused['msg'], refused
-        result, out = run(capsys, ca_cert=ca[0], **args)
-        assert result.get('failed') is None and result['pushed'] is True, result
-        assert git(remote, 'rev-parse', 'refs/heads/main') == result['commit'] == git(work, 'rev-parse', 'HEAD')
-        assert 's3cret-git-pw' not in out
-        assert not [name for name in os.listdir(tempfile.gettempdir()) if name.startswith('proxtalos-git-ca-')]
-        wrong, dummy = run(capsys, ca_cert='not a certificate', **args)
-        assert wrong['failed'] and wrong['msg'] == 'ca_cert: is not a PEM certificate (no BEGIN CERTIFICATE line)'

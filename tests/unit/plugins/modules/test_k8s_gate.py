@@ -5,14 +5,13 @@ import json
 import pytest
 import yaml
 
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import client as k8s_client
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import gates
 from ansible_collections.proxtalos.cluster.plugins.modules import k8s_gate
-from ansible_collections.proxtalos.cluster.tests.unit.plugins.module_utils._k8s.fake_kube import (
-    FakeClock, FakeKube, fixture)
+from ansible_collections.proxtalos.cluster.tests.helpers import FakeClock, run_main
+from ansible_collections.proxtalos.cluster.tests.unit.plugins.module_utils._k8s.fake_kube import FakeKube, fixture
 
 TOKEN = 'bootstrap-token-4f1e0c2a9d7b6e53'
 
@@ -47,16 +46,14 @@ def kube(clock, monkeypatch):
 
 def run_module_output(args, capsys):
     """(exit code, raw stdout) of one module run."""
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as caught:
-            k8s_gate.main()
-    return caught.value.code, capsys.readouterr().out
+    code, dummy, out = run_main(k8s_gate, args, capsys)
+    return code, out
 
 
 def run_module(args, capsys):
     """(exit code, result dict) of one module run."""
-    code, out = run_module_output(args, capsys)
-    return code, json.loads(out)
+    code, result, dummy = run_main(k8s_gate, args, capsys)
+    return code, result
 
 
 def heal_w2(kube):

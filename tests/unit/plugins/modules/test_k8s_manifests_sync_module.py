@@ -10,7 +10,7 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import mani
 from ansible_collections.proxtalos.cluster.plugins.modules import k8s_manifests_sync as mod
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from module_run import run_main  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from ansible_collections.proxtalos.cluster.tests.helpers import run_main  # noqa: E402  pylint: disable=wrong-import-position
 
 ARGS = {'kubeconfig': '/dev/null', 'talosconfig': '/dev/null', 'node': '10.0.0.11'}
 SECRET = ('- apiVersion: v1\n  kind: Secret\n  metadata: {name: token, namespace: kube-system}\n'

@@ -1,12 +1,11 @@
 """proxmox_image as Ansible runs it, against an in-process fakepve (PVE's download-url, a real task)."""
-import json
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
 from ansible_collections.proxtalos.cluster.plugins.modules import proxmox_image
+from ansible_collections.proxtalos.cluster.tests.helpers import run_main
 
 SECRET = '0ddba11-5ec2-e7a1-b0b0-image'
 URL = 'https://factory.talos.dev/image/ce4c98/v1.13.9/nocloud-amd64.iso'
@@ -27,14 +26,9 @@ def args(pve, cafile, **overrides):
 
 
 def run(values, capsys, check_mode=False):
-    if check_mode:
-        values = dict(values, _ansible_check_mode=True)
-    with patch_module_args(values):
-        with pytest.raises(SystemExit) as caught:
-            proxmox_image.main()
-    out = capsys.readouterr().out
+    code, result, out = run_main(proxmox_image, values, capsys, check_mode=check_mode)
     assert SECRET not in out
-    return caught.value.code, json.loads(out)
+    return code, result
 
 
 def downloads(pve):

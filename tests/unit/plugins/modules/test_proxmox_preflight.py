@@ -1,11 +1,10 @@
 """proxmox_preflight: the inventory checks (pure) and the PVE checks against an in-process fakepve."""
-import json
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.modules import proxmox_preflight
+from ansible_collections.proxtalos.cluster.tests.helpers import run_main
 
 SECRET = 'beefcafe-5ec2-e7a1-b0b0-preflight'
 IMAGE = {'storage': 'local', 'filename': 'talos.iso', 'url': 'https://factory.talos.dev/x/nocloud-amd64.iso'}
@@ -108,12 +107,9 @@ def args(pve, cafile, vms, **overrides):
 
 
 def run(values, capsys):
-    with patch_module_args(dict(values, _ansible_check_mode=True)):
-        with pytest.raises(SystemExit) as caught:
-            proxmox_preflight.main()
-    out = capsys.readouterr().out
+    code, result, out = run_main(proxmox_preflight, values, capsys, check_mode=True)
     assert SECRET not in out
-    return caught.value.code, json.loads(out)
+    return code, result
 
 
 def test_everything_checks_out_and_nothing_is_written(pve, fakepve_cafile, capsys):

@@ -6,7 +6,7 @@ import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _proxmox_vm
 from ansible_collections.proxtalos.cluster.plugins.modules import proxmox_vm
-from module_run import run_main
+from ansible_collections.proxtalos.cluster.tests.helpers import run_main
 
 TOKEN_SECRET = 'c0ffee00-5ec2-e7a1-b0b0-123456789abc'
 

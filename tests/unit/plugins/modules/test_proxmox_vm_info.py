@@ -1,11 +1,10 @@
 """proxmox_vm_info: reading a VM and the address gate, against an in-process fakepve."""
-import json
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.modules import proxmox_vm_info
+from ansible_collections.proxtalos.cluster.tests.helpers import run_main
 
 SECRET = 'feedface-5ec2-e7a1-b0b0-info'
 ETH0 = [{'name': 'lo', 'ip-addresses': [{'ip-address': '127.0.0.1', 'ip-address-type': 'ipv4', 'prefix': 8}]},
@@ -28,12 +27,9 @@ def args(pve, cafile, **overrides):
 
 
 def run(values, capsys):
-    with patch_module_args(dict(values, _ansible_check_mode=True)):
-        with pytest.raises(SystemExit) as caught:
-            proxmox_vm_info.main()
-    out = capsys.readouterr().out
+    code, result, out = run_main(proxmox_vm_info, values, capsys, check_mode=True)
     assert SECRET not in out and 'hunter2' not in out
-    return caught.value.code, json.loads(out)
+    return code, result
 
 
 def test_read_once_reports_state_config_and_agent(pve, fakepve_cafile, capsys):

@@ -1,24 +1,19 @@
 """sealed_key: generate once, import, validate, vault at rest; the key never in the output."""
-import json
 import os
 import stat
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _sealed, _vault
 from ansible_collections.proxtalos.cluster.plugins.modules import sealed_key
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 
 
 def run(capsys, **args):
     """Run the module; return (result dict, raw stdout)."""
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            sealed_key.main()
-    out = capsys.readouterr().out
-    return json.loads(out), out
+    return run_module(sealed_key, capsys, **args)
 
 
 def mode(path):

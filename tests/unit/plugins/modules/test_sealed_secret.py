@@ -1,23 +1,18 @@
 """sealed_secret: offline sealing into the GitOps repository, idempotent with the private key."""
 import base64
-import json
 import os
 import stat
 
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _sealed, _vault
 from ansible_collections.proxtalos.cluster.plugins.modules import sealed_secret
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 
 
 def run(capsys, **args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            sealed_secret.main()
-    out = capsys.readouterr().out
-    return json.loads(out), out
+    return run_module(sealed_secret, capsys, **args)
 
 
 @pytest.fixture(scope='module')

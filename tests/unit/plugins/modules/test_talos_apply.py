@@ -4,7 +4,8 @@ import pytest
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
 
-from talos_module_helpers import FakeCluster, FakeNode, assert_no_secret, make_talosconfig, run_module
+from ansible_collections.proxtalos.cluster.tests.helpers import assert_no_secret, run_module
+from talos_module_helpers import FakeCluster, FakeNode, make_talosconfig
 
 TOKEN = 'abcdef.0123456789abcdef'
 SECRET = 'c2VjcmV0LXZhbHVlLW9mLXRoZS1jbHVzdGVyLTAxMjM='

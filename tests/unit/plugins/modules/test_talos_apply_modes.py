@@ -9,7 +9,8 @@ import pytest
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import api
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
 
-from talos_module_helpers import FakeCluster, FakeNode, make_talosconfig, run_module
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
+from talos_module_helpers import FakeCluster, FakeNode, make_talosconfig
 from test_talos_apply import CHANGED, CONFIG, SECRET, TOKEN
 
 MODE = api.machine.ApplyConfigurationRequest.Mode

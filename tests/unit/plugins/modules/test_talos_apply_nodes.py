@@ -6,7 +6,8 @@ import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
 
-from talos_module_helpers import FakeCluster, FakeNode, assert_no_secret, make_talosconfig, run_module
+from ansible_collections.proxtalos.cluster.tests.helpers import assert_no_secret, run_module
+from talos_module_helpers import FakeCluster, FakeNode, make_talosconfig
 from test_talos_apply import CHANGED, CONFIG, SECRET, TOKEN
 
 

@@ -9,7 +9,7 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import co
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_config
 from ansible_collections.proxtalos.cluster.tests.unit.broken_keys import flipped_exponent_pem
 
-from talos_module_helpers import assert_no_secret, run_module
+from ansible_collections.proxtalos.cluster.tests.helpers import assert_no_secret, run_module
 
 CLUSTER = {'name': 'demo', 'endpoint': 'https://10.5.0.10:6443'}
 

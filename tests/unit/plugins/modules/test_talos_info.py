@@ -5,7 +5,8 @@ import yaml
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_info
 
-from talos_module_helpers import FakeCluster, FakeNode, make_talosconfig, run_module
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
+from talos_module_helpers import FakeCluster, FakeNode, make_talosconfig
 
 CP_SERVICES = ['etcd', 'apid', 'trustd', 'kubelet', 'containerd']
 

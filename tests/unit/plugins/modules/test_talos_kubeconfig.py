@@ -10,7 +10,8 @@ import yaml
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import pki
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_kubeconfig
 
-from talos_module_helpers import FakeCluster, FakeNode, assert_no_secret, make_talosconfig, run_module
+from ansible_collections.proxtalos.cluster.tests.helpers import assert_no_secret, run_module
+from talos_module_helpers import FakeCluster, FakeNode, make_talosconfig
 
 
 @pytest.fixture(scope='module')

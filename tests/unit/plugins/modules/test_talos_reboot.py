@@ -3,7 +3,8 @@ import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_reboot
 
-from talos_module_helpers import FakeCluster, FakeNode, make_talosconfig, run_module
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
+from talos_module_helpers import FakeCluster, FakeNode, make_talosconfig
 
 
 @pytest.fixture(scope='module')

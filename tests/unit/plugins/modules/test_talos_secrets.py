@@ -8,7 +8,7 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils import _vault
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import secrets, talosyaml
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_secrets
 
-from talos_module_helpers import assert_no_secret, run_module
+from ansible_collections.proxtalos.cluster.tests.helpers import assert_no_secret, run_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TALOSCTL_BUNDLE = os.path.join(HERE, '..', 'module_utils', '_talos', 'fixtures', 'talosctl-secrets.txt')

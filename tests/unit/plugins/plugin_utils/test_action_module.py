@@ -18,9 +18,9 @@ import pytest
 from ansible.module_utils import _internal
 from ansible.module_utils.common import parameters
 from ansible.module_utils.common import warnings as module_warnings
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _action_module
+from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 MODULES = os.path.join(ROOT, 'plugins', 'modules')
@@ -156,10 +156,7 @@ def as_module_process(module, args, capsys, check_mode=False, diff=False):
         args['_ansible_diff'] = True
     capsys.readouterr()
     module_warnings._global_warnings.clear()  # pylint: disable=protected-access
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            module.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(module, capsys, **args)[0]
 
 
 def in_the_worker(module, args, check_mode=False, diff=False):

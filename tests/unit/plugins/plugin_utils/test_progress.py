@@ -10,16 +10,9 @@ import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _progress
+from ansible_collections.proxtalos.cluster.tests.helpers import FakeClock
 
 TASK_START = 1764064800.0   # wall clock when the task started
-
-
-class Clock(object):
-    def __init__(self, now=100.0):
-        self.now = now
-
-    def __call__(self):
-        return self.now
 
 
 class Writer(object):
@@ -40,7 +33,7 @@ class Writer(object):
 
 @pytest.fixture
 def follower(tmp_path):
-    clock = Clock()
+    clock = FakeClock()
     shown = []
     os.mkdir(str(tmp_path / 'progress'))
     follower = _progress.Follower(shown.append, min_interval=5.0, directory=str(tmp_path / 'progress'), clock=clock,

@@ -1,4 +1,4 @@
-"""An in-memory stand-in for KubeClient, plus a fake clock that moves it through scripted states.
+"""An in-memory stand-in for KubeClient that a fake clock (tests/helpers.py FakeClock) moves through scripted states.
 
 FakeKube serves the same narrow interface the gates use (list/get/resource/readyz, `requests`,
 `deadline`). Its objects can change with time: `at(seconds, change)` runs `change(fake)` once the
@@ -28,23 +28,6 @@ def fixture(filename, name):
         if doc['metadata']['name'] == name:
             return copy.deepcopy(doc)
     raise KeyError('%s has no object named %s' % (filename, name))
-
-
-class FakeClock(object):
-    def __init__(self, start=1000.0):
-        self.now = start
-        self.start = start
-        self.sleeps = []
-        self.listeners = []
-
-    def clock(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.sleeps.append(seconds)
-        self.now += seconds
-        for listener in self.listeners:
-            listener(self.now - self.start)
 
 
 class FakeKube(object):

@@ -4,8 +4,8 @@ import pytest
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import gates
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import progress
-from ansible_collections.proxtalos.cluster.tests.unit.plugins.module_utils._k8s.fake_kube import (
-    FakeClock, FakeKube, fixture, transient)
+from ansible_collections.proxtalos.cluster.tests.helpers import FakeClock
+from ansible_collections.proxtalos.cluster.tests.unit.plugins.module_utils._k8s.fake_kube import FakeKube, fixture, transient
 
 
 def params(**overrides):

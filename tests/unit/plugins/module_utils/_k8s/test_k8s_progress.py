@@ -8,14 +8,7 @@ import pytest
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import predicates
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import progress
-
-
-class Clock(object):
-    def __init__(self):
-        self.now = 50.0
-
-    def __call__(self):
-        return self.now
+from ansible_collections.proxtalos.cluster.tests.helpers import FakeClock
 
 
 def verdict(summary, ok=False):
@@ -23,7 +16,7 @@ def verdict(summary, ok=False):
 
 
 def test_timeline_keeps_changes_only_and_the_final_entry():
-    clock = Clock()
+    clock = FakeClock(start=50.0)
     timeline = progress.Progress('k8s_gate nodes', clock=clock)
     timeline.record(verdict('nodes Ready 4/6: w-2 NetworkPluginNotReady'), 0.0, 1)
     timeline.record(verdict('nodes Ready 4/6: w-2 NetworkPluginNotReady'), 2.0, 2)
@@ -39,14 +32,14 @@ def test_timeline_keeps_changes_only_and_the_final_entry():
 
 
 def test_timeout_does_not_duplicate_the_last_entry():
-    timeline = progress.Progress('x', clock=Clock())
+    timeline = progress.Progress('x', clock=FakeClock(start=50.0))
     timeline.record(verdict('a'), 0.0, 1)
     timeline.finish(verdict('a'), 0.0, 1, False)
     assert len(timeline.timeline) == 1
 
 
 def test_timeline_is_capped_keeping_the_first_entry():
-    timeline = progress.Progress('x', max_entries=3, clock=Clock())
+    timeline = progress.Progress('x', max_entries=3, clock=FakeClock(start=50.0))
     for attempt in range(1, 7):
         timeline.record(verdict('state %d' % attempt), attempt, attempt)
     assert [entry['summary'] for entry in timeline.timeline] == ['state 1', 'state 5', 'state 6']
@@ -54,7 +47,7 @@ def test_timeline_is_capped_keeping_the_first_entry():
 
 
 def test_progress_file_lines_with_heartbeat(tmp_path):
-    clock = Clock()
+    clock = FakeClock(start=50.0)
     path = tmp_path / 'progress.jsonl'
     timeline = progress.Progress('k8s_gate DaemonSet kube-system/cilium', str(path), heartbeat=30.0, clock=clock,
                                  wall_clock=lambda: 1764064800.0)

@@ -19,8 +19,9 @@ import copy
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import gates
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import predicates
+from ansible_collections.proxtalos.cluster.tests.helpers import FakeClock
 
-from fake_kube import FakeClock, FakeKube  # pylint: disable=import-error
+from fake_kube import FakeKube  # pylint: disable=import-error
 
 PSA = ('Error creating: pods "cilium-" is forbidden: violates PodSecurity "baseline:latest": host namespaces '
        '(hostNetwork=true), hostPath volumes (volumes "bpf-maps", "cilium-run")')

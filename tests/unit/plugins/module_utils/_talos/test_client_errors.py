@@ -10,7 +10,7 @@ import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import api, client, errors, pki
-from lab.talos import testing
+from ansible_collections.proxtalos.cluster.tests.helpers import talos_admin_talosconfig
 
 NODE = '127.0.0.9:50000'
 METHOD = '/machine.MachineService/Bootstrap'
@@ -131,20 +131,18 @@ def test_bad_kubeconfig_archives_are_clear_errors(archive, text):
 
 
 def test_talos_ed25519_key_label_is_relabelled():
-    secrets = testing.ClusterSecrets()
-    crt, key = secrets.admin_client()
+    talosconfig, dummy, crt, key = talos_admin_talosconfig('lab')
     assert b'ED25519 PRIVATE KEY' in key
     relabelled = pki.pem_for_python(key)
     assert b'-----BEGIN PRIVATE KEY-----' in relabelled and b'ED25519' not in relabelled
     assert pki.pem_for_python(b'-----BEGIN EC PRIVATE KEY-----\nx\n') == b'-----BEGIN EC PRIVATE KEY-----\nx\n'
     # and the relabelled key loads into an mTLS context
-    credentials = client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
+    credentials = client.TalosCredentials.from_talosconfig(talosconfig)
     assert isinstance(credentials.ssl_context(), ssl.SSLContext)
 
 
 def test_one_mtls_context_per_credentials_shared_by_its_clients_and_threads():
-    secrets = testing.ClusterSecrets()
-    credentials = client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
+    credentials = client.TalosCredentials.from_talosconfig(talos_admin_talosconfig('lab')[0])
     seen = []
     threads = [threading.Thread(target=lambda: seen.append(credentials.ssl_context())) for dummy in range(8)]
     for thread in threads:
@@ -155,12 +153,12 @@ def test_one_mtls_context_per_credentials_shared_by_its_clients_and_threads():
     assert seen[0].verify_mode == ssl.CERT_REQUIRED and seen[0].check_hostname
     assert client.AsyncTalosClient('10.5.0.11', credentials=credentials)._ssl is seen[0]
     # Other credentials, another context.
-    other = client.TalosCredentials.from_talosconfig(testing.ClusterSecrets().talosconfig('lab'))
+    other = client.TalosCredentials.from_talosconfig(talos_admin_talosconfig('lab')[0])
     assert other.ssl_context() is not seen[0]
 
 
 def test_talosconfig_errors_name_the_field():
-    config = testing.ClusterSecrets().talosconfig('prod')
+    config = talos_admin_talosconfig('prod')[0]
     with pytest.raises(_errors.ValidationError) as info:
         client.TalosCredentials.from_talosconfig(config, context='staging')
     assert info.value.field == 'talosconfig.contexts' and "'staging'" in str(info.value) and 'prod' in str(info.value)
@@ -181,10 +179,9 @@ def test_talosconfig_errors_name_the_field():
 
 
 def test_mismatched_key_and_certificate_is_a_validation_error():
-    one, two = testing.ClusterSecrets(), testing.ClusterSecrets()
-    crt, dummy = one.admin_client()
-    dummy, key = two.admin_client()
-    credentials = client.TalosCredentials(one.os_crt_pem, crt, key)
+    dummy, ca, crt, dummy = talos_admin_talosconfig()
+    dummy, dummy, dummy, key = talos_admin_talosconfig()
+    credentials = client.TalosCredentials(ca, crt, key)
     with pytest.raises(_errors.ValidationError) as info:
         credentials.ssl_context()
     assert 'do not load or do not match' in info.value.reason
@@ -203,7 +200,7 @@ def test_client_arguments_are_checked(kwargs, field):
 
 
 def test_fingerprint_needs_insecure():
-    credentials = client.TalosCredentials.from_talosconfig(testing.ClusterSecrets().talosconfig('lab'))
+    credentials = client.TalosCredentials.from_talosconfig(talos_admin_talosconfig('lab')[0])
     with pytest.raises(_errors.ValidationError) as info:
         client.AsyncTalosClient('127.0.0.1', credentials=credentials, fingerprint='abc')
     assert info.value.field == 'fingerprint'

@@ -20,7 +20,9 @@ import pytest
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import config, redact
 from lab import upstream
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))))
+pytestmark = pytest.mark.upstream
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = os.path.join(ROOT, 'lab', 'talos', 'schemas', 'talos-config-v1.13.9.schema.json.gz')
 
 # Path segments before a '*' that are maps in the documents (the others are lists).

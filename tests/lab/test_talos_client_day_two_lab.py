@@ -8,18 +8,11 @@ import io
 
 import pytest
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors
+from ansible_collections.proxtalos.cluster.tests.helpers import wait_until
 from lab.talos import etcd as lab_etcd
 from lab.talos import testing
-
-ENDPOINT = 'https://127.0.0.10:6443'
-
-
-def wait_until(probe, what, timeout=20.0):
-    result = _wait.wait_for(probe, timeout, interval=0.02)
-    assert result.ok, '%s: not reached in %ss, last seen: %r' % (what, timeout, result.observation)
-    return result.observation
+from talos_lab_nodes import configure
 
 
 @pytest.fixture(scope='module')
@@ -37,15 +30,6 @@ def secrets():
 @pytest.fixture(scope='module')
 def credentials(secrets):
     return client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
-
-
-def configure(lab, name, secrets, machine_type='controlplane'):
-    node = lab.start(name)
-    lab.wait(lambda: node.mode == 'maintenance', what='%s in maintenance mode' % name)
-    with client.TalosClient(node.address, insecure=True, timeout=5) as talos:
-        talos.apply_configuration(testing.render_config(secrets, machine_type, ENDPOINT))
-    lab.wait(lambda: node.mode == 'configured', what='%s configured' % name)
-    return node
 
 
 def talos(node, credentials, timeout=5):

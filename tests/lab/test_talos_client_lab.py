@@ -14,11 +14,11 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors, _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors, redact
+from ansible_collections.proxtalos.cluster.tests.helpers import wait_until
 from lab.talos import pki, testing
-
-ENDPOINT = 'https://127.0.0.10:6443'
+from talos_lab_nodes import ENDPOINT, configure, start_maintenance
 
 # A change CanApplyImmediate does not let apply live (v1alpha1_runtime.go:149-204): it needs a reboot.
 UDEV_RULE = 'SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="44", MODE="0660"'
@@ -40,18 +40,6 @@ def credentials_for(secrets, organizations=('os:admin',)):
     return client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab', organizations=organizations))
 
 
-def wait_until(probe, what, timeout=20.0):
-    result = _wait.wait_for(probe, timeout, interval=0.02)
-    assert result.ok, '%s: not reached in %ss, last seen: %r' % (what, timeout, result.observation)
-    return result.observation
-
-
-def start_maintenance(lab, name):
-    node = lab.start(name)
-    lab.wait(lambda: node.mode == 'maintenance', what='%s in maintenance mode' % name)
-    return node
-
-
 def mtls_version(node, credentials):
     """Probe: the node answers Version over mTLS (not yet: port closed, or still the maintenance certificate)."""
     def probe():
@@ -65,14 +53,6 @@ def mtls_version(node, credentials):
                 raise
             return False, str(exc)
     return wait_until(probe, 'mTLS to %s' % node.name)
-
-
-def configure(lab, name, secrets, machine_type='controlplane', **render):
-    node = start_maintenance(lab, name)
-    with client.TalosClient(node.address, insecure=True, timeout=5) as talos:
-        talos.apply_configuration(testing.render_config(secrets, machine_type, ENDPOINT, **render))
-    lab.wait(lambda: node.mode == 'configured', what='%s configured' % name)
-    return node
 
 
 def services(node, credentials):
