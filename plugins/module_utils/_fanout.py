@@ -18,8 +18,8 @@ slow or silent item does not delay the others:
   work may be a coroutine function: then the items run as tasks of one event loop (no threads), at
   most max_workers at once, with the same outcomes.
 - ItemsLine: the progress of such a run as one line - the items still not done and what each was last
-  seen doing - written to the progress file (_wait.ProgressFile), instead of the items' lines
-  interleaved. Each item's waits report to ItemsLine.sink_for(name); run_each(progress=line)
+  seen doing - written through the one progress recorder (_wait.Progress), instead of the items'
+  lines interleaved. Each item's waits report to ItemsLine.sink_for(name); run_each(progress=line)
   takes an item off the line when its work ends.
 """
 
@@ -192,7 +192,7 @@ def _clip(text, limit):
 
 
 class _ItemSink(object):
-    """What one item's waits hand to _wait.wait_for as their sink."""
+    """What one item's waits hand to _wait.wait_for as their progress: it feeds the item's part of the line."""
 
     def __init__(self, line, name):
         self.line = line
@@ -209,14 +209,13 @@ class _ItemSink(object):
 class ItemsLine(object):
     """One progress line for the waits of many items: which are still not done, and why.
 
-    sink: where the line goes - an object with update(observation, elapsed, attempts) and
-    end(observation, elapsed, attempts, ok) such as _wait.ProgressFile; the default is the file of
-    PROXTALOS_PROGRESS_FILE when it is set (nothing is written otherwise). A line is written only once some
+    recorder: where the line goes - the one progress recorder, _wait.Progress (or None); the default writes to
+    the file of PROXTALOS_PROGRESS_FILE when it is set (nothing is written otherwise). A line is written only once some
     item was seen not ready, as for a single wait. noun: what the items are, in the line ('nodes').
     """
 
-    def __init__(self, names, sink=_wait.FROM_ENVIRONMENT, deadline=None, noun='nodes'):
-        self.sink = _wait.environment_progress_file() if sink == _wait.FROM_ENVIRONMENT else sink
+    def __init__(self, names, recorder=_wait.FROM_ENVIRONMENT, deadline=None, noun='nodes'):
+        self.recorder = _wait.Progress.from_environment() if recorder == _wait.FROM_ENVIRONMENT else recorder
         self.names = list(names)
         self.noun = noun
         self.deadline = deadline or _wait.Deadline(0)
@@ -255,12 +254,12 @@ class ItemsLine(object):
     def finish(self, ok, summary):
         """Every item is done: an end line (only after progress lines, as for a single wait)."""
         with self.lock:
-            if self.sink is not None and self.reported:
-                self.sink.end(summary, self.deadline.elapsed(), self.updates, ok)
+            if self.recorder is not None and self.reported:
+                self.recorder.end(summary, self.deadline.elapsed(), self.updates, ok)
 
     def _write(self):
-        if self.sink is None:
+        if self.recorder is None:
             return
         self.updates += 1
         self.reported = True
-        self.sink.update(self.summary(), self.deadline.elapsed(), self.updates)
+        self.recorder.update(self.summary(), self.deadline.elapsed(), self.updates)

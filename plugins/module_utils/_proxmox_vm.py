@@ -649,7 +649,8 @@ class VmRunner(object):
 
         result = _wait.wait_for(step, timeout=deadline.remaining(), interval=min(self.interval, _proxmox.FIRST_RETRY),
                                 backoff=2.0, max_interval=max(self.interval, 10.0),
-                                transient=(_errors.TransientApiError,), on_progress=progress, clock=clock, sleep=sleep)
+                                transient=(_errors.TransientApiError,), progress=_wait.Progress.from_environment(note=progress),
+                                clock=clock, sleep=sleep)
         if not result.ok:
             error = last_error.get('error')
             message = '%s: gave up after %.0f s and %d attempts: %s' % (

@@ -175,7 +175,7 @@ def test_coroutine_work_not_started_after_the_deadline():
 
 def test_the_progress_line_names_the_items_still_waited_for():
     sink = RecordingSink()
-    line = _fanout.ItemsLine(['cp-1', 'w-1', 'w-2'], sink=sink)
+    line = _fanout.ItemsLine(['cp-1', 'w-1', 'w-2'], recorder=sink)
     line.done('cp-1')
     assert sink.lines == []   # nothing to say while no item was seen not ready
     line.sink_for('w-2').update('kubelet is Waiting', 0.1, 1)
@@ -191,7 +191,7 @@ def test_the_progress_line_names_the_items_still_waited_for():
 
 def test_run_each_takes_each_item_off_the_progress_line_when_its_work_ends():
     sink = RecordingSink()
-    line = _fanout.ItemsLine(['w-1', 'w-2'], sink=sink, noun='VMs')
+    line = _fanout.ItemsLine(['w-1', 'w-2'], recorder=sink, noun='VMs')
     w1_noted = threading.Event()
     w2_ended = threading.Event()
 
@@ -221,11 +221,11 @@ def test_run_each_takes_each_item_off_the_progress_line_when_its_work_ends():
 def test_a_progress_line_without_a_sink_writes_nothing_and_a_quick_run_no_end_line(monkeypatch):
     monkeypatch.delenv('PROXTALOS_PROGRESS_FILE', raising=False)
     quiet = _fanout.ItemsLine(['w-1'])
-    assert quiet.sink is None
+    assert quiet.recorder.path is None
     quiet.sink_for('w-1').update('not yet', 0.1, 1)
     quiet.finish(False, 'failed')
     sink = RecordingSink()
-    quick = _fanout.ItemsLine(['w-1'], sink=sink)
+    quick = _fanout.ItemsLine(['w-1'], recorder=sink)
     quick.done('w-1')
     quick.finish(True, 'all 1 nodes passed')
     assert sink.lines == []
@@ -233,7 +233,7 @@ def test_a_progress_line_without_a_sink_writes_nothing_and_a_quick_run_no_end_li
 
 def test_the_progress_line_clips_a_long_observation():
     sink = RecordingSink()
-    line = _fanout.ItemsLine(['w-1'], sink=sink)
+    line = _fanout.ItemsLine(['w-1'], recorder=sink)
     line.note('w-1', 'x' * 500)
     assert len(sink.lines[0][1]) < 220 and sink.lines[0][1].endswith('...)')
 
