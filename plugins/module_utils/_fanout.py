@@ -13,10 +13,11 @@ slow or silent item does not delay the others:
   Any other exception is a bug: it is raised again once every started item has ended.
   Deadline, per item: an item that had to wait for a free worker (one after the first max_workers)
   and whose turn comes after the deadline has passed is not started; its outcome is a NotStarted
-  error that carries its name (`item`). An item that started runs to its end: its work is
-  given the same deadline and honours it (the waits and API calls of every caller are bounded by it).
+  error that carries its name (`item`). An item that started runs to its end (a thread cannot be
+  stopped): every caller's work is bounded by the same deadline itself (its waits and API calls).
   work may be a coroutine function: then the items run as tasks of one event loop (no threads), at
-  most max_workers at once, with the same outcomes.
+  most max_workers at once, with the same outcomes (talos_node_diagnosis: its reads are coroutines
+  of AsyncTalosClient, so a round needs no thread per node).
 - ItemsLine: the progress of such a run as one line - the items still not done and what each was last
   seen doing - written through the one progress recorder (_wait.Progress), instead of the items'
   lines interleaved. Each item's waits report to ItemsLine.sink_for(name); run_each(progress=line)

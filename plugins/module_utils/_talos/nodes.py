@@ -77,6 +77,9 @@ class NodesRun(object):
         started_at = time.time()
         fanout = _fanout.run_each(self.targets, timed, self.deadline, max_workers=MAX_NODES_AT_ONCE,
                                   name=lambda item: item['name'], progress=self.progress)
+        for outcome in fanout:
+            # a node not started (its turn came after the deadline) has the run's elapsed seconds too
+            self.results[outcome.item['name']].setdefault('elapsed', round(self.deadline.elapsed(), 3))
         return [(outcome.item, outcome.value, outcome.error, (started_at, outcome.ended_at or time.time()))
                 for outcome in fanout]
 

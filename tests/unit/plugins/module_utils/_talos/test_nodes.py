@@ -1,7 +1,7 @@
 """_talos/nodes.py: the nodes option checked, a failing node named once, a NodesRun over _fanout.run_each."""
 import pytest
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _fanout, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import nodes, session
 
@@ -56,3 +56,24 @@ def test_nodes_run_keeps_each_nodes_session_result_elapsed_span_and_progress():
     # the summary follows the targets' order, whatever the order of the failures given
     assert run.failure_summary({'w-2': 'w-2 (b): late', 'cp-1': 'cp-1 (a): down'}) == \
         '2 of 3 nodes failed: cp-1 (a): down; w-2 (b): late'
+
+
+def test_nodes_run_names_a_node_not_started_before_the_deadline(monkeypatch):
+    monkeypatch.setattr(nodes, 'MAX_NODES_AT_ONCE', 1)
+    clock = {'now': 0.0}
+    deadline = _wait.Deadline(10, clock=lambda: clock['now'])
+    targets = [{'name': 'cp-1', 'address': '10.5.0.11'}, {'name': 'w-1', 'address': '10.5.0.21'}]
+    run = nodes.NodesRun(targets, lambda item: session.NodeSession(item['address'], label=item['name']),
+                         lambda: {'changed': False}, deadline)
+
+    def work(item, node_session, result, sink):
+        clock['now'] = 11.0      # cp-1's work outlives the deadline: w-1's turn comes after it
+        return 'ok'
+
+    outcomes = run.run(work)
+    assert [(item['name'], value) for item, value, _error, _span in outcomes] == [('cp-1', 'ok'), ('w-1', None)]
+    error = outcomes[1][2]
+    assert isinstance(error, _fanout.NotStarted) and error.item == 'w-1'
+    assert nodes.failure_line('w-1', run.sessions['w-1'], error) == (
+        'w-1 (10.5.0.21:50000): not started: the deadline of 10 s passed while it waited for a free worker')
+    assert run.results['w-1']['elapsed'] == 11.0 and run.progress.pending == {}
