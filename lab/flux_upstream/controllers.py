@@ -151,7 +151,7 @@ def conditions(obj):
 
 def wait_for(probe, timeout, what):
     """probe() -> (done, observation) until done; FluxError with what it last saw at the deadline."""
-    result = _wait.wait_for(probe, timeout, interval=0.1, backoff=1.5, max_interval=1.0, sink=None)
+    result = _wait.wait_for(probe, timeout, interval=0.1, backoff=1.5, max_interval=1.0, progress=None)
     if not result.ok:
         raise FluxError('%s: not within %.0f s; last seen: %s' % (what, timeout, result.observation))
     return result.observation
@@ -435,7 +435,7 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
             return response.status_code == 200, 'HTTP %d %s' % (response.status_code, response.text.strip()[:200])
 
         result = _wait.wait_for(probe, max(0.0, deadline - time.monotonic()), interval=0.1, backoff=1.3, max_interval=1.0,
-                                sink=None)
+                                progress=None)
         if not result.ok:
             raise FluxError('%s not ready within the start deadline; last probe of %s: %s; its log ends:\n%s'
                             % (name, health_url, result.observation, log_tail(log_path)))

@@ -417,7 +417,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                                         % (name, proc.popen.returncode, log_tail(log_path)))
             return healthy, seen
 
-        result = _wait.wait_for(probe, remaining, interval=0.1, backoff=1.3, max_interval=1.0, sink=None)
+        result = _wait.wait_for(probe, remaining, interval=0.1, backoff=1.3, max_interval=1.0, progress=None)
         if not result.ok:
             raise ControlPlaneError('%s not healthy within the start deadline; last probe: %s; its log ends:\n%s'
                                     % (name, result.observation, log_tail(log_path)))
@@ -482,7 +482,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                 continue  # gone, or the pid is another program's now
             os.kill(pid, signal.SIGTERM)
             result = _wait.wait_for(lambda pid=pid: (not os.path.exists('/proc/%d' % pid) or _zombie(pid), pid), timeout,
-                                    interval=0.05, backoff=1.5, max_interval=0.5, sink=None)
+                                    interval=0.05, backoff=1.5, max_interval=0.5, progress=None)
             if not result.ok:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -660,7 +660,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         def probe():
             pod = self.api('GET', path)
             return bool((pod.get('status') or {}).get('podIP')), (pod.get('status') or {}).get('podIP')
-        result = _wait.wait_for(probe, timeout, interval=0.1, backoff=1.5, max_interval=1.0, sink=None)
+        result = _wait.wait_for(probe, timeout, interval=0.1, backoff=1.5, max_interval=1.0, progress=None)
         if not result.ok:
             raise ControlPlaneError('pod %s/%s has no address within %.0f s' % (namespace, name, timeout))
         for port, target in ports.items():

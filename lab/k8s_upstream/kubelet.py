@@ -351,7 +351,7 @@ class CiliumNodes(_Watcher):
                 self.plane.api('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', self._crd_document(), expect=(201, 409))
                 # as the operator, which waits for each CRD it creates to be Established (pkg/k8s/apis/crdhelpers/register.go:181)
                 result = _wait.wait_for(lambda: (self._established(), 'ciliumnodes.cilium.io not Established'), CRD_WAIT,
-                                        interval=0.1, backoff=1.5, max_interval=1.0, sink=None)
+                                        interval=0.1, backoff=1.5, max_interval=1.0, progress=None)
                 if not result.ok:
                     LOG.warning('CRD ciliumnodes.cilium.io not Established within %.0f s; CiliumNodes wait for the next pod event', CRD_WAIT)
                     return

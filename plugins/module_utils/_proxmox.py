@@ -274,9 +274,10 @@ class PveClient(object):
         return self._api
 
     def _note(self, what):
-        def on_retry(observation, elapsed, attempts):
+        """The progress recorder's note of a request: each retried error goes to `retried`."""
+        def note_retry(observation, elapsed, attempts):
             self.retried.append({'what': what, 'error': observation, 'elapsed': round(elapsed, 3), 'attempt': attempts})
-        return on_retry
+        return note_retry
 
     def request(self, method, path, what, subject=None, retry=True, **params):
         """One API request; with retry, transient errors are retried with backoff until the deadline.
@@ -300,7 +301,8 @@ class PveClient(object):
             return once()
         return _wait.retry(once, timeout=self.deadline.remaining(), interval=self.interval, backoff=2.0,
                            max_interval=self.max_interval, transient=(_errors.TransientApiError,),
-                           on_retry=self._note(what), clock=self.clock, sleep=self.sleep)
+                           progress=_wait.Progress.from_environment(note=self._note(what)), clock=self.clock,
+                           sleep=self.sleep)
 
     def get(self, path, what, subject=None, **params):
         return self.request('get', path, what, subject, **params)

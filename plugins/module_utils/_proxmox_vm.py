@@ -13,12 +13,9 @@ Used by the module proxmox_vm, in its two forms:
 from __future__ import annotations
 
 import re
-import threading
 import time
 
-from concurrent.futures import ThreadPoolExecutor
-
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _diff, _errors, _proxmox, _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _diff, _errors, _fanout, _proxmox, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._proxmox_vm_info import check_vms
 
 STATES = ('present', 'started', 'stopped', 'absent', 'reset')
@@ -652,7 +649,8 @@ class VmRunner(object):
 
         result = _wait.wait_for(step, timeout=deadline.remaining(), interval=min(self.interval, _proxmox.FIRST_RETRY),
                                 backoff=2.0, max_interval=max(self.interval, 10.0),
-                                transient=(_errors.TransientApiError,), on_progress=progress, clock=clock, sleep=sleep)
+                                transient=(_errors.TransientApiError,), progress=_wait.Progress.from_environment(note=progress),
+                                clock=clock, sleep=sleep)
         if not result.ok:
             error = last_error.get('error')
             message = '%s: gave up after %.0f s and %d attempts: %s' % (
@@ -777,7 +775,7 @@ class ManyOutcome(object):
 
 
 def run_many(items, make_client, deadline, check_mode, warn, max_workers=MAX_WORKERS, clock=time.monotonic):
-    """Several VMs in one process: each goes through run() (the single form) on a pool thread, one deadline.
+    """Several VMs in one process: each goes through run() (the single form) on a _fanout.run_each worker, one deadline.
 
     items: [(inventory name, single-form params)] from validate_many.
     make_client(): a PveClient for one VM (its own retry record; the HTTPS session is shared).
@@ -788,27 +786,19 @@ def run_many(items, make_client, deadline, check_mode, warn, max_workers=MAX_WOR
     """
     jobs = [VmJob(name, params, make_client()) for name, params in items]
     start = clock()
-    busy = {'now': 0, 'most': 0}
-    lock = threading.Lock()
 
     def work(job):
-        with lock:
-            busy['now'] += 1
-            busy['most'] = max(busy['most'], busy['now'])
         try:
             job.result = run(job.params, job.client, deadline, check_mode, warn, runner=job.runner)
-        except _errors.ProxtalosError as exc:
-            job.error = exc
         finally:
             job.elapsed = clock() - start
-            with lock:
-                busy['now'] -= 1
 
-    workers = max(1, min(len(jobs), max_workers))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        # list() waits for every job and raises what a job raised that it did not catch.
-        list(pool.map(work, jobs))
-    return ManyOutcome(jobs, busy['most'])
+    fanout = _fanout.run_each(jobs, work, deadline, max_workers=max_workers, name=lambda job: job.name)
+    for job, outcome in zip(jobs, fanout):
+        job.error = outcome.error
+        if job.elapsed is None:      # not started: its turn came after the deadline
+            job.elapsed = clock() - start
+    return ManyOutcome(jobs, fanout.most_at_once)
 
 
 def many_result(outcome, with_diff):

@@ -5,7 +5,7 @@
 
 Used by the module proxmox_vm_info, in its two forms:
 - one VM (`gate`): read once, or wait (wait_for running/address) until it passes or the deadline passes;
-- several VMs (`gate_many`): every VM probed concurrently by a small thread pool (proxmoxer is synchronous),
+- several VMs (`gate_many`): every VM probed concurrently by _fanout.run_each (proxmoxer is synchronous),
   under one deadline and one poll interval; a round lists the VMs once (/cluster/resources) and probes
   every VM that has not passed yet; a VM that passed is not probed again. A probe reads its VM once, without
   retries: a transient error is "not yet" for that VM in that round (the next round reads it again), so one VM
@@ -25,12 +25,9 @@ from __future__ import annotations
 
 import socket
 import ssl
-import threading
 import time
 
-from concurrent.futures import ThreadPoolExecutor
-
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _errors, _proxmox, _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _errors, _fanout, _proxmox, _wait
 
 HIDDEN_CONFIG_KEYS = ('cipassword', 'sshkeys')
 AGENT_HINT = ('Talos runs the QEMU guest agent only when its image has the siderolabs/qemu-guest-agent system '
@@ -283,53 +280,46 @@ def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic
     watches = [VmWatch(vm, make_probe(client, dict(vm, talos_api_port=params.get('talos_api_port')))) for vm in vms]
     started_at = time.time()
     start = clock()
-    workers = max(1, min(len(watches), max_workers))
-    busy = {'now': 0, 'most': 0}
-    lock = threading.Lock()
+    most_at_once = {'workers': 0}
 
     def probe_one(watch, resources):
-        with lock:
-            busy['now'] += 1
-            busy['most'] = max(busy['most'], busy['now'])
+        watch.attempts += 1
         try:
-            watch.attempts += 1
-            try:
-                # Read once (no retry until the deadline): a VM whose reads keep failing is "not yet" for this
-                # round and does not hold up the round, and pool threads never write to the progress file.
-                info = watch.probe.read(with_agent=True, resources=resources, retry=False)
-                watch.seen = info
-                passed, watch.observation = verdict(info, watch.vm, wait_for, field='vms')
-            except _errors.TransientApiError as exc:
-                passed, watch.observation = False, _wait.describe_exception(exc)
-            except _errors.ProxtalosError as exc:
-                watch.error = exc
-                watch.observation = str(exc)
-                watch.elapsed = clock() - start
-                return
-            if passed:
-                watch.passed = True
-                watch.elapsed = clock() - start
-        finally:
-            with lock:
-                busy['now'] -= 1
+            # Read once (no retry until the deadline): a VM whose reads keep failing is "not yet" for this
+            # round and does not hold up the round, and pool threads never write to the progress file.
+            info = watch.probe.read(with_agent=True, resources=resources, retry=False)
+            watch.seen = info
+            passed, watch.observation = verdict(info, watch.vm, wait_for, field='vms')
+        except _errors.TransientApiError as exc:
+            passed, watch.observation = False, _wait.describe_exception(exc)
+        except _errors.ProxtalosError as exc:
+            watch.error = exc
+            watch.observation = str(exc)
+            watch.elapsed = clock() - start
+            return
+        if passed:
+            watch.passed = True
+            watch.elapsed = clock() - start
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        def one_round():
-            resources = _proxmox.list_vms(client, 'VMs %s' % ', '.join(str(vm['vmid']) for vm in vms))
-            waiting = [w for w in watches if w.waiting]
-            # list() waits for every probe and raises what a probe raised that it did not catch.
-            list(pool.map(lambda watch: probe_one(watch, resources), waiting))
-            done = not any(w.waiting for w in watches)
-            return done, round_summary(watches, wait_for)
+    def one_round():
+        resources = _proxmox.list_vms(client, 'VMs %s' % ', '.join(str(vm['vmid']) for vm in vms))
+        waiting = [w for w in watches if w.waiting]
+        # No deadline for the round's probes: wait_for's deadline bounds the rounds, and each probe reads once.
+        # An exception a probe did not catch is raised again here, once every probe of the round has ended.
+        fanout = _fanout.run_each(waiting, lambda watch: probe_one(watch, resources), max_workers=max_workers,
+                                  name=lambda watch: watch.name)
+        most_at_once['workers'] = max(most_at_once['workers'], fanout.most_at_once)
+        done = not any(w.waiting for w in watches)
+        return done, round_summary(watches, wait_for)
 
-        # wait_for=none passes a VM at its first reading; only a VM whose reading met a transient error is read
-        # again, in the next round, for up to READ_RETRY_SECONDS (the single form's requests retry as long).
-        result = _wait.wait_for(one_round, timeout=timeout if wait_for != 'none' else READ_RETRY_SECONDS, interval=interval,
-                                backoff=1.0, transient=(_errors.TransientApiError,), clock=clock, sleep=sleep)
+    # wait_for=none passes a VM at its first reading; only a VM whose reading met a transient error is read
+    # again, in the next round, for up to READ_RETRY_SECONDS (the single form's requests retry as long).
+    result = _wait.wait_for(one_round, timeout=timeout if wait_for != 'none' else READ_RETRY_SECONDS, interval=interval,
+                            backoff=1.0, transient=(_errors.TransientApiError,), clock=clock, sleep=sleep)
     for watch in watches:
         if watch.elapsed is None:
             watch.elapsed = result.elapsed
-    return ManyResult(watches, result, busy['most'], started_at)
+    return ManyResult(watches, result, most_at_once['workers'], started_at)
 
 
 def failure_text(watch, wait_for):

@@ -13,16 +13,17 @@ can be reported with the evidence. timeout=0 means "probe once".
 
 The clock and sleep functions can be injected, so tests run on a fake clock.
 
-Progress sink: a wait can also report, while it runs, what it sees. An Ansible module cannot
-print before it returns, so `wait_for` hands each "not yet" observation to a sink; the default
-sink is the JSON-lines file named by the PROXTALOS_PROGRESS_FILE environment variable (the
-timeline callback sets it for each task and prints the lines as they come; `tail -f` works too).
-Without that variable there is no sink and a wait behaves exactly as before. One file line is a
-JSON object: {"time": ISO-8601 UTC, "event": "start"|"progress"|"end", "label": text or null,
-"elapsed": s, "attempt": n, "summary": one-line text, "ok": bool (end only)}. A line is written
-when the summary changes, and while it does not, at most every `heartbeat` seconds (so a follower
-can tell a slow wait from a hung one). Writing progress never fails a wait: a file that cannot be
-written is given up silently.
+Progress: a wait can also report, while it runs, what it sees. An Ansible module cannot print
+before it returns, so `wait_for` hands each "not yet" observation to its one progress hook, a
+recorder (`Progress`): it keeps a timeline for the module result and appends the same lines to a
+JSON-lines file. The default recorder writes to the file named by the PROXTALOS_PROGRESS_FILE
+environment variable (the timeline callback sets it for each task and prints the lines as they
+come; `tail -f` works too). Without that variable nothing is written and a wait behaves exactly as
+before. One file line is a JSON object: {"time": ISO-8601 UTC, "event": "start"|"progress"|"end",
+"label": text or null, "elapsed": s, "attempt": n, "summary": one-line text, "ok": bool (end
+only)}. A line is written when the summary changes, and while it does not, at most every
+`heartbeat` seconds (so a follower can tell a slow wait from a hung one). Writing progress never
+fails a wait: a file that cannot be written is given up silently.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ import json
 import os
 import time
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
+
 PROGRESS_FILE_ENV = 'PROXTALOS_PROGRESS_FILE'
-FROM_ENVIRONMENT = 'environment'   # wait_for's default sink: the progress file of PROXTALOS_PROGRESS_FILE, if set
+FROM_ENVIRONMENT = 'environment'   # wait_for's default progress: a Progress for PROXTALOS_PROGRESS_FILE
 
 
 class WaitResult(object):
@@ -89,31 +92,60 @@ def summary_of(observation):
     return ' '.join(text.split())
 
 
-class ProgressFile(object):
-    """Appends a wait's progress to a JSON-lines file (see the module docstring for the line format).
+class Progress(object):
+    """The one progress recorder: what a wait saw, as a timeline and as lines of a progress file.
 
-    update() writes a "progress" line when the summary differs from the last line written, or
-    when `heartbeat` seconds passed since it; end() writes an "end" line after progress lines.
-    One instance per path and process (shared_progress_file), so waits that follow each other in a
-    module, or a caller and wait_for reporting the same probe, do not repeat a line.
+    timeline: one entry ({elapsed, attempt, summary}) each time the one-line summary changed, and the last
+    observation at the end; at most max_entries (the first and the newest; `dropped` counts the others).
+    path: the JSON-lines file (see the module docstring); None writes no file. update() writes a
+    "progress" line when the summary differs from the last line written, or when `heartbeat` seconds passed
+    since it; end() writes an "end" line after progress lines.
+    label / step: the lines' label, and a step name that prefixes their summary ('<step>: <summary>').
+    announce: the owner of the wait writes a "start" line at once and ends it with finish(), with its own
+    verdict (a gate that failed for good ends the wait, but not as passed); the end wait_for reports is then
+    not recorded. A path whose folder does not exist is refused (field progress_file).
+    note(observation, elapsed, attempts): called for each probe that is not done (callers that record retries).
+    elapsed / attempts: those of the last probe reported.
     """
 
-    def __init__(self, path, heartbeat=30.0, clock=time.monotonic, wall_clock=time.time):
+    def __init__(self, path=None, label=None, step=None, announce=False, heartbeat=30.0, max_entries=100, note=None,
+                 clock=time.monotonic, wall_clock=time.time):
         self.path = path
+        self.label = label
+        self.step = step
+        self.announce = announce
         self.heartbeat = heartbeat
+        self.max_entries = max_entries
+        self.note = note
         self.clock = clock
         self.wall_clock = wall_clock
+        self.timeline = []
+        self.dropped = 0
+        self.elapsed = 0.0
+        self.attempts = 0
         self.broken = False
+        self._last_summary = None  # of the timeline
         self._last = None          # (event, summary, attempt) of the last line written
         self._last_write = None
         self._open_progress = False
+        self._ended = False
+        if path and announce:
+            directory = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(directory):
+                raise _errors.ValidationError('progress_file', 'directory does not exist: %s' % directory)
+            self.write('start', 'waiting for %s' % label, 0.0, 0)
 
-    def write(self, event, summary, elapsed, attempt, label=None, ok=None):
-        """Append one line; False (and no more writes) when the file cannot be written."""
-        if self.broken:
+    @classmethod
+    def from_environment(cls, **options):
+        """A recorder writing to the file of PROXTALOS_PROGRESS_FILE, or to no file when it is not set."""
+        return cls(path=os.environ.get(PROGRESS_FILE_ENV) or None, **options)
+
+    def write(self, event, summary, elapsed, attempt, ok=None):
+        """Append one line; False (and no more writes) when there is no file or it cannot be written."""
+        if not self.path or self.broken:
             return False
         line = {'time': datetime.datetime.fromtimestamp(self.wall_clock(), datetime.timezone.utc).isoformat(),
-                'event': event, 'label': label, 'elapsed': round(float(elapsed), 3), 'attempt': attempt,
+                'event': event, 'label': self.label, 'elapsed': round(float(elapsed), 3), 'attempt': attempt,
                 'summary': summary}
         if ok is not None:
             line['ok'] = bool(ok)
@@ -131,60 +163,76 @@ class ProgressFile(object):
         self._open_progress = event == 'progress' or (event == 'start' and self._open_progress)
         return True
 
-    def update(self, observation, elapsed, attempts, label=None):
-        """A probe that is not done: write it if it says something new, or as a heartbeat."""
+    def _append(self, summary, elapsed, attempts):
+        if len(self.timeline) >= self.max_entries:
+            # keep the first entry (where the wait started) and the most recent ones
+            del self.timeline[1]
+            self.dropped += 1
+        self.timeline.append({'elapsed': round(elapsed, 3), 'attempt': attempts, 'summary': summary})
+
+    def _file_text(self, summary):
+        return '%s: %s' % (self.step, summary) if self.step else summary
+
+    def update(self, observation, elapsed, attempts):
+        """A probe that is not done: a timeline entry if it says something new; a file line if new or a heartbeat."""
         summary = summary_of(observation)
-        if self._last is not None and self._last[0] == 'progress' and self._last[1] == summary:
+        self.elapsed, self.attempts = elapsed, attempts
+        if self.note is not None:
+            self.note(observation, elapsed, attempts)
+        if summary != self._last_summary:
+            self._last_summary = summary
+            self._append(summary, elapsed, attempts)
+        text = self._file_text(summary)
+        if self._last is not None and self._last[0] == 'progress' and self._last[1] == text:
             if self.clock() - self._last_write < self.heartbeat:
                 return False
-        return self.write('progress', summary, elapsed, attempts, label=label)
+        return self.write('progress', text, elapsed, attempts)
 
-    def end(self, observation, elapsed, attempts, ok, label=None, always=False):
-        """The wait is over: an "end" line after its progress lines (or always), once."""
+    def end(self, observation, elapsed, attempts, ok):
+        """The wait is over, as wait_for reports it (after it reported progress): ignored when announced."""
+        if not self.announce:
+            self._close(observation, elapsed, attempts, ok, always=False)
+
+    def finish(self, observation, elapsed, attempts, ok):
+        """The owner's end of the wait: the final timeline entry, and an end line whatever came before."""
+        self._close(observation, elapsed, attempts, ok, always=True)
+
+    def _close(self, observation, elapsed, attempts, ok, always):
+        if self._ended:
+            return
+        self._ended = True
         summary = summary_of(observation)
-        if self._last == ('end', summary, attempts):
-            return False
-        if not (always or self._open_progress):
-            return False
-        self._open_progress = False
-        return self.write('end', summary, elapsed, attempts, label=label, ok=ok)
+        if summary != self._last_summary or not self.timeline or self.timeline[-1]['attempt'] != attempts:
+            self._append(summary, elapsed, attempts)
+        self._last_summary = summary
+        self.elapsed, self.attempts = elapsed, attempts
+        if always or self._open_progress:
+            self._open_progress = False
+            self.write('end', self._file_text(summary), elapsed, attempts, ok=ok)
 
 
-_PROGRESS_FILES = {}
-
-
-def shared_progress_file(path):
-    """The process's ProgressFile for path (one per path, so its change detection spans every wait)."""
-    key = os.path.abspath(path)
-    if key not in _PROGRESS_FILES:
-        _PROGRESS_FILES[key] = ProgressFile(key)
-    return _PROGRESS_FILES[key]
-
-
-def environment_progress_file():
-    """The ProgressFile named by PROXTALOS_PROGRESS_FILE, or None when it is not set."""
-    path = os.environ.get(PROGRESS_FILE_ENV)
-    return shared_progress_file(path) if path else None
+def _recorder(progress):
+    """wait_for's progress argument: FROM_ENVIRONMENT is a recorder for PROXTALOS_PROGRESS_FILE."""
+    return Progress.from_environment() if progress == FROM_ENVIRONMENT else progress
 
 
 def wait_for(probe, timeout, interval=1.0, transient=(), backoff=1.0, max_interval=None,
-             on_progress=None, clock=time.monotonic, sleep=time.sleep, sink=FROM_ENVIRONMENT):
+             clock=time.monotonic, sleep=time.sleep, progress=FROM_ENVIRONMENT):
     """Call probe() until it reports done or the deadline passes.
 
     probe: callable returning (done, observation).
     timeout: seconds; 0 probes exactly once.
     interval: seconds between probes; multiplied by backoff after each probe, up to max_interval.
     transient: exception types that mean "not yet"; their text becomes the observation.
-    on_progress: called with (observation, elapsed, attempts) after each probe that is not done.
-    sink: where progress goes while waiting - an object with update(observation, elapsed, attempts)
-      and end(observation, elapsed, attempts, ok) such as a ProgressFile; the default is the file of
+    progress: the one hook - an object with update(observation, elapsed, attempts), called after each probe
+      that is not done, and end(observation, elapsed, attempts, ok), called when a wait that reported ends:
+      a Progress, or _fanout.ItemsLine's sink of one item; the default is a Progress writing to the file of
       PROXTALOS_PROGRESS_FILE when that is set; None for none. It never changes the outcome.
     Returns a WaitResult; never raises for a timeout (callers decide how to report it).
     """
     if interval <= 0:
         raise ValueError('interval must be more than zero seconds, got %r' % (interval,))
-    if sink == FROM_ENVIRONMENT:
-        sink = environment_progress_file()
+    progress = _recorder(progress)
     deadline = Deadline(timeout, clock)
     attempts = 0
     observation = None
@@ -198,17 +246,15 @@ def wait_for(probe, timeout, interval=1.0, transient=(), backoff=1.0, max_interv
             done, observation = False, describe_exception(exc)
         if done:
             if reported:
-                sink.end(observation, deadline.elapsed(), attempts, True)
+                progress.end(observation, deadline.elapsed(), attempts, True)
             return WaitResult(True, observation, deadline.elapsed(), attempts)
-        if on_progress is not None:
-            on_progress(observation, deadline.elapsed(), attempts)
-        if sink is not None:
-            sink.update(observation, deadline.elapsed(), attempts)
+        if progress is not None:
+            progress.update(observation, deadline.elapsed(), attempts)
             reported = True
         remaining = deadline.remaining()
         if remaining <= 0:
             if reported:
-                sink.end(observation, deadline.elapsed(), attempts, False)
+                progress.end(observation, deadline.elapsed(), attempts, False)
             return WaitResult(False, observation, deadline.elapsed(), attempts)
         sleep(min(pause, remaining))
         pause = pause * backoff
@@ -217,11 +263,12 @@ def wait_for(probe, timeout, interval=1.0, transient=(), backoff=1.0, max_interv
 
 
 def retry(call, timeout, interval=1.0, transient=(), backoff=2.0, max_interval=10.0,
-          on_retry=None, clock=time.monotonic, sleep=time.sleep, sink=FROM_ENVIRONMENT):
+          clock=time.monotonic, sleep=time.sleep, progress=FROM_ENVIRONMENT):
     """Run call() until it returns without a transient error; return its value.
 
     The last transient error is raised again when the deadline passes, so the caller reports
-    the real cause. Non-transient errors are raised at once. sink: as for wait_for.
+    the real cause. Non-transient errors are raised at once. progress: as for wait_for (a Progress
+    with a `note` hears every retried error).
     """
     outcome = {}
 
@@ -233,12 +280,8 @@ def retry(call, timeout, interval=1.0, transient=(), backoff=2.0, max_interval=1
             return False, describe_exception(exc)
         return True, None
 
-    def progress(observation, elapsed, attempts):
-        if on_retry is not None:
-            on_retry(observation, elapsed, attempts)
-
     result = wait_for(probe, timeout, interval=interval, backoff=backoff, max_interval=max_interval,
-                      on_progress=progress, clock=clock, sleep=sleep, sink=sink)
+                      clock=clock, sleep=sleep, progress=progress)
     if result.ok:
         return outcome['value']
     raise outcome['error']

@@ -142,9 +142,9 @@ from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_requ
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _flux
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import client as k8s_client
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import gates
-from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import progress
 
 
 def argument_spec():
@@ -204,8 +204,8 @@ def run(module):
             params['names'] = [n if '/' in n else '%s/%s' % (params['namespace'], n) for n in params['names']]
         gate = _flux.TreeGate(params)
         client = k8s_client.build_client(module.params, module=module, warn=module.warn)
-        timeline = progress.Progress('flux_gate %s' % gate.target(), module.params.get('progress_file'))
-        gate_run = gates.run(gate, client, timeout, interval, on_progress=timeline.record)
+        timeline = _wait.Progress(module.params.get('progress_file'), label='flux_gate %s' % gate.target(), announce=True)
+        gate_run = gates.run(gate, client, timeout, interval, progress=timeline)
         timeline.finish(gate_run.result.observation, gate_run.result.elapsed, gate_run.result.attempts, gate_run.passed)
     except _errors.ValidationError as exc:
         module.fail_json(msg=str(exc), field=exc.field, changed=False)

@@ -256,7 +256,7 @@ def ensure(store, params, deadline, check_mode, clock=time.monotonic, sleep=time
 
     wait = _wait.wait_for(step, timeout=deadline.remaining(), interval=interval, backoff=1.5,
                           max_interval=max(interval, 10.0), transient=(_errors.TransientApiError,),
-                          on_progress=remember, clock=clock, sleep=sleep)
+                          progress=_wait.Progress.from_environment(note=remember), clock=clock, sleep=sleep)
     if not wait.ok:
         raise _errors.WaitTimeout('%s: %s did not complete within %.0f s (last seen: %s)' % (
             store.subject, 'download' if want_present else 'delete', wait.elapsed, wait.observation), wait)

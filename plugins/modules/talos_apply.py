@@ -334,13 +334,13 @@ def masked_error(exc):
 class Applier(object):
     """Observe, decide, apply and verify one node."""
 
-    def __init__(self, node_session, data, deadline, interval, try_timeout=None, sink=_wait.FROM_ENVIRONMENT):
+    def __init__(self, node_session, data, deadline, interval, try_timeout=None, progress=_wait.FROM_ENVIRONMENT):
         self.session = node_session
         self.data = data
         self.deadline = deadline
         self.interval = interval
         self.try_timeout = try_timeout
-        self.sink = sink
+        self.progress = progress
 
     # ---- calls with the shared deadline ----
 
@@ -348,7 +348,7 @@ class Applier(object):
         """call() until it does not raise a transient Talos error, within the deadline."""
         try:
             return _wait.retry(call, self.deadline.remaining(), interval=self.interval, transient=session.TRANSIENT,
-                               backoff=1.0, max_interval=self.interval, sink=self.sink)
+                               backoff=1.0, max_interval=self.interval, progress=self.progress)
         except talos_errors.TalosTransientError as exc:
             raise ProxtalosError('talos node %s: %s failed within %gs; last error: %s'
                                  % (self.session.display, what, self.deadline.timeout, exc), node=self.session.name,
@@ -424,7 +424,7 @@ class Applier(object):
             return False, 'answers over mTLS but does not run the applied config yet (dry run: %s)' % summary
         try:
             return self.session.wait_until(probe, self.deadline, self.interval, 'the node back over mTLS with the applied config',
-                                           sink=self.sink)
+                                           progress=self.progress)
         except ProxtalosError as exc:
             raise masked_error(exc)
 
@@ -446,17 +446,17 @@ def node_diff(node_session, config, maintenance, changed, diff_text):
     return {'before': '', 'after': ''}
 
 
-def apply_node(node_session, config, options, deadline, interval, result, sink=_wait.FROM_ENVIRONMENT):
+def apply_node(node_session, config, options, deadline, interval, result, progress=_wait.FROM_ENVIRONMENT):
     """Reach one node, decide with its dry run, apply (unless check mode) and verify, filling `result` (empty_result())
     as it goes, so a failure leaves what was seen. `changed` is the prediction in check mode, else True once the
     node took the config. Returns the gate's (observation, attempts) when the node was seen running the config
     (unchanged, or applied and verified), None otherwise (check mode with a change, staged, wait=false).
     Raises ProxtalosError naming the node when a step fails."""
     result['node'] = node_session.name
-    applier = Applier(node_session, config.data, deadline, interval, try_timeout=options.try_timeout, sink=sink)
+    applier = Applier(node_session, config.data, deadline, interval, try_timeout=options.try_timeout, progress=progress)
     mode = MODES[options.mode]
 
-    node_mode, reached = node_session.reach(deadline, interval, sink=sink)
+    node_mode, reached = node_session.reach(deadline, interval, progress=progress)
     result['node_mode'] = node_mode
     maintenance = node_mode == session.MAINTENANCE
     if not maintenance:
@@ -542,9 +542,9 @@ def apply_all(module, credentials, options):
                                                                                      field='nodes', label=item['name']),
                                empty_result, deadline)
 
-    def work(item, node_session, node_result, sink):
+    def work(item, node_session, node_result, progress):
         try:
-            return apply_node(node_session, configs[item['name']], options, deadline, interval, node_result, sink=sink)
+            return apply_node(node_session, configs[item['name']], options, deadline, interval, node_result, progress=progress)
         except (IOError, OSError) as exc:
             raise ProxtalosError('talos node %s: %s' % (node_session.display, exc), node=node_session.name)
 

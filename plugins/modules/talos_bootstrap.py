@@ -118,7 +118,7 @@ elapsed:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _fanout, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError, WaitTimeout
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import health, session
@@ -235,11 +235,12 @@ def observe_when_answering(node_session, deadline, interval):
 def ask_cluster(sessions, deadline, interval):
     """Every control plane's observation, asked at the same time (a member list may take MEMBER_LIST_TIMEOUT); each must
     answer: the first failure (in the order of nodes) is raised."""
-    outcomes = nodes_util.run_each(sessions, lambda pair: observe_when_answering(pair[1], deadline, interval))
-    for dummy, dummy_value, error in outcomes:
-        if error is not None:
-            raise error
-    return dict((pair[0], value) for pair, value, dummy in outcomes)
+    fanout = _fanout.run_each(sessions, lambda pair: observe_when_answering(pair[1], deadline, interval), deadline,
+                              max_workers=nodes_util.MAX_NODES_AT_ONCE, name=lambda pair: pair[0])
+    for outcome in fanout:
+        if outcome.error is not None:
+            raise outcome.error
+    return dict((outcome.item[0], outcome.value) for outcome in fanout)
 
 
 def bootstrap(node_session, deadline, interval):

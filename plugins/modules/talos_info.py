@@ -323,11 +323,11 @@ def empty_result():
 class Reader(object):
     """The reads of one node, each retried on transient errors within the shared deadline."""
 
-    def __init__(self, node_session, deadline, interval, sink=_wait.FROM_ENVIRONMENT):
+    def __init__(self, node_session, deadline, interval, progress=_wait.FROM_ENVIRONMENT):
         self.session = node_session
         self.deadline = deadline
         self.interval = interval
-        self.sink = sink
+        self.progress = progress
 
     def call(self, maintenance, method):
         def attempt():
@@ -336,7 +336,7 @@ class Reader(object):
             return self.session.call(method)
         try:
             return _wait.retry(attempt, self.deadline.remaining(), interval=self.interval, transient=session.TRANSIENT,
-                               backoff=1.0, max_interval=self.interval, sink=self.sink)
+                               backoff=1.0, max_interval=self.interval, progress=self.progress)
         except talos_errors.TalosTransientError as exc:
             raise ProxtalosError('talos node %s: %s did not answer within %gs: %s'
                                  % (self.session.display, method, self.deadline.timeout, exc), node=self.session.name)
@@ -350,7 +350,7 @@ class Reader(object):
         return {'members': [health.member_summary(member) for member in members], 'error': None}
 
 
-def wait_services(node_session, required, deadline, interval, sink=_wait.FROM_ENVIRONMENT):
+def wait_services(node_session, required, deadline, interval, progress=_wait.FROM_ENVIRONMENT):
     """Wait until the required services are Running and healthy; returns (service list, WaitResult)."""
     seen = {'services': None, 'problems': []}
 
@@ -367,7 +367,7 @@ def wait_services(node_session, required, deadline, interval, sink=_wait.FROM_EN
             return True, 'all of %s Running and healthy' % ', '.join(required)
         return False, '; '.join(health.describe_service_problem(problem) for problem in seen['problems'])
 
-    result = session.wait_until(probe, deadline, interval, sink=sink)
+    result = session.wait_until(probe, deadline, interval, progress=progress)
     if not result.ok:
         raise WaitTimeout('talos node %s: services not Running and healthy within %gs: %s'
                           % (node_session.display, deadline.timeout, result.observation), result, node=node_session.name,
@@ -375,21 +375,21 @@ def wait_services(node_session, required, deadline, interval, sink=_wait.FROM_EN
     return seen['services'], result
 
 
-def probe_node(node_session, credentials, gather, healthy_services, deadline, interval, result, sink=_wait.FROM_ENVIRONMENT):
+def probe_node(node_session, credentials, gather, healthy_services, deadline, interval, result, progress=_wait.FROM_ENVIRONMENT):
     """The checks and reads of one node into `result` (empty_result(); filled as it goes, so a failure leaves
     what was seen). Returns the gate's (observation, attempts); raises ProxtalosError when a check fails."""
     result['node'] = node_session.name
-    mode, reached = node_session.reach(deadline, interval, sink=sink)
+    mode, reached = node_session.reach(deadline, interval, progress=progress)
     observation, attempts = reached.observation, reached.attempts
     result['mode'] = mode
     maintenance = mode == session.MAINTENANCE
     services = None
     if healthy_services:
         node_session.require_credentials('must report its services over mutual TLS')
-        services, waited = wait_services(node_session, healthy_services, deadline, interval, sink=sink)
+        services, waited = wait_services(node_session, healthy_services, deadline, interval, progress=progress)
         observation, attempts = waited.observation, attempts + waited.attempts
     readable = maintenance or credentials is not None
-    reader = Reader(node_session, deadline, interval, sink=sink)
+    reader = Reader(node_session, deadline, interval, progress=progress)
     if readable and 'services' in gather and services is None:
         try:
             services = reader.call(maintenance, 'service_list')
@@ -441,10 +441,10 @@ def probe_all(module, credentials):
                                                                                      field='nodes', label=item['name']),
                                empty_result, deadline)
 
-    def work(item, node_session, node_result, sink):
+    def work(item, node_session, node_result, progress):
         gather = item['gather'] if item.get('gather') is not None else params['gather']
         required = item['healthy_services'] if item.get('healthy_services') is not None else params['healthy_services']
-        return probe_node(node_session, credentials, gather, required, deadline, interval, node_result, sink=sink)
+        return probe_node(node_session, credentials, gather, required, deadline, interval, node_result, progress=progress)
 
     gates, facts, failed = [], {}, {}
     for item, outcome, error, span in run.run(work):

@@ -237,16 +237,16 @@ summary:
   sample: 'kubelet running on 2 of 3 nodes; lab-w-2 (10.5.0.22:50000): kubelet did not run within 300s; last seen: kubelet is Waiting: ...'
 """
 
-import asyncio
 import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _fanout, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client as talos_client
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import nodes as nodes_util
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import session
 
 RUNNING = 'running'
@@ -427,28 +427,25 @@ def progress_summary(diagnosers, service_id):
 def diagnose(diagnosers, service_id, timeout, interval, clock=time.monotonic, sleep=time.sleep):
     """Probe every node concurrently, round after round, until each runs, one cannot be diagnosed, or the deadline.
 
-    A round reads (at the same time, on one event loop) every node whose service does not run yet; nodes found
-    running are not read again. Returns the WaitResult of the rounds (attempts = rounds).
+    A round reads every node whose service does not run yet, at the same time, through _fanout.run_each; nodes
+    found running are not read again. The reads are coroutines (AsyncTalosClient), so they run as tasks of one
+    event loop - no thread per node. Returns the WaitResult of the rounds (attempts = rounds).
     """
     deadline = _wait.Deadline(timeout, clock)
-    loop = asyncio.new_event_loop()
 
-    async def read_pending(pending):
-        return await asyncio.gather(*(diagnoser.probe(deadline) for diagnoser in pending), return_exceptions=True)
+    async def probe(diagnoser):
+        await diagnoser.probe(deadline)
 
     def probe_round():
-        outcomes = loop.run_until_complete(read_pending([diagnoser for diagnoser in diagnosers if not diagnoser.finished]))
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome   # a bug, not a node's state: let it show
+        # No deadline for the round's reads: the rounds' wait bounds them, and each read has the API timeout.
+        # Diagnoser.probe keeps a node's errors; anything else is a bug, raised again once the round has ended.
+        _fanout.run_each([diagnoser for diagnoser in diagnosers if not diagnoser.finished], probe,
+                         max_workers=nodes_util.MAX_NODES_AT_ONCE, name=lambda diagnoser: diagnoser.label)
         cannot = any(diagnoser.error is not None for diagnoser in diagnosers)
         done = cannot or all(diagnoser.finished for diagnoser in diagnosers)
         return done, progress_summary(diagnosers, service_id)
 
-    try:
-        return _wait.wait_for(probe_round, timeout, interval=interval, clock=clock, sleep=sleep)
-    finally:
-        loop.close()
+    return _wait.wait_for(probe_round, timeout, interval=interval, clock=clock, sleep=sleep)
 
 
 def targets(params):

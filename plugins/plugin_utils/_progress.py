@@ -67,7 +67,7 @@ def remove_stale_folders(parent=None):
 
 
 def _wall_time(text):
-    """Seconds since the epoch of an ISO 8601 time written by _wait.ProgressFile, or None."""
+    """Seconds since the epoch of an ISO 8601 time written by _wait.Progress, or None."""
     try:
         moment = datetime.datetime.fromisoformat(str(text))
     except (TypeError, ValueError):

@@ -433,12 +433,13 @@ class GateRun(object):
         return text
 
 
-def run(gate, client, timeout, interval, on_progress=None, clock=time.monotonic, sleep=None, sink=_wait.FROM_ENVIRONMENT):
+def run(gate, client, timeout, interval, clock=time.monotonic, sleep=None, progress=_wait.FROM_ENVIRONMENT):
     """Probe the gate until it passes, fails for good (e.g. Stalled) or the timeout passes.
 
     Between probes it sleeps with client.sleep_until_change when the client has it (a watch on
-    what the probe read wakes it as soon as something changes), else with time.sleep. sink is
-    _wait.wait_for's progress sink (default: the PROXTALOS_PROGRESS_FILE file, if set).
+    what the probe read wakes it as soon as something changes), else with time.sleep. progress is
+    _wait.wait_for's progress recorder (default: one for the PROXTALOS_PROGRESS_FILE file, if set).
+    The caller of an announced recorder ends it (finish) with the gate's verdict.
     """
     seen = {}
     client.deadline = _wait.Deadline(timeout, clock)
@@ -453,7 +454,7 @@ def run(gate, client, timeout, interval, on_progress=None, clock=time.monotonic,
         return verdict.ok or verdict.failed, verdict
 
     result = _wait.wait_for(probe, timeout, interval=interval, transient=(_errors.TransientApiError,),
-                            on_progress=on_progress, clock=clock, sleep=sleep, sink=sink)
+                            clock=clock, sleep=sleep, progress=progress)
     return GateRun(gate, result, seen.get('verdict'))
 
 

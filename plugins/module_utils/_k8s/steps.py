@@ -19,8 +19,8 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import gates
-from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import progress
 
 NODE_INFO_KEYS = ('kubelet_version', 'os_image', 'kernel_version', 'container_runtime')
 
@@ -144,28 +144,23 @@ class StepOutcome(object):
 def _run_step(step, client, interval, progress_file, wall_clock):
     started_at = wall_clock()
     requests_before = client.requests
-    timeline = progress.Progress('k8s_gate %s (%s)' % (step.title, step.gate.target()), progress_file, step=step.title)
+    # the progress file's lines are named by the step (its title before each summary)
+    timeline = _wait.Progress(progress_file, label='k8s_gate %s (%s)' % (step.title, step.gate.target()), step=step.title,
+                              announce=True)
     gate_run = None
     failure = None
-    seen = {'elapsed': 0.0, 'attempts': 0}
-
-    def on_progress(observation, elapsed, attempts):
-        seen.update(elapsed=elapsed, attempts=attempts)
-        timeline.record(observation, elapsed, attempts)
-
     try:
-        # the progress file gets the step's lines from the timeline (named by the step), not the wait's own
-        gate_run = gates.run(step.gate, client, step.timeout, interval, on_progress=on_progress, sink=None)
+        gate_run = gates.run(step.gate, client, step.timeout, interval, progress=timeline)
         timeline.finish(gate_run.result.observation, gate_run.result.elapsed, gate_run.result.attempts, gate_run.passed)
     except _errors.ProxtalosError as exc:
         # not "not yet" (that is a TransientApiError, waited on): an answer that will not change by waiting;
         # it came from the probe after the last one reported
         failure = str(exc)
-        timeline.finish(failure, seen['elapsed'], seen['attempts'] + 1, False)
+        timeline.finish(failure, timeline.elapsed, timeline.attempts + 1, False)
     result = gate_result(step.gate, gate_run, timeline)
     result['title'] = step.title
     if failure is not None:
-        result.update(summary=failure, diagnosis=[], elapsed=round(seen['elapsed'], 3), attempts=seen['attempts'] + 1)
+        result.update(summary=failure, diagnosis=[], elapsed=round(timeline.elapsed, 3), attempts=timeline.attempts)
     elif gate_run is not None and not gate_run.passed:
         failure = gates.explain(gate_run, client)
         result['diagnosis'] = failure.splitlines()[1:]

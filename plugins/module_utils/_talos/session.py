@@ -13,8 +13,9 @@
   "not yet", raising WaitTimeout that names the node, what was awaited and what was seen last.
   A session may carry the node's inventory host name (`label`): messages then name the node as
   "lab-w-1 (10.5.0.21:50000)" (`display`); `name` stays the address. Every wait takes a progress
-  `sink` (_wait.wait_for's), so a module that probes several nodes at once (each on a thread of
-  its own) can send each node's waits to one sink that reports which nodes are still not ready.
+  `progress` (_wait.wait_for's one progress hook), so a module that probes several nodes at once
+  (_fanout.run_each) can send each node's waits to one progress line (_fanout.ItemsLine) that reports
+  which nodes are still not ready.
 
 A fresh client per probe: a node that reboots drops its connections, and a new TLS session is
 what tells a maintenance node from a configured one.
@@ -140,22 +141,22 @@ class NodeSession(object):
         with self.client(insecure=True) as connection:
             return getattr(connection, method)(*args, **kwargs)
 
-    def wait_until(self, probe, deadline, interval, what, sink=_wait.FROM_ENVIRONMENT):
+    def wait_until(self, probe, deadline, interval, what, progress=_wait.FROM_ENVIRONMENT):
         """Poll probe() -> (done, observation) until done or the deadline; WaitTimeout names the node."""
-        result = wait_until(probe, deadline, interval, sink=sink)
+        result = wait_until(probe, deadline, interval, progress=progress)
         if not result.ok:
             raise WaitTimeout('talos node %s: gave up after %gs waiting for %s; last seen: %s'
                               % (self.display, deadline.timeout, what, result.observation), result, node=self.name)
         return result
 
-    def reach(self, deadline, interval, sink=_wait.FROM_ENVIRONMENT):
+    def reach(self, deadline, interval, progress=_wait.FROM_ENVIRONMENT):
         """(mode, WaitResult) once the node answers at all (maintenance or configured); WaitTimeout otherwise."""
         seen = {}
 
         def probe():
             seen['mode'] = self.probe_mode()
             return True, 'answers (%s)' % seen['mode']
-        result = self.wait_until(probe, deadline, interval, 'the Talos API answering on port %d' % self.port, sink=sink)
+        result = self.wait_until(probe, deadline, interval, 'the Talos API answering on port %d' % self.port, progress=progress)
         return seen['mode'], result
 
     def wait_reachable(self, deadline, interval):
@@ -163,9 +164,9 @@ class NodeSession(object):
         return self.reach(deadline, interval)[0]
 
 
-def wait_until(probe, deadline, interval, sink=_wait.FROM_ENVIRONMENT):
+def wait_until(probe, deadline, interval, progress=_wait.FROM_ENVIRONMENT):
     """_wait.wait_for on the remaining time of a shared deadline; transient Talos errors = not yet."""
-    return _wait.wait_for(probe, deadline.remaining(), interval=interval, transient=TRANSIENT, sink=sink)
+    return _wait.wait_for(probe, deadline.remaining(), interval=interval, transient=TRANSIENT, progress=progress)
 
 
 def deadline_for(params):

@@ -145,7 +145,7 @@ def test_a_permanent_error_ends_only_that_vms_wait_and_transient_errors_are_not_
     assert [g['name'] for g in result['gates']] == ['the VM runs', 'the VM runs']
 
 
-def test_progress_names_the_vms_still_waiting():
+def test_progress_names_the_vms_still_waiting(monkeypatch):
     clock = FakeClock()
     probes = {1000: ScriptedProbe([reading(1000, status='running')]),
               1001: ScriptedProbe([reading(1001, status='stopped'), reading(1001, status='running')])}
@@ -158,13 +158,9 @@ def test_progress_names_the_vms_still_waiting():
         def end(self, observation, elapsed, attempts, ok):
             lines.append(('end', ok))
 
-    original = _wait.environment_progress_file
-    _wait.environment_progress_file = Sink
-    try:
-        outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(2), params('running'), clock=clock, sleep=clock.sleep,
-                                             make_probe=lambda _client, vm: probes[vm['vmid']])
-    finally:
-        _wait.environment_progress_file = original
+    monkeypatch.setattr(_wait.Progress, 'from_environment', classmethod(lambda cls, **options: Sink()))
+    outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(2), params('running'), clock=clock, sleep=clock.sleep,
+                                         make_probe=lambda _client, vm: probes[vm['vmid']])
     assert outcome.failed == []
     assert lines == ['VMs not running yet 1/2: node-1 (VM 1001 on PVE node pve1): VM is stopped', ('end', True)]
 

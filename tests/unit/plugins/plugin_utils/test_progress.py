@@ -1,4 +1,4 @@
-"""The live progress follower of the timeline callback, fed by the files _wait.ProgressFile writes."""
+"""The live progress follower of the timeline callback, fed by the files _wait.Progress writes."""
 import json
 import os
 import stat
@@ -20,7 +20,7 @@ class Writer(object):
 
     def __init__(self, path):
         self.wall = TASK_START
-        self.file = _wait.ProgressFile(path, heartbeat=30.0, clock=lambda: self.wall, wall_clock=lambda: self.wall)
+        self.file = _wait.Progress(path, heartbeat=30.0, clock=lambda: self.wall, wall_clock=lambda: self.wall)
 
     def progress(self, summary, after, attempt=1):
         self.wall = TASK_START + after
@@ -28,7 +28,7 @@ class Writer(object):
 
     def end(self, summary, after, ok=True):
         self.wall = TASK_START + after
-        self.file.end(summary, after, 9, ok, always=True)
+        self.file.finish(summary, after, 9, ok)
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def test_the_thread_shows_lines_as_they_come_and_stop_leaves_nothing(tmp_path):
     path = follower.new_path()
     follower.watch('k', 'lab-w-1', 'Gate - kubelet', path, started=TASK_START)
     Writer(path).progress('kubelet Waiting', 2)
-    seen = _wait.wait_for(lambda: (bool(shown), list(shown)), timeout=10, interval=0.01, sink=None)
+    seen = _wait.wait_for(lambda: (bool(shown), list(shown)), timeout=10, interval=0.01, progress=None)
     assert seen.ok, seen
     assert shown == ['  [lab-w-1] Gate - kubelet: kubelet Waiting (2 s)']
     follower.stop()
@@ -150,7 +150,6 @@ def test_the_thread_shows_lines_as_they_come_and_stop_leaves_nothing(tmp_path):
 def test_a_module_wait_with_the_environment_variable_reaches_the_follower(follower, monkeypatch):
     path = watch(follower, host='lab-w-2', task='Gate - Talos services')
     monkeypatch.setenv(_progress.PROGRESS_FILE_ENV, path)
-    monkeypatch.setattr(_wait, '_PROGRESS_FILES', {})
     states = iter([(False, 'kubelet Waiting'), (False, 'kubelet Waiting'), (False, 'kubelet Starting'), (True, 'ok')])
     now = [0.0]
 

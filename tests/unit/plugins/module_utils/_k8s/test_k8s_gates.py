@@ -2,8 +2,8 @@
 import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import gates
-from ansible_collections.proxtalos.cluster.plugins.module_utils._k8s import progress
 from ansible_collections.proxtalos.cluster.tests.helpers import FakeClock
 from ansible_collections.proxtalos.cluster.tests.unit.plugins.module_utils._k8s.fake_kube import FakeKube, fixture, transient
 
@@ -37,8 +37,8 @@ def make_ready(kube, node_name=None, pod_name=None):
 
 def run(gate_params, kube, clock, timeout=30, interval=2):
     gate = gates.build_gate(gate_params)
-    timeline = progress.Progress('test', clock=clock.clock)
-    outcome = gates.run(gate, kube, timeout, interval, on_progress=timeline.record, clock=clock.clock, sleep=clock.sleep)
+    timeline = _wait.Progress(label='test', announce=True, clock=clock.clock)
+    outcome = gates.run(gate, kube, timeout, interval, clock=clock.clock, sleep=clock.sleep, progress=timeline)
     timeline.finish(outcome.result.observation, outcome.result.elapsed, outcome.result.attempts, outcome.passed)
     outcome.timeline = timeline.timeline
     return outcome

@@ -1,22 +1,9 @@
-"""_talos/nodes.py: the nodes option checked, work run on every node at once, one progress line for many nodes."""
-import threading
-
+"""_talos/nodes.py: the nodes option checked, a failing node named once, a NodesRun over _fanout.run_each."""
 import pytest
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _fanout, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import nodes, session
-
-
-class RecordingSink(object):
-    def __init__(self):
-        self.lines = []
-
-    def update(self, observation, elapsed, attempts):
-        self.lines.append(('progress', observation, attempts))
-
-    def end(self, observation, elapsed, attempts, ok):
-        self.lines.append(('end', observation, ok))
 
 
 @pytest.mark.parametrize('items, field, reason', [
@@ -31,32 +18,6 @@ def test_check_targets_names_the_field(items, field, reason):
     assert refused.value.field == field and reason in refused.value.reason
 
 
-def test_run_each_runs_every_item_at_once_and_keeps_their_order():
-    barrier = threading.Barrier(3, timeout=5)   # breaks if the three are not inside work() together
-
-    def work(item):
-        barrier.wait()
-        if item == 'b':
-            raise ProxtalosError('b failed', node='b')
-        return item.upper()
-    outcomes = nodes.run_each(['a', 'b', 'c'], work)
-    assert [(item, value, str(error) if error else None) for item, value, error in outcomes] == [
-        ('a', 'A', None), ('b', None, 'b failed'), ('c', 'C', None)]
-
-
-def test_run_each_raises_a_bug_again_after_every_thread_ended():
-    ended = []
-
-    def work(item):
-        if item == 1:
-            raise KeyError('a bug')
-        ended.append(item)
-        return item
-    with pytest.raises(KeyError):
-        nodes.run_each([0, 1, 2], work)
-    assert sorted(ended) == [0, 2]
-
-
 def test_failure_line_names_host_and_address_once():
     node_session = session.NodeSession('10.5.0.21', label='w-1')
     assert node_session.display == 'w-1 (10.5.0.21:50000)'
@@ -66,41 +27,6 @@ def test_failure_line_names_host_and_address_once():
     assert nodes.failure_line('w-1', node_session, plain) == 'w-1 (10.5.0.21:50000): ServiceList failed: PermissionDenied'
     other = ProxtalosError('talosconfig: is required')
     assert nodes.failure_line('w-1', node_session, other) == 'w-1 (10.5.0.21:50000): talosconfig: is required'
-
-
-def test_progress_names_the_nodes_still_waited_for():
-    sink = RecordingSink()
-    progress = nodes.NodesProgress(['cp-1', 'w-1', 'w-2'], sink=sink)
-    progress.done('cp-1')
-    assert sink.lines == []   # nothing to say while no node was seen not ready
-    progress.sink_for('w-2').update('kubelet is Waiting', 0.1, 1)
-    progress.sink_for('w-2').end('kubelet is Running', 0.2, 2, True)   # one wait of w-2 ended; w-2 is not done yet
-    progress.done('w-1')
-    progress.done('w-2')
-    progress.finish(True, 'all 3 nodes passed')
-    assert sink.lines == [
-        ('progress', 'waiting for 2 of 3 nodes: w-1, w-2 (kubelet is Waiting)', 1),
-        ('progress', 'waiting for 1 of 3 nodes: w-2 (kubelet is Waiting)', 2),
-        ('end', 'all 3 nodes passed', True)]
-
-
-def test_progress_without_a_sink_writes_nothing_and_a_quick_run_no_end_line(monkeypatch):
-    monkeypatch.delenv('PROXTALOS_PROGRESS_FILE', raising=False)
-    quiet = nodes.NodesProgress(['w-1'])
-    quiet.sink_for('w-1').update('not yet', 0.1, 1)
-    quiet.finish(False, 'failed')
-    sink = RecordingSink()
-    quick = nodes.NodesProgress(['w-1'], sink=sink)
-    quick.done('w-1')
-    quick.finish(True, 'all 1 nodes passed')
-    assert sink.lines == []
-
-
-def test_progress_clips_a_long_observation():
-    sink = RecordingSink()
-    progress = nodes.NodesProgress(['w-1'], sink=sink)
-    progress.note('w-1', 'x' * 500)
-    assert len(sink.lines[0][1]) < 220 and sink.lines[0][1].endswith('...)')
 
 
 def test_nodes_run_keeps_each_nodes_session_result_elapsed_span_and_progress():
@@ -130,3 +56,24 @@ def test_nodes_run_keeps_each_nodes_session_result_elapsed_span_and_progress():
     # the summary follows the targets' order, whatever the order of the failures given
     assert run.failure_summary({'w-2': 'w-2 (b): late', 'cp-1': 'cp-1 (a): down'}) == \
         '2 of 3 nodes failed: cp-1 (a): down; w-2 (b): late'
+
+
+def test_nodes_run_names_a_node_not_started_before_the_deadline(monkeypatch):
+    monkeypatch.setattr(nodes, 'MAX_NODES_AT_ONCE', 1)
+    clock = {'now': 0.0}
+    deadline = _wait.Deadline(10, clock=lambda: clock['now'])
+    targets = [{'name': 'cp-1', 'address': '10.5.0.11'}, {'name': 'w-1', 'address': '10.5.0.21'}]
+    run = nodes.NodesRun(targets, lambda item: session.NodeSession(item['address'], label=item['name']),
+                         lambda: {'changed': False}, deadline)
+
+    def work(item, node_session, result, sink):
+        clock['now'] = 11.0      # cp-1's work outlives the deadline: w-1's turn comes after it
+        return 'ok'
+
+    outcomes = run.run(work)
+    assert [(item['name'], value) for item, value, _error, _span in outcomes] == [('cp-1', 'ok'), ('w-1', None)]
+    error = outcomes[1][2]
+    assert isinstance(error, _fanout.NotStarted) and error.item == 'w-1'
+    assert nodes.failure_line('w-1', run.sessions['w-1'], error) == (
+        'w-1 (10.5.0.21:50000): not started: the deadline of 10 s passed while it waited for a free worker')
+    assert run.results['w-1']['elapsed'] == 11.0 and run.progress.pending == {}
