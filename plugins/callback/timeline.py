@@ -293,7 +293,7 @@ class CallbackModule(CallbackBase):
         self.recorder = _timeline.Recorder(time.time(), stages=self.get_option('stages'))
         get_loader = getattr(playbook, 'get_loader', None)
         self.loader = get_loader() if callable(get_loader) else None
-        # ansible.context.CLIARGS: the command line as ansible-core's own callbacks (default, junit...) read it; the
+        # ansible.context.CLIARGS: the command line as ansible-core's own default callback reads it; the
         # module's one public name (its __all__). docs/adr/0001-modules-in-the-worker-process.md says why it stays.
         cliargs = context.CLIARGS if context is not None else None
         if cliargs:
