@@ -12,6 +12,12 @@ host, copied from this task's own variables: the hosts of the play and of its ba
 ansible_play_hosts, ansible_play_batch, play_hosts) and those the strategy adds (ansible_current_hosts,
 ansible_failed_hosts). Not quite every host's own task variables: see the notes of plugins/modules/host_values.py.
 
+Another host's variables for this task come from VariableManager.get_delegated_vars_and_hostname, the public method
+ansible-core's task executor calls for a delegated task's variables (the same get_vars call with the play, that host
+and the task), over one copy of this task delegated to each host in turn: an action plugin has no public way to the
+inventory's Host objects that get_vars takes. Host names are checked against the inventory first (the hostvars magic
+variable), since that method would make up a host for a name the inventory lacks.
+
 The variable is templated for every host by a Templar of its own over that host's variables (the task's Templar
 copied with copy_with_new_env): every host's value is rendered from its own variables.
 """
@@ -48,20 +54,21 @@ class ActionModule(ActionBase):
         if not hosts or not name:
             raise AnsibleActionFail('host_values: hosts and var are required')
         manager = self._task.get_variable_manager()
-        # The Host objects get_vars needs: ansible-core has no public way to the inventory from an action plugin
-        # (VariableManager has set_inventory but no getter; HostVars keeps it private as well).
-        inventory = manager._inventory  # pylint: disable=protected-access
-        play = self._task.get_play()
+        inventory_hosts = task_vars.get('hostvars')
+        if inventory_hosts is None:
+            raise AnsibleActionFail('host_values: the task has no hostvars variable to find the hosts in')
         play_level = dict((key, task_vars[key]) for key in PLAY_LEVEL_VARS if key in task_vars)
+        delegated = None
         values = {}
         for host_name in hosts:
-            host = inventory.get_host(host_name)
-            if host is None:
+            if host_name not in inventory_hosts:
                 raise AnsibleActionFail('host_values: %s is not a host of the inventory' % host_name)
             if host_name == task_vars.get('inventory_hostname'):
                 host_vars = task_vars
             else:
-                host_vars = manager.get_vars(play=play, host=host, task=self._task)
+                if delegated is None:
+                    delegated = self._task.copy(exclude_tasks=True)
+                host_vars = other_host_vars(manager, self._templar, delegated, host_name)
                 host_vars.update(play_level)
             if name not in host_vars:
                 raise AnsibleActionFail('host_values: %s has no variable %s' % (host_name, name))
@@ -71,3 +78,16 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail('host_values: %s: %s' % (host_name, exc)) from exc
         result.update(changed=False, by_host=values)
         return result
+
+
+def other_host_vars(manager, templar, delegated, host_name):
+    """The variables of host_name for this task: get_vars(play, that host, the task) through the delegation method.
+
+    delegated is a copy of the task (Task.copy); its delegate_to is set to host_name for the call. The method puts
+    the variables under ansible_delegated_vars[<host name>] and sets their inventory_hostname to the one of the
+    `variables` it is given (the delegating host's), here host_name's own."""
+    delegated.delegate_to = host_name
+    found, name = manager.get_delegated_vars_and_hostname(templar, delegated, {'inventory_hostname': host_name})
+    if name != host_name:
+        raise AnsibleActionFail('host_values: the variables of %s were not found (got those of %r)' % (host_name, name))
+    return found['ansible_delegated_vars'][host_name]

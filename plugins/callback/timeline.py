@@ -97,6 +97,7 @@ options:
 """
 
 import atexit
+import importlib
 import json
 import os
 import re
@@ -124,6 +125,11 @@ try:
 except ImportError:
     context = None
 
+try:
+    from ansible.utils.collection_loader import AnsibleCollectionRef
+except ImportError:
+    AnsibleCollectionRef = None
+
 SECRET_NAME = re.compile(r'(^|_)(secret|password|passwd|token|private_key|key_content)$')
 
 
@@ -134,6 +140,48 @@ def _is_vaulted(value):
         except Exception:  # pylint: disable=broad-except
             return False
     return type(value).__name__ == 'AnsibleVaultEncryptedUnicode'
+
+
+def _task_key(host_name, task):
+    """The key of a host's running task: the host and the task's place in its file (Task.get_path, public).
+
+    ansible-core runs one task at a time on a host: the linear strategy waits for every host's result of a task before
+    the next (ansible-core 2.21 lib/ansible/plugins/strategy/linear.py, _wait_on_pending_results), the free strategy
+    blocks a host until its result is processed (strategy/free.py `_blocked_hosts[host_name] = True`,
+    strategy/__init__.py `del self._blocked_hosts[...]` on the result). The task of v2_runner_on_start and the result's
+    task are different objects (the result's is a copy, strategy/__init__.py _convert_wire_task_result_to_host_task_result)
+    with the same place; the place also tells a start that had no result from the next task of that host."""
+    return host_name, task.get_path()
+
+
+PLAYBOOK_EXTENSIONS = ('.yml', '.yaml')
+
+
+def _playbook_file_name(argument):
+    """The base name of the file ansible-playbook runs for one of its playbook arguments (context.CLIARGS['args']).
+
+    A path gives its base name. A collection's playbook (namespace.collection.name, as in
+    `ansible-playbook proxtalos.cluster.site`) gives the base name of the file ansible-core runs for it: playbooks/
+    (and the name's subfolders) in the collection's folder, the name as it is, else with .yml, else .yaml (ansible-core
+    2.21 lib/ansible/utils/collection_loader/_collection_finder.py, _get_collection_playbook_path), the collection's
+    folder being its Python package's (the package ansible-core imports for it). A name that no collection has is a
+    path, as for ansible-core."""
+    reference = AnsibleCollectionRef.try_parse_fqcr(argument, 'playbook') if AnsibleCollectionRef is not None else None
+    if reference is not None:
+        try:
+            package = importlib.import_module(reference.n_python_collection_package_name)
+            folders = list(package.__path__)
+        except (ImportError, AttributeError, OSError):
+            folders = []
+        for folder in folders[:1]:
+            base = os.path.join(folder, 'playbooks', *(reference.subdirs.split('.') if reference.subdirs else []))
+            names = [reference.resource]
+            if not reference.resource.endswith(PLAYBOOK_EXTENSIONS):
+                names += [reference.resource + extension for extension in PLAYBOOK_EXTENSIONS]
+            for name in names:
+                if os.path.exists(os.path.join(base, name)):
+                    return name
+    return os.path.basename(argument) or None
 
 
 def _stdout_is_json():
@@ -200,6 +248,7 @@ class CallbackModule(CallbackBase):
         self.scanned_hosts = set()
         self.follower = None
         self.loader = None
+        self.playbooks_started = 0
 
     # -- live progress of waiting tasks -----------------------------------------------------------
 
@@ -235,18 +284,27 @@ class CallbackModule(CallbackBase):
             os.environ.pop(_progress.PROGRESS_FILE_ENV, None)
             return
         path = self.follower.new_path()
-        self.follower.watch((host.get_name(), task._uuid), host.get_name(), self.masker.text(task.get_name()), path)
+        self.follower.watch(_task_key(host.get_name(), task), host.get_name(), self.masker.text(task.get_name()), path)
         os.environ[_progress.PROGRESS_FILE_ENV] = path
 
     # -- run and play ---------------------------------------------------------------------------
 
     def v2_playbook_on_start(self, playbook):
         self.recorder = _timeline.Recorder(time.time(), stages=self.get_option('stages'))
-        self.recorder.playbook = os.path.basename(getattr(playbook, '_file_name', '') or '') or None
         get_loader = getattr(playbook, 'get_loader', None)
         self.loader = get_loader() if callable(get_loader) else None
-        if context is not None and context.CLIARGS:
-            self.recorder.check_mode = bool(context.CLIARGS.get('check'))
+        # ansible.context.CLIARGS: the command line as ansible-core's own default callback reads it; the
+        # module's one public name (its __all__). docs/adr/0001-modules-in-the-worker-process.md says why it stays.
+        cliargs = context.CLIARGS if context is not None else None
+        if cliargs:
+            self.recorder.check_mode = bool(cliargs.get('check'))
+        if playbook is not None:
+            # ansible-playbook starts its playbook arguments in their order, one v2_playbook_on_start each
+            # (lib/ansible/executor/playbook_executor.py, run(): `for playbook in self._playbooks`, the CLI's args)
+            arguments = cliargs.get('args') if cliargs else None
+            number, self.playbooks_started = self.playbooks_started, self.playbooks_started + 1
+            if isinstance(arguments, (list, tuple)) and number < len(arguments):
+                self.recorder.playbook = _playbook_file_name(str(arguments[number]))
         self._start_progress()
 
     def v2_playbook_on_play_start(self, play):
@@ -329,19 +387,20 @@ class CallbackModule(CallbackBase):
     # -- tasks ----------------------------------------------------------------------------------
 
     def v2_runner_on_start(self, host, task):
-        self.starts[(host.get_name(), task._uuid)] = time.time()
+        self.starts[_task_key(host.get_name(), task)] = time.time()
         if self.follower is not None:
             self._follow_task(host, task)
 
     def _record(self, result, status):
         task = result.task
         host = result.host.get_name()
+        key = _task_key(host, task)
         if self.follower is not None:
-            self.follower.unwatch((host, task._uuid))
+            self.follower.unwatch(key)
         if self.recorder is None:
             return
         end = time.time()
-        start = self.starts.pop((host, task._uuid), end)
+        start = self.starts.pop(key, end)
         raw = result.result if isinstance(result.result, dict) else {}
         no_log = bool(task.no_log) or bool(raw.get('_ansible_no_log')) or 'censored' in raw
         self.recorder.task_result(

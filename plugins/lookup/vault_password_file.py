@@ -107,6 +107,8 @@ def unusable_password_warning(prompts, purpose):
 
 def run_choice():
     """choose() over the vault sources of this ansible-playbook run (its command line, then its configuration)."""
+    # ansible.context.CLIARGS: the command line as ansible-core's own plugins read it, the module's one public name
+    # (its __all__); docs/adr/0001-modules-in-the-worker-process.md says why it stays.
     cliargs = context.CLIARGS
     return choose(vault_sources(
         cli_vault_ids=cliargs.get('vault_ids') or (),

@@ -136,9 +136,18 @@ def connect(params, warn=None, connections=None):
         kwargs['password'] = params.get('api_password')
     api = ProxmoxAPI(params['api_host'], **kwargs)
     if connections and connections > POOL_SIZE:
-        # pylint: disable-next=protected-access
-        api._store['session'].mount('https://', requests.adapters.HTTPAdapter(pool_maxsize=connections))
+        proxmoxer_session(api).mount('https://', requests.adapters.HTTPAdapter(pool_maxsize=connections))
     return api
+
+
+def proxmoxer_session(api):
+    """The requests.Session a ProxmoxAPI (https backend) sends every request through.
+
+    proxmoxer 2.x (requirements.txt: proxmoxer>=2.0.0,<3.0.0; read in 2.3.0: core.py ProxmoxAPI.__init__ keeps it in
+    its private `_store['session']`, made by backends/https.py Backend.get_session) offers no public way to it, nor
+    a way to hand it a session or a pool size: connect() needs it to give the connection pool as many connections as
+    threads share the client. tests/unit/plugins/module_utils/test_proxmox.py fails if proxmoxer changes this shape."""
+    return api._store['session']  # pylint: disable=protected-access
 
 
 class SharedApi(object):

@@ -34,6 +34,8 @@ options:
   hosts:
     description:
       - The inventory hosts whose values to read, in the order of RV(by_host).
+      - Each is an inventory host name (not an address such as an C(ansible_host)); a name the inventory lacks fails
+        the task, naming it.
     type: list
     elements: str
     required: true

@@ -70,6 +70,18 @@ def test_one_report_per_cluster_and_valid_against_schema(run):
         assert sorted(os.listdir(os.path.join(str(out), cluster))) == ['report.html', 'report.json', 'timeline.md']
 
 
+def test_the_playbook_and_each_tasks_start(run):
+    # the playbook's name from ansible-playbook's command line; a result finds its task's start (the host and the
+    # task's place), so the gate task's span is its run, not the moment of its result
+    out, _process = run
+    for cluster in ('alpha', 'beta'):
+        report = load(out, cluster)
+        assert (report['playbook'], report['check_mode']) == ('site.yml', False)
+    gate = [gate for gate in load(out, 'alpha')['gates']
+            if gate['task'] == 'Gate - inventory values present' and gate['host'] == 'alpha-cp-1'][0]
+    assert gate['end'] > gate['start']
+
+
 def test_schema_rejects_a_report_missing_its_gates(run):
     out, _process = run
     with open(SCHEMA) as stream:

@@ -4,6 +4,7 @@ The lab side runs on its own event loop thread (lab.talos.testing.FleetHarness) 
 timing; the client side is the synchronous TalosClient the modules use. Every wait is a
 _wait.wait_for on observed state with a deadline.
 """
+import asyncio
 import base64
 import datetime
 import io
@@ -13,6 +14,7 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from grpclib.client import Channel
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _errors
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors, redact
@@ -88,6 +90,23 @@ def test_fingerprint_pinning(lab):
         with pytest.raises(errors.TalosTlsError) as info:
             talos.version()
     assert info.value.reason == 'fingerprint_mismatch' and fingerprint in str(info.value)
+
+
+def test_grpclib_still_gives_the_servers_certificate_of_a_connection(lab):
+    # grpclib_peer_certificate reads grpclib's internals (Channel.__connect__, Connection._transport): this fails
+    # when a grpclib release changes them, before fingerprint pinning breaks in a run
+    node = start_maintenance(lab, 'm-shape')
+    fingerprint = lab.call(lambda: node.identity.fingerprint)
+
+    async def certificate():
+        channel = Channel(node.address, client.DEFAULT_PORT, ssl=client.insecure_ssl_context())
+        try:
+            protocol = await channel.__connect__()
+            return client.grpclib_peer_certificate(protocol)
+        finally:
+            channel.close()
+    found = asyncio.run(certificate())
+    assert isinstance(found, bytes) and client.spki_fingerprint(found) == fingerprint
 
 
 def test_mtls_client_against_maintenance_node_says_so(lab, secrets):

@@ -120,6 +120,19 @@ def spki_fingerprint(cert_der):
     return base64.b64encode(hashlib.sha256(spki).digest()).decode('ascii')
 
 
+def grpclib_peer_certificate(protocol):
+    """The server's TLS certificate (DER bytes) on a grpclib connection (what Channel.__connect__ returns), or None.
+
+    grpclib 0.4.x (requirements.txt: grpclib>=0.4.7,<0.5.0; read in 0.4.9) offers no public way to it: its public
+    Peer (protocol.py, Connection.get_peer, Stream.peer) gives only ssl's getpeercert() dictionary, which is empty when
+    the certificate is not verified - always the case with a pinned fingerprint (insecure) - and only once a request
+    is on its way. The asyncio transport it reads is the connection's private `_transport` (protocol.py Connection);
+    Channel.__connect__ (client.py), the method grpclib's own streams open the connection with, is not in grpclib's
+    documentation either. tests/unit/plugins/module_utils/_talos/test_client_lab.py fails if grpclib changes them."""
+    ssl_object = protocol.connection._transport.get_extra_info('ssl_object')  # pylint: disable=protected-access
+    return ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+
+
 def _decode_pem_field(value, field):
     """A talosconfig value (standard base64 of PEM text, or PEM text itself) -> PEM bytes."""
     if not value:
@@ -297,10 +310,10 @@ class AsyncTalosClient(object):
     async def _connect(self, method):
         """Open (or reuse) the connection; check the pinned fingerprint on a new one."""
         channel = self._get_channel()
-        protocol = await channel.__connect__()
+        protocol = await channel.__connect__()   # grpclib's own way to a channel's connection (see grpclib_peer_certificate)
         if self.fingerprint and protocol is not self._checked_protocol:
-            ssl_object = protocol.connection._transport.get_extra_info('ssl_object')
-            seen = spki_fingerprint(ssl_object.getpeercert(binary_form=True)) if ssl_object is not None else None
+            certificate = grpclib_peer_certificate(protocol)
+            seen = spki_fingerprint(certificate) if certificate is not None else None
             if seen != self.fingerprint:
                 channel.close()
                 self._channel = None

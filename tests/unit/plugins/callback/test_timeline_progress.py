@@ -10,6 +10,9 @@ from ansible_collections.proxtalos.cluster.plugins.callback import timeline
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _progress
 
 VAR = _progress.PROGRESS_FILE_ENV
+# a task's place (Task.get_path): the key of a host's running task
+GATE = '/site/roles/cni/tasks/main.yml:40'
+SHOW = '/site/roles/cni/tasks/main.yml:52'
 
 
 class Host(object):
@@ -21,8 +24,8 @@ class Host(object):
 
 
 class Task(object):
-    def __init__(self, uuid, name, action):
-        self._uuid = uuid
+    def __init__(self, path, name, action):
+        self.path = path
         self.name = name
         self.action = action
         self.resolved_action = action
@@ -31,6 +34,9 @@ class Task(object):
 
     def get_name(self):
         return self.name
+
+    def get_path(self):
+        return self.path
 
 
 class Display(object):
@@ -66,14 +72,14 @@ def test_collection_tasks_get_a_file_of_their_own_others_none(monkeypatch):
     plugin.v2_playbook_on_start(None)
     try:
         assert plugin.follower is not None and plugin.follower.running
-        plugin.v2_runner_on_start(Host('cp-1'), Task('u1', 'cni : Gate - ALL nodes Ready', 'proxtalos.cluster.k8s_gate'))
+        plugin.v2_runner_on_start(Host('cp-1'), Task(GATE, 'cni : Gate - ALL nodes Ready', 'proxtalos.cluster.k8s_gate'))
         first = os.environ[VAR]
-        plugin.v2_runner_on_start(Host('w-1'), Task('u1', 'cni : Gate - ALL nodes Ready', 'proxtalos.cluster.k8s_gate'))
+        plugin.v2_runner_on_start(Host('w-1'), Task(GATE, 'cni : Gate - ALL nodes Ready', 'proxtalos.cluster.k8s_gate'))
         second = os.environ[VAR]
         assert first != second and os.path.dirname(first) == plugin.follower.directory
-        plugin.v2_runner_on_start(Host('cp-1'), Task('u2', 'Show', 'ansible.builtin.debug'))
+        plugin.v2_runner_on_start(Host('cp-1'), Task(SHOW, 'Show', 'ansible.builtin.debug'))
         assert VAR not in os.environ                 # a module of no collection gets no stale path
-        assert plugin.follower.watching() == [('cp-1', 'u1'), ('w-1', 'u1')]
+        assert plugin.follower.watching() == [('cp-1', GATE), ('w-1', GATE)]
         # the module of cp-1 writes a line; the follower shows it with the task's short name
         with open(first, 'w') as stream:
             stream.write(json.dumps({'event': 'progress', 'summary': 'nodes Ready 4/6', 'time': None}) + '\n')
@@ -96,7 +102,7 @@ def test_no_live_progress_under_json_when_off_or_when_the_variable_is_taken(monk
     if preset:
         monkeypatch.setenv(VAR, preset)
     plugin.v2_playbook_on_start(None)
-    plugin.v2_runner_on_start(Host('cp-1'), Task('u1', 'Gate - x', 'proxtalos.cluster.k8s_gate'))
+    plugin.v2_runner_on_start(Host('cp-1'), Task(GATE, 'Gate - x', 'proxtalos.cluster.k8s_gate'))
     assert plugin.follower is None
     assert os.environ.get(VAR) == preset         # left as it was
 
@@ -105,7 +111,7 @@ def test_a_finished_task_is_no_longer_followed_and_its_file_removed(monkeypatch)
     plugin = callback(monkeypatch)
     plugin.v2_playbook_on_start(None)
     try:
-        task = Task('u1', 'Gate - x', 'proxtalos.cluster.talos_info')
+        task = Task(GATE, 'Gate - x', 'proxtalos.cluster.talos_info')
         plugin.v2_runner_on_start(Host('cp-1'), task)
         path = os.environ[VAR]
         with open(path, 'w') as stream:

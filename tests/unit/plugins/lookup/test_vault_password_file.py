@@ -1,4 +1,8 @@
 """The vault_password_file lookup: ansible-playbook's order of vault sources, files found, prompts warned about."""
+import json
+import os
+import subprocess
+
 import pytest
 import yaml
 
@@ -92,3 +96,32 @@ def test_a_prompt_only_password_warns_that_the_file_stays_plain(cli, tmp_path):
     password.write_text('x\n')
     cli(ask_vault_pass=True, vault_password_files=[str(password)])
     assert lookup() == [str(password)] and len(cli.warnings) == 2
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+# PROXTALOS_ANSIBLE_PLAYBOOK (as tests/integration/test_oldest_core.py) runs the play on another ansible-core.
+ANSIBLE_PLAYBOOK = os.environ.get('PROXTALOS_ANSIBLE_PLAYBOOK') or os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='no ansible-playbook in .venv')
+def test_ansible_playbooks_own_command_line_reaches_the_lookup(tmp_path):
+    # the real context.CLIARGS of ansible-playbook (its keys vault_ids and vault_password_files), not a stand-in
+    password = tmp_path / 'vault-pass'
+    password.write_text('s3cret\n')
+    labelled = tmp_path / 'labelled-pass'
+    labelled.write_text('other\n')
+    playbook = tmp_path / 'play.yml'
+    playbook.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n    - ansible.builtin.copy:\n"
+                        "        content: \"{{ lookup('proxtalos.cluster.vault_password_file') | to_json }}\"\n"
+                        "        dest: \"{{ out }}\"\n        mode: '0600'\n")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'))
+    for name in ('ANSIBLE_VAULT_PASSWORD_FILE', 'ANSIBLE_VAULT_IDENTITY_LIST', 'ANSIBLE_CALLBACKS_ENABLED'):
+        env.pop(name, None)
+    for options, expected in ((['--vault-password-file', str(password)], password),
+                              (['--vault-id', 'ops@%s' % labelled, '--vault-password-file', str(password)], labelled)):
+        out = tmp_path / 'out.json'
+        done = subprocess.run([ANSIBLE_PLAYBOOK, '-i', 'localhost,', '-c', 'local', str(playbook), '-e', 'out=%s' % out,
+                               '-e', 'ansible_python_interpreter={{ ansible_playbook_python }}']
+                              + options, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        assert json.loads(out.read_text()) == str(expected)

@@ -327,10 +327,31 @@ def test_connect_with_a_token_and_a_ca_file(tmp_path):
     api = _proxmox.connect(dict(api_host='pve.example.com', api_port=8006, api_user='automation@pve',
                                 api_token_id='proxtalos', api_token_secret='s3cret', ca_path=str(ca),
                                 validate_certs=True, api_timeout=7))
-    backend = api._store['session'].auth  # pylint: disable=protected-access
+    backend = _proxmox.proxmoxer_session(api).auth
     assert backend.username == 'automation@pve' and backend.token_name == 'proxtalos'
     assert backend.verify_ssl == str(ca)
     assert api._store['base_url'] == 'https://pve.example.com:8006/api2/json'  # pylint: disable=protected-access
+
+
+def test_proxmoxer_still_keeps_the_session_connect_gives_a_pool_to():
+    # proxmoxer_session reads proxmoxer's private _store['session']: this fails when a proxmoxer release moves it
+    params = dict(api_host='pve.example.com', api_port=8006, api_user='automation@pve', api_token_id='proxtalos',
+                  api_token_secret='s3cret', ca_path=None, validate_certs=False, api_timeout=7)
+    api = _proxmox.connect(params, warn=lambda message: None, connections=_proxmox.POOL_SIZE + 22)
+    session = _proxmox.proxmoxer_session(api)
+    assert isinstance(session, requests.Session)
+    pool = session.get_adapter('https://pve.example.com:8006/api2/json').poolmanager.connection_pool_kw
+    assert pool['maxsize'] == _proxmox.POOL_SIZE + 22
+    # the session proxmoxer sends its requests through: a request to the API goes to this session's adapter
+    sent = []
+
+    def request(method, url, **kwargs):
+        sent.append((method, url))
+        raise requests.ConnectionError('not sent')
+    session.request = request
+    with pytest.raises(requests.ConnectionError):
+        api.version.get()
+    assert sent == [('GET', 'https://pve.example.com:8006/api2/json/version')]
 
 
 def test_connect_accepts_the_full_token_id_and_warns_when_verification_is_off():
@@ -338,7 +359,7 @@ def test_connect_accepts_the_full_token_id_and_warns_when_verification_is_off():
     api = _proxmox.connect(dict(api_host='pve', api_port=None, api_user='root@pam', api_token_id='ops@pve!ci',
                                 api_token_secret='s', ca_path=None, validate_certs=False, api_timeout=5),
                            warn=warnings.append)
-    backend = api._store['session'].auth  # pylint: disable=protected-access
+    backend = _proxmox.proxmoxer_session(api).auth
     assert backend.username == 'ops@pve' and backend.token_name == 'ci'
     assert backend.verify_ssl is False
     assert len(warnings) == 1 and 'not verified' in warnings[0]
