@@ -185,15 +185,23 @@ def cmd_up(args):
     return 0
 
 
+def worlds_of(extensions):
+    """(kubernetes, flux) of a lab with these extensions: 'upstream' or 'lab' each (--kubernetes, --flux)."""
+    return ('upstream' if 'lab.k8s_upstream' in extensions else 'lab',
+            'upstream' if 'lab.flux_upstream' in extensions else 'lab')
+
+
 def reuse_running(args, options, state):
     where = '%s (pid %d, net %s)' % (options.run_dir, state['pid'], state['net'])
     if not args.reuse:
         raise CliError('a lab is already running in %s; stop it with `python -m lab down --run-dir %s`, or pass --reuse'
                        % (where, options.run_dir))
     wanted = {'net': str(Net(options.net)), 'control_planes': options.control_planes, 'workers': options.workers,
-              'pve_major': options.pve_major}
-    different = ['%s %s (asked for %s)' % (k, state.get(k, 9 if k == 'pve_major' else None), v)
-                 for k, v in wanted.items() if state.get(k, 9 if k == 'pve_major' else None) != v]
+              'pve_major': options.pve_major, 'kubernetes': worlds_of(options.extensions)[0],
+              'flux': worlds_of(options.extensions)[1]}
+    running = dict(state, pve_major=state.get('pve_major', 9))
+    running['kubernetes'], running['flux'] = worlds_of(state.get('extensions') or [])
+    different = ['%s %s (asked for %s)' % (k, running.get(k), v) for k, v in wanted.items() if running.get(k) != v]
     if different:
         raise CliError('a lab is running in %s with %s; stop it first with `python -m lab down --run-dir %s`'
                        % (where, ', '.join(different), options.run_dir))
@@ -329,15 +337,23 @@ def table(rows, indent='  '):
     return '\n'.join(lines)
 
 
+def _rows(value):
+    """A non-empty list of dicts: shown as a table."""
+    return isinstance(value, list) and value and all(isinstance(x, dict) for x in value)
+
+
 def render_section(data, indent='  '):
-    """Another simulation's status section, whatever its shape."""
+    """Another simulation's status section, whatever its shape. A dict holding dicts or lists of dicts (the upstream
+    control plane's and Flux's processes per cluster) is shown a level further in; a flat dict stays on one line."""
     if isinstance(data, list) and all(isinstance(x, dict) for x in data):
         return table(data, indent)
     if isinstance(data, dict):
         lines = []
         for key, value in data.items():
-            if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+            if _rows(value):
                 lines += ['%s%s:' % (indent, key), table(value, indent + '  ')]
+            elif isinstance(value, dict) and any(isinstance(v, dict) or _rows(v) for v in value.values()):
+                lines += ['%s%s:' % (indent, key), render_section(value, indent + '  ')]
             else:
                 lines.append('%s%s: %s' % (indent, key, _cell(value)))
         return '\n'.join(lines) if lines else indent + '(empty)'

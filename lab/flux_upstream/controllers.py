@@ -416,8 +416,21 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
             raise
         return self
 
-    def _start_one(self, name, args, env, health_url, deadline):
+    @staticmethod
+    def _probe_health(proc):
+        """(healthy, what the health endpoint said) of one controller: its readiness (Flux) or health (sealed-secrets)
+        endpoint answering 200."""
         import requests  # pylint: disable=import-outside-toplevel
+        if not proc.running:
+            code = proc.popen.returncode if proc.popen is not None else None
+            return False, 'not running (exit code %s)' % code
+        try:
+            response = requests.get(proc.health_url, timeout=2)
+        except requests.RequestException as exc:
+            return False, str(exc)[-200:]
+        return response.status_code == 200, 'HTTP %d %s' % (response.status_code, response.text.strip()[:200])
+
+    def _start_one(self, name, args, env, health_url, deadline):
         log_path = os.path.join(self.log_dir, name + '.log')
         proc = self.processes[name] = _Process(name, args, env, log_path, health_url)
         with open(log_path, 'ab') as log:
@@ -428,11 +441,7 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
             if not proc.running:
                 raise FluxError('%s exited (code %s) while starting; its log ends:\n%s'
                                 % (name, proc.popen.returncode, log_tail(log_path)))
-            try:
-                response = requests.get(health_url, timeout=2)
-            except requests.RequestException as exc:
-                return False, str(exc)[-200:]
-            return response.status_code == 200, 'HTTP %d %s' % (response.status_code, response.text.strip()[:200])
+            return self._probe_health(proc)
 
         result = _wait.wait_for(probe, max(0.0, deadline - time.monotonic()), interval=0.1, backoff=1.3, max_interval=1.0,
                                 progress=None)
@@ -517,9 +526,15 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
             upstream.end_process_group(proc.popen, timeout)
 
     def status(self):
-        return [dict({'name': name, 'pid': proc.popen.pid, 'running': proc.running, 'health': proc.health_url, 'log': proc.log_path},
-                     **({'pod_ip': self.pod_ips[name]} if name in self.pod_ips else {}))
-                for name, proc in self.processes.items()]
+        """Each controller: name, pid, running, healthy and what its health endpoint said (a request each: call it off the
+        lab's loop), the endpoint, its log and its pod's address."""
+        out = []
+        for name, proc in self.processes.items():
+            healthy, seen = self._probe_health(proc)
+            out.append(dict({'name': name, 'pid': proc.popen.pid, 'running': proc.running, 'healthy': healthy, 'health': seen,
+                             'url': proc.health_url, 'log': proc.log_path},
+                            **({'pod_ip': self.pod_ips[name]} if name in self.pod_ips else {})))
+        return out
 
     def __enter__(self):
         return self.start()

@@ -222,11 +222,14 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
             self.git = None
 
     async def status(self):
+        clusters = {}
+        for cluster_id, running in list(self.controllers.items()):
+            # each controller's health endpoint is asked: off the loop
+            clusters[str(cluster_id)] = [entry for controllers in list(running) for entry in await self._blocking(controllers.status)]
         return {
             'git': {'url': self.git.url_for(LAB_REPO) if self.git else None, 'user': GIT_USER,
                     'password_file': self.password_file, 'ca_file': self.ca_file, 'down': bool(self.git and self.git.down)},
-            'clusters': {str(cluster_id): [entry for controllers in running for entry in controllers.status()]
-                         for cluster_id, running in self.controllers.items()},
+            'clusters': clusters,
         }
 
 

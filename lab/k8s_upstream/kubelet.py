@@ -158,7 +158,10 @@ class CniReadiness(_Watcher):
         self.managed_label = managed_label
 
     def paths(self):
-        return ('/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR, '/api/v1/nodes?labelSelector=%s%%3D%s' % self.managed_label)
+        # every pod too: kube-controller-manager may set Ready False on any pod of a node it deems not Ready (below), and a
+        # running kubelet puts its own status back within its status manager's sync period
+        return ('/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR, '/api/v1/nodes?labelSelector=%s%%3D%s' % self.managed_label,
+                '/api/v1/pods?labelSelector=')
 
     def reconcile(self):
         with self._lock:
@@ -177,11 +180,16 @@ class CniReadiness(_Watcher):
                     self.set_ready(name)
 
     def _pods_ready_again(self, running):
-        """A kubelet that runs again reports its pods' Ready condition from their containers (k8s.io/kubernetes@v1.36.3
+        """A kubelet that runs reports its pods' Ready condition from their containers (k8s.io/kubernetes@v1.36.3
         pkg/kubelet/status/generate.go:126 GeneratePodReadyCondition: Ready when ContainersReady). While it was away,
         kube-controller-manager set Ready False on them (pkg/controller/util/node/controller_utils.go:121
-        MarkPodsNotReady) and kwok's stages take only Pending pods, so the lab writes it back for the pods, on the nodes
-        whose kubelet runs (Ready True or False, not Unknown), whose containers are ready."""
+        MarkPodsNotReady); it also does so for a pod bound to a node whose Ready its node monitor has not yet seen True
+        (pkg/controller/nodelifecycle/node_lifecycle_controller.go:1098-1142, processPod, reading its own node health
+        cache: a pod placed on a node that just came back). A running kubelet's status manager finds the API's status
+        differing from its own and writes its own back, every sync period (pkg/kubelet/status/status_manager.go:209
+        syncPeriod 10 s, 1075-1130 syncBatch, 1269-1300 needsReconcile). kwok's stages take only Pending pods, so the
+        lab writes it back for the pods, on the nodes whose kubelet runs (Ready True or False, not Unknown), whose
+        containers are ready, on any pod or node event (at once, where kubelet takes up to its sync period)."""
         if not running:
             return
         for pod in self.plane.api('GET', '/api/v1/pods')['items']:

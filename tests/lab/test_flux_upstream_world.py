@@ -1,9 +1,10 @@
 """The upstream Flux controllers inside the World (opt-in extension lab.flux_upstream, after lab.k8s_upstream): the
 lab's Git server serves lab/gitops over HTTPS from `up`, a cluster's control plane gets source-, kustomize- and
 helm-controller once Flux's install manifests are applied and kwok runs their pods, a GitRepository on the lab's
-repository becomes Ready at its commit, `lab status` names the controllers, and nothing of them is left when the lab
+repository becomes Ready at its commit, `lab status` names the controllers with their health, and nothing of them is left when the lab
 stops. Select with `-m upstream`."""
 
+import json
 import os
 import subprocess
 
@@ -11,6 +12,7 @@ import pytest
 from proxmoxer import ProxmoxAPI
 
 from lab import ROOT, artifacts
+from lab.cli import render_status
 from lab.flux_upstream import FLUX_CONTROLLERS
 from lab.flux_upstream.lab import LAB_REPO
 from lab.testing import free_net, world_in_thread
@@ -65,10 +67,15 @@ def test_a_cluster_gets_the_flux_controllers_and_fetches_the_labs_repository(tmp
 
         def running_controllers():
             clusters = running.call(world.status())['flux_upstream']['clusters']
-            names = [entry['name'] for cluster in clusters.values() for entry in cluster if entry['running']]
+            names = [entry['name'] for cluster in clusters.values() for entry in cluster if entry['running'] and entry['healthy']]
             return sorted(names) == sorted(FLUX_CONTROLLERS), clusters
-        clusters = wait_until(running_controllers, 'the Flux controllers of the cluster running', timeout=180)
+        clusters = wait_until(running_controllers, 'the Flux controllers of the cluster running and healthy', timeout=180)
         pids = [entry['pid'] for cluster in clusters.values() for entry in cluster]
+        # `python -m lab status` shows each controller on a row of its own: name, pid, running, healthy, what its
+        # readiness endpoint said
+        rows = [line.split() for line in render_status(json.loads(json.dumps(running.call(world.status()), default=str))).splitlines()]
+        for entry in (entry for cluster in clusters.values() for entry in cluster):
+            assert [entry['name'], str(entry['pid']), 'True', 'True', 'HTTP', '200'] in [row[:6] for row in rows], rows
 
         with open(git['ca_file'], encoding='utf-8') as handle:
             ca_pem = handle.read()

@@ -300,3 +300,42 @@ def test_a_kubelet_that_comes_back_reports_its_pods_ready_again_and_its_node_rea
     cp.start_kubelet('cni-2')
     Lab.wait_until(lambda: (agent_ready()[0] == 'True', agent_ready()[1]), WAIT, what='the agent on cni-2 Ready again')
     Lab.wait_until(lambda: (_ready(cp, 'cni-2').get('status') == 'True', _ready(cp, 'cni-2')), WAIT, what='cni-2 Ready again')
+
+
+def test_a_running_kubelet_puts_back_the_ready_of_a_pod_that_kube_controller_manager_took(tmp_path):
+    """kube-controller-manager sets Ready False on a pod placed on a node its own node health cache does not yet see
+    Ready (node_lifecycle_controller.go processPod, MarkPodsNotReady), which a Molecule run showed for a pod bound to a
+    node that had just come back; the node's kubelet runs, so it writes its pod's Ready back (its status manager's
+    reconcile). A control plane of its own with upstream's node lease and monitor timing, so that no Node event comes
+    by to do it: a pod that is not a CNI agent and not on the host network (kwok's stages took a host-network pod up
+    again in a try), brought back only by the watch on every pod."""
+    with ControlPlane(str(tmp_path / 'controlplane'), nodes_wait_for_cni=True) as plane:
+        plane.register_node('quiet-1', addresses=['127.0.0.41'])
+        # kube-apiserver admits a pod only once kube-controller-manager has made its namespace's ServiceAccount
+        Lab.wait_until(lambda: ('default' in [a['metadata']['name'] for a in plane.api(
+            'GET', '/api/v1/namespaces/kube-system/serviceaccounts')['items']], 'no default ServiceAccount yet'), WAIT,
+            what='the ServiceAccount kube-system/default')
+
+        def create_pod(name, labels, host_network):
+            plane.api('POST', '/api/v1/namespaces/kube-system/pods', {
+                'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': name, 'namespace': 'kube-system', 'labels': labels},
+                'spec': {'nodeName': 'quiet-1', 'hostNetwork': host_network, 'tolerations': [{'operator': 'Exists'}],
+                         'containers': [{'name': 'app', 'image': 'registry.k8s.io/pause:3.10'}]}})
+
+        def ready(name):
+            pod = plane.api('GET', '/api/v1/namespaces/kube-system/pods/' + name)
+            conditions = {c['type']: c['status'] for c in pod['status'].get('conditions') or ()}
+            return conditions.get('Ready'), conditions
+        create_pod('agent', {'k8s-app': 'cilium'}, True)  # a CNI agent: the Node turns Ready once it is
+        Lab.wait_until(lambda: (_ready(plane, 'quiet-1').get('status') == 'True', _ready(plane, 'quiet-1')), WAIT,
+                       what='quiet-1 Ready')
+        # kube-controller-manager takes the not-ready taint away after the Node turned Ready: its last Node event
+        Lab.wait_until(lambda: (not plane.api('GET', '/api/v1/nodes/quiet-1')['spec'].get('taints'),
+                                plane.api('GET', '/api/v1/nodes/quiet-1')['spec'].get('taints')), WAIT, what='quiet-1 without taints')
+        create_pod('app', {'app': 'ready-again'}, False)
+        Lab.wait_until(lambda: (ready('app')[0] == 'True', ready('app')[1]), WAIT, what='the pod on quiet-1 Ready (kwok)')
+        # what MarkPodsNotReady writes (pkg/controller/util/node/controller_utils.go:121): Ready False, the containers as they are
+        plane.api('PATCH', '/api/v1/namespaces/kube-system/pods/app/status',
+                  {'status': {'conditions': [{'type': 'Ready', 'status': 'False', 'lastTransitionTime': kubelet._now()}]}},
+                  content_type='application/strategic-merge-patch+json')
+        Lab.wait_until(lambda: (ready('app')[0] == 'True', ready('app')[1]), WAIT, what='the pod on quiet-1 Ready again (its kubelet runs)')

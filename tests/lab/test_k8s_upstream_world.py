@@ -2,11 +2,13 @@
 then kube-apiserver on the control-plane endpoint trusts the kubeconfig the Talos Kubeconfig RPC returns, kubelets
 register kwok Nodes with Talos's labels and taints, and `lab status` names each process with its health."""
 
+import json
 import os
 
 import pytest
 from proxmoxer import ProxmoxAPI
 
+from lab.cli import render_status
 from lab.k8s_upstream.lab import node_taints
 from lab.talos.node import TALOS_VERSION
 from lab.testing import free_net, world_in_thread
@@ -47,6 +49,10 @@ def test_cluster_bootstrap_starts_the_upstream_control_plane_and_kubelets_regist
         assert [(p['name'], p['healthy']) for p in cluster['processes']] == [
             ('etcd', True), ('kube-apiserver', True), ('kube-controller-manager', True), ('kube-scheduler', True), ('kwok', True)]
         pids = [p['pid'] for p in cluster['processes']]
+        # `python -m lab status` shows each process on a row of its own: name, pid, running, healthy, what its endpoint said
+        rows = [line.split() for line in render_status(json.loads(json.dumps(running.call(world.status()), default=str))).splitlines()]
+        for process in cluster['processes']:
+            assert [process['name'], str(process['pid']), 'True', 'True', 'HTTP', '200'] in [row[:6] for row in rows], rows
         # the kubelet fault of the upstream world, under lab/k8s's name (its effect: tests/lab/test_k8s_upstream_talos.py)
         assert running.call(world.faults.apply('k8s-crashloop', 'worker-1')) is not None
         assert world.k8s_upstream.crashloop == {'worker-1': 'kube-system/cilium'}

@@ -68,6 +68,9 @@ def test_reuse_keeps_a_healthy_lab_and_refuses_a_different_one(lab):
     assert refused.returncode == 1 and 'already running' in refused.stderr and '--reuse' in refused.stderr
     other = run_lab_command(*(args[:-2] + ['--workers', 5, '--reuse']))
     assert other.returncode == 1 and 'workers 3 (asked for 5)' in other.stderr
+    # `make demo` asks for upstream Kubernetes: a lab/k8s lab in the run dir is not what it asked for
+    upstream = run_lab_command(*(args + ['--kubernetes', 'upstream', '--flux', 'upstream', '--reuse']))
+    assert upstream.returncode == 1 and 'kubernetes lab (asked for upstream), flux lab (asked for upstream)' in upstream.stderr
     assert Lab(lab.run_dir).pid == lab.pid
 
 
