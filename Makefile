@@ -93,19 +93,19 @@ integration: setup
 # Nodes (3+3 and a single control plane, a crashlooping agent; about 4 min), the apps stage's suite on kube-apiserver
 # (about 100 s; Pod Security admission refuses privileged pods as on Talos), the GitOps hand-off on Flux's upstream
 # controllers and the upstream sealed-secrets controller (PROXTALOS_LAB_FLUX=upstream, docs/lab-flux.md "In the
-# World": two whole site.yml runs, about 3 min 30 s), the tests of test_gitops_lab.py that need no simulation fault:
-# the Ready tree with the sealed-secrets certificate check, a re-run and --check, and the key in the cluster (about
-# 4 min 30 s), and test_sealed_lab.py's unsealing by the upstream controller: the Secrets the flux stage sealed and
-# pushed, the collection's sealed_secret in each scope, a controller restarted on a key of its own caught and repaired
-# (about 2 min 15 s). The default world stays lab/k8s.
+# World": two whole site.yml runs, about 3 min 30 s), test_gitops_lab.py and test_sealed_lab.py whole, their GitOps
+# faults made with real objects (docs/lab-flux.md "Faults in this world": a commit whose Deployment never rolls out, a
+# commit whose kustomization.yaml lists a missing file, a crash-looping CSI node plugin; about 15 min), the flux
+# stage's sealed Secrets unsealed by the upstream controller, a changed value, a controller on another key, a vault
+# password (about 8 min 45 s), and test_flux_tree_owned.py on kube-apiserver (about 35 s). The default world stays
+# lab/k8s.
 integration-upstream: setup
 	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_cni_lab.py $(PYTEST_ARGS)
 	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_apps_lab.py $(PYTEST_ARGS)
 	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration/test_gitops_upstream_flux_lab.py $(PYTEST_ARGS)
-	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration/test_gitops_lab.py \
-		-k 'site_ends_with_a_ready_gitops_tree or key_in_the_cluster_is_the_kept_one' $(PYTEST_ARGS)
-	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration/test_sealed_lab.py \
-		-k 'seals_the_csi_config or sealedsecret_made_by_the_collection or another_key' $(PYTEST_ARGS)
+	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration/test_gitops_lab.py $(PYTEST_ARGS)
+	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration/test_sealed_lab.py $(PYTEST_ARGS)
+	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_flux_tree_owned.py $(PYTEST_ARGS)
 
 # The oldest ansible-core the collection accepts (constraints-oldest-core.txt), in a second venv: the unit tests, and
 # site.yml against a lab then a re-run with changed=0 (tests/integration/test_oldest_core.py). The newest core is

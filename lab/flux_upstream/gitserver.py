@@ -87,7 +87,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _serve(self):
         owner = self.server.owner
         url = urllib.parse.urlsplit(self.path)
-        if owner.down:
+        if owner.down or owner.refuses(url.path):
             self.send_response(503)
             self.send_header('Content-Length', '0')
             self.end_headers()
@@ -167,6 +167,7 @@ class SmartGitServer:
         self.host = host
         self.port = port
         self.down = False  # True: every request answers 503 (a server that is down)
+        self.down_repos = set()  # repository paths ('owner/name') whose requests answer 503 (fault flux-source-not-ready)
         self.log = []
         self._httpd = None
         self._thread = None
@@ -181,6 +182,15 @@ class SmartGitServer:
         if credentials and self.credentials:
             auth = '%s:%s@' % tuple(urllib.parse.quote(part, safe='') for part in self.credentials)
         return '%s://%s%s:%d/%s.git' % (self.scheme, auth, self.host, self.port, path.strip('/').removesuffix('.git'))
+
+    @staticmethod
+    def repo_path(url_path):
+        """The repository path ('owner/name') a request path or clone URL path names: the part before '.git'."""
+        return urllib.parse.unquote(url_path).strip('/').split('.git', 1)[0].strip('/')
+
+    def refuses(self, url_path):
+        """Whether a request for url_path answers 503: its repository is one of down_repos."""
+        return bool(self.down_repos) and self.repo_path(url_path) in self.down_repos
 
     def repo_dir(self, path):
         return os.path.join(self.root, path.strip('/').removesuffix('.git') + '.git')

@@ -24,7 +24,10 @@
 - `lab status` has a `flux_upstream` section: the Git server's URL and, per cluster, each controller's pid, state and
   (sealed-secrets) pod address.
 
-Not yet: notification-controller (its module is not served by the Go module proxy here); faults.
+- The GitOps faults flux-healthcheck-fail, flux-build-fail and flux-source-not-ready, with the simulation's names and
+  targets, made with real objects: commits pushed from the working copy and the Git server refusing (faults.py).
+
+Not yet: notification-controller (its module is not served by the Go module proxy here).
 """
 
 import asyncio
@@ -41,6 +44,7 @@ from lab.k8s import pki
 from lab.flux.mirror import ArtifactMirror
 from lab.k8s_upstream.controlplane import ControlPlaneError
 
+from .faults import GitopsFaults
 from .controllers import FLUX_CONTROLLERS, FLUX_NAMESPACE, SEALED_NAMESPACE, SEALED_SECRETS, FluxControllers, FluxError, get
 from .gitserver import GitServerError, SmartGitServer
 
@@ -71,6 +75,7 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
         self.password_file = None
         self.controllers = {}  # cluster id -> [FluxControllers] running (Flux's, then sealed-secrets')
         self.watches = {}   # (cluster id, what) -> the task waiting for the cluster's Deployments of what
+        self.faults = None  # faults.GitopsFaults, registered at install
 
     async def _blocking(self, function, *args):
         return await asyncio.get_running_loop().run_in_executor(None, function, *args)
@@ -245,6 +250,8 @@ def install(world):
     else:
         k8s.add_plane_listener(flux.on_control_plane)
     world.add_listener(flux)
+    flux.faults = GitopsFaults(flux)
+    flux.faults.register(world.faults)
     world.add_status_section('flux_upstream', flux.status)
     world.add_shutdown_hook(flux.close)
     return flux

@@ -1,5 +1,6 @@
 """The flux role with a GitOps tree that manages flux-system itself (the layout `flux bootstrap` writes), run through
-ansible-playbook against the lab's Kubernetes API (lab/k8s): the tree's own gotk-components.yaml is installed while
+ansible-playbook against the Kubernetes API of the world PROXTALOS_LAB_KUBERNETES chooses (lab/k8s's by default;
+`upstream`: kube-apiserver with etcd, lab/k8s_upstream, without kwok: no pod runs here): the tree's own gotk-components.yaml is installed while
 the root Kustomization has applied no revision, and left to Flux afterwards - no forced re-apply that takes its
 fields back from kustomize-controller.
 
@@ -16,6 +17,8 @@ import pytest
 import yaml
 
 from lab.k8s.testing import ClusterThread
+from lab.k8s_upstream import ControlPlane
+from lab.world import kubernetes_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
@@ -38,6 +41,13 @@ TREE_COMPONENTS = [
     {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'tree-components', 'namespace': 'flux-system'},
      'data': {'version': 'from-the-tree'}},
 ]
+
+
+def api_server(tmp_path):
+    """A context manager giving an object with .kubeconfig: kube-apiserver on the upstream world, lab/k8s's API otherwise."""
+    if kubernetes_world() == 'upstream':
+        return ControlPlane(str(tmp_path / 'controlplane'), kwok=False)
+    return ClusterThread()
 
 
 def run_components(lab, tmp_path):
@@ -65,7 +75,7 @@ def test_a_tree_that_manages_flux_system_is_installed_once_then_left_to_flux(tmp
     (own / 'gotk-sync.yaml').write_text('# the GitRepository and Kustomization flux bootstrap writes\n')
     (own / 'kustomization.yaml').write_text(yaml.safe_dump({'apiVersion': 'kustomize.config.k8s.io/v1beta1', 'kind': 'Kustomization',
                                                             'resources': ['gotk-components.yaml', 'gotk-sync.yaml']}))
-    with ClusterThread() as lab:
+    with api_server(tmp_path) as lab:
         kube = kubernetes.config.new_client_from_config(lab.kubeconfig)
         core = kubernetes.client.CoreV1Api(kube)
         custom = kubernetes.client.CustomObjectsApi(kube)

@@ -142,15 +142,36 @@ def test_the_key_in_the_cluster_is_the_kept_one_byte_for_byte(gitops_cluster):
     assert body[:64].strip() not in text and secret.data['tls.key'][:64] not in text
 
 
+def kustomizations_ready_at_the_source_revision(cluster, but):
+    """(every Kustomization not in but Ready with lastAppliedRevision the GitRepository's artifact revision, what was seen)."""
+    custom = client.CustomObjectsApi(cluster.api())
+    source = custom.get_namespaced_custom_object('source.toolkit.fluxcd.io', 'v1', 'flux-system', 'gitrepositories', 'flux-system')
+    revision = ((source.get('status') or {}).get('artifact') or {}).get('revision')
+    seen = {}
+    for item in custom.list_namespaced_custom_object('kustomize.toolkit.fluxcd.io', 'v1', 'flux-system', 'kustomizations')['items']:
+        name = item['metadata']['name']
+        if name not in but:
+            seen[name] = (ready_of(item).get('status'), (item.get('status') or {}).get('lastAppliedRevision') == revision)
+    return bool(seen) and all(value == ('True', True) for value in seen.values()), (revision, seen)
+
+
 def test_a_failing_kustomization_fails_the_gate_naming_it_its_reason_and_what_waits_behind_it(gitops_cluster):
+    """The fault: in the default world the simulation's health check of proxmox-csi times out at once; in the upstream
+    Flux world (PROXTALOS_LAB_FLUX=upstream) a commit pushed to the lab's Git server makes its controller Deployment
+    unschedulable with a 10 s progress deadline, and kustomize-controller's health check fails on the Deployment's
+    ProgressDeadlineExceeded (docs/lab-flux.md "Faults"). That commit is a new revision for every Kustomization, and a
+    dependent one waits for its dependencies (kustomize-controller's --requeue-dependency, 30 s): hence the deadlines."""
     lab = gitops_cluster.lab
     lab.fault('flux-healthcheck-fail', 'flux-system/proxmox-csi')
     try:
         wait_until(lambda: (ready_of(kustomization(gitops_cluster, 'proxmox-csi')).get('reason') == 'HealthCheckFailed',
-                            ready_of(kustomization(gitops_cluster, 'proxmox-csi'))), timeout=30, what='proxmox-csi HealthCheckFailed')
+                            ready_of(kustomization(gitops_cluster, 'proxmox-csi'))), timeout=150, what='proxmox-csi HealthCheckFailed')
         request_reconcile(gitops_cluster, 'apps')
-        wait_until(lambda: (ready_of(kustomization(gitops_cluster, 'apps')).get('reason') == 'DependencyNotReady',
-                            ready_of(kustomization(gitops_cluster, 'apps'))), timeout=30, what='apps DependencyNotReady')
+        blocked = "dependency 'flux-system/proxmox-csi' is not ready"
+        wait_until(lambda: (ready_of(kustomization(gitops_cluster, 'apps')).get('message') == blocked,
+                            ready_of(kustomization(gitops_cluster, 'apps'))), timeout=60, what='apps DependencyNotReady')
+        wait_until(lambda: kustomizations_ready_at_the_source_revision(gitops_cluster, ('proxmox-csi', 'apps')), timeout=120,
+                   what='the other Kustomizations Ready at the revision of the GitRepository')
         run = gitops_cluster.site('--tags', 'gitops', '-e', 'gitops_timeout=3', '-e', 'gitops_wait_sleep=1')
         assert run.rc != 0
         name, message = run.failure_messages()[0]
@@ -165,6 +186,35 @@ def test_a_failing_kustomization_fails_the_gate_naming_it_its_reason_and_what_wa
         assert gate['blockers'][0]['name'] == 'flux-system/proxmox-csi' and gate['blockers'][0]['blocks'] == ['flux-system/apps']
     finally:
         lab.clear('flux-healthcheck-fail', 'flux-system/proxmox-csi')
+    run = gitops_cluster.site('--tags', 'gitops')
+    assert run.rc == 0, run.explain()
+
+
+def test_a_commit_that_breaks_the_build_fails_the_gate_naming_the_kustomization_and_kustomizes_error(gitops_cluster):
+    """The fault: in the default world the simulation's build of proxmox-csi fails as for a missing file; in the upstream
+    Flux world a commit pushed to the lab's Git server adds a kustomization.yaml to ./infrastructure/proxmox-csi that
+    lists missing.yaml, and kustomize-controller's build fails (docs/lab-flux.md "Faults"). What it applied stays."""
+    lab = gitops_cluster.lab
+    before = kustomization(gitops_cluster, 'proxmox-csi')['status']['inventory']
+    lab.fault('flux-build-fail', 'flux-system/proxmox-csi')
+    try:
+        wait_until(lambda: (ready_of(kustomization(gitops_cluster, 'proxmox-csi')).get('reason') == 'BuildFailed',
+                            ready_of(kustomization(gitops_cluster, 'proxmox-csi'))), timeout=150, what='proxmox-csi BuildFailed')
+        wait_until(lambda: kustomizations_ready_at_the_source_revision(gitops_cluster, ('proxmox-csi', 'apps')), timeout=120,
+                   what='the other Kustomizations Ready at the revision of the GitRepository')
+        run = gitops_cluster.site('--tags', 'gitops', '-e', 'gitops_timeout=3', '-e', 'gitops_wait_sleep=1')
+        assert run.rc != 0
+        name, message = run.failure_messages()[0]
+        assert 'Gate on the Flux Kustomization tree' in name
+        assert 'flux-system/proxmox-csi Ready=False BuildFailed: kustomize build failed' in message.splitlines()[0], message
+        assert "accumulating resources from 'missing.yaml'" in message, message
+        gate = run.result_values('Gate on the Flux Kustomization tree')[0]
+        assert gate['blockers'][0]['name'] == 'flux-system/proxmox-csi', gate['blockers']
+        # what it applied before stays: the same inventory, its Deployment still there
+        assert kustomization(gitops_cluster, 'proxmox-csi')['status']['inventory'] == before
+        assert client.AppsV1Api(gitops_cluster.api()).read_namespaced_deployment('proxmox-csi-plugin-controller', 'csi-proxmox')
+    finally:
+        lab.clear('flux-build-fail', 'flux-system/proxmox-csi')
     run = gitops_cluster.site('--tags', 'gitops')
     assert run.rc == 0, run.explain()
 

@@ -13,6 +13,7 @@ from proxmoxer import ProxmoxAPI
 
 from lab import ROOT, artifacts
 from lab.cli import render_status
+from lab.faults import FaultError
 from lab.flux_upstream import FLUX_CONTROLLERS
 from lab.flux_upstream.lab import LAB_REPO
 from lab.testing import free_net, world_in_thread
@@ -27,6 +28,58 @@ FLUX_INSTALL_FILES = [str(artifacts.cached_path(entry)) for entry in artifacts.p
                       os.path.basename(entry['path']) in ['%s.yaml' % name for name in FLUX_CONTROLLERS]]
 kubernetes = pytest.importorskip('kubernetes')
 from kubernetes import client as kube_client  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def _conditions(obj):
+    return {c['type']: c for c in (obj.get('status') or {}).get('conditions') or []}
+
+
+def check_the_gitops_faults(running, custom, world):
+    """The faults lab/flux_upstream/faults.py makes with real objects, judged by the upstream controllers: a Git server
+    refusing the repository, and a commit whose kustomization.yaml lists a missing file; each cleared."""
+    def repository():
+        return custom.get_namespaced_custom_object('source.toolkit.fluxcd.io', 'v1', 'flux-system', 'gitrepositories', 'lab')
+
+    # 503 for the repository: source-controller v1.9.5 internal/controller/gitrepository_controller.go:1066-1072
+    running.call(world.faults.apply('flux-source-not-ready', 'flux-system/lab'))
+    refused = wait_until(lambda: (_conditions(repository()).get('FetchFailed', {}).get('status') == 'True', _conditions(repository())),
+                         'GitRepository flux-system/lab FetchFailed', timeout=60)
+    assert refused['FetchFailed']['reason'] == 'GitOperationFailed' and '503' in refused['FetchFailed']['message'], refused
+    assert refused['Ready']['status'] == 'False' and refused['Ready']['reason'] == 'GitOperationFailed', refused
+    running.call(world.faults.clear('flux-source-not-ready', 'flux-system/lab'))
+    wait_until(lambda: ('FetchFailed' not in _conditions(repository()) and _conditions(repository())['Ready']['status'] == 'True',
+                        _conditions(repository())), 'GitRepository flux-system/lab fetching again', timeout=60)
+
+    custom.create_namespaced_custom_object('kustomize.toolkit.fluxcd.io', 'v1', 'flux-system', 'kustomizations', {
+        'apiVersion': 'kustomize.toolkit.fluxcd.io/v1', 'kind': 'Kustomization', 'metadata': {'name': 'lab-apps', 'namespace': 'flux-system'},
+        'spec': {'interval': '10m', 'path': './apps/lab', 'prune': True, 'sourceRef': {'kind': 'GitRepository', 'name': 'lab'}}})
+
+    def applied(reason):
+        def probe():
+            found = custom.get_namespaced_custom_object('kustomize.toolkit.fluxcd.io', 'v1', 'flux-system', 'kustomizations', 'lab-apps')
+            source = (repository().get('status') or {}).get('artifact') or {}
+            ready = _conditions(found).get('Ready', {})
+            return ready.get('reason') == reason and (reason != 'ReconciliationSucceeded' or
+                                                      found['status'].get('lastAppliedRevision') == source.get('revision')), (ready, source)
+        return probe
+    wait_until(applied('ReconciliationSucceeded'), 'Kustomization lab-apps Ready', timeout=120)
+    server_repo = world.flux_upstream.git.repo_dir(LAB_REPO)
+    before = subprocess.run(['git', '-C', server_repo, 'rev-parse', 'refs/heads/main'], capture_output=True, text=True, check=True).stdout.strip()
+    # a commit pushed to the server whose kustomization.yaml lists missing.yaml: kustomize-controller v1.9.5
+    # internal/controller/kustomization_controller.go:437-440 (BuildFailed) with kustomize's error (791)
+    running.call(world.faults.apply('flux-build-fail', 'flux-system/lab-apps'))
+    pushed = subprocess.run(['git', '-C', server_repo, 'log', '-1', '--format=%P %s', 'refs/heads/main'], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert pushed.startswith(before + ' lab fault flux-build-fail: apps/lab/kustomization.yaml lists missing.yaml'), pushed
+    ready = wait_until(applied('BuildFailed'), 'Kustomization lab-apps BuildFailed', timeout=120)[0]
+    assert ready['message'].startswith('kustomize build failed:') and "accumulating resources from 'missing.yaml'" in ready['message'], ready
+    running.call(world.faults.clear('flux-build-fail', 'flux-system/lab-apps'))
+    wait_until(applied('ReconciliationSucceeded'), 'Kustomization lab-apps Ready again after the revert', timeout=120)
+    reverted = subprocess.run(['git', '-C', server_repo, 'diff', '--stat', before, 'refs/heads/main'], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    assert reverted == '', reverted  # the revert brings the tree back
+    with pytest.raises(FaultError, match='no cluster of the lab has Kustomization flux-system/nowhere'):
+        running.call(world.faults.apply('flux-build-fail', 'flux-system/nowhere'))
 
 
 def test_a_cluster_gets_the_flux_controllers_and_fetches_the_labs_repository(tmp_path):
@@ -98,6 +151,7 @@ def test_a_cluster_gets_the_flux_controllers_and_fetches_the_labs_repository(tmp
             return ready.get('status') == 'True' and bool(artifact), (ready, artifact)
         ready, artifact = wait_until(fetched, 'GitRepository flux-system/lab Ready with its artifact', timeout=120)
         assert artifact['revision'] == 'main@sha1:' + commit, (ready, artifact)
+        check_the_gitops_faults(running, custom, world)
         apps = kube_client.AppsV1Api(core.api_client)
         wait_until(lambda: (all((apps.read_namespaced_deployment(name, 'flux-system').status.available_replicas or 0) == 1
                                 for name in FLUX_CONTROLLERS), None), 'the Flux Deployments available through kwok', timeout=120)
