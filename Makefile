@@ -85,27 +85,33 @@ unit: setup
 lab-test: setup
 	$(PY) -m pytest tests/lab $(PYTEST_ARGS)
 
-integration: setup
-	$(PY) -m pytest tests/integration -n 2 --dist loadfile --durations=15 $(PYTEST_ARGS)
+# The test files that run on the upstream world only (integration-upstream, below): they pass there whole, so the
+# default lab/k8s world no longer runs them.
+UPSTREAM_KUBERNETES_TESTS = tests/integration/test_cni_lab.py tests/integration/test_apps_lab.py \
+	tests/integration/test_flux_tree_owned.py
+UPSTREAM_FLUX_TESTS = tests/integration/test_gitops_upstream_flux_lab.py tests/integration/test_gitops_lab.py \
+	tests/integration/test_sealed_lab.py
 
-# The cni and apps stages on the upstream Kubernetes world (python -m lab up --kubernetes upstream;
-# docs/lab-kubernetes.md): the cni stage's suite on the upstream Cilium chart, the real DaemonSet controller and kwok
-# Nodes (3+3 and a single control plane, a crashlooping agent; about 4 min), the apps stage's suite on kube-apiserver
-# (about 100 s; Pod Security admission refuses privileged pods as on Talos), the GitOps hand-off on Flux's upstream
-# controllers and the upstream sealed-secrets controller (PROXTALOS_LAB_FLUX=upstream, docs/lab-flux.md "In the
-# World": two whole site.yml runs, about 3 min 30 s), test_gitops_lab.py and test_sealed_lab.py whole, their GitOps
-# faults made with real objects (docs/lab-flux.md "Faults in this world": a commit whose Deployment never rolls out, a
-# commit whose kustomization.yaml lists a missing file, a crash-looping CSI node plugin; about 15 min), the flux
-# stage's sealed Secrets unsealed by the upstream controller, a changed value, a controller on another key, a vault
-# password (about 8 min 45 s), and test_flux_tree_owned.py on kube-apiserver (about 35 s). The default world stays
-# lab/k8s.
+integration: setup
+	$(PY) -m pytest tests/integration -n 2 --dist loadfile --durations=15 \
+		$(addprefix --ignore=,$(UPSTREAM_KUBERNETES_TESTS) $(UPSTREAM_FLUX_TESTS)) $(PYTEST_ARGS)
+
+# On the upstream Kubernetes world (python -m lab up --kubernetes upstream; docs/lab-kubernetes.md), two files at a
+# time (each file its own lab):
+# - UPSTREAM_KUBERNETES_TESTS: the cni stage's suite on the upstream Cilium chart, the real DaemonSet controller and
+#   kwok Nodes (3+3 and a single control plane, a crashlooping agent); the apps stage's suite on kube-apiserver (Pod
+#   Security admission refuses privileged pods as on Talos); a GitOps tree that manages flux-system itself.
+# - UPSTREAM_FLUX_TESTS, also on Flux's upstream controllers and the upstream sealed-secrets controller
+#   (PROXTALOS_LAB_FLUX=upstream, docs/lab-flux.md): the GitOps hand-off (two whole site.yml runs), test_gitops_lab.py
+#   with its faults made of real objects (docs/lab-flux.md "Faults in this world": a commit whose Deployment never
+#   rolls out, a commit whose kustomization.yaml lists a missing file, a crash-looping CSI node plugin), and the
+#   flux stage's sealed Secrets unsealed by the upstream controller (a changed value, a controller on another key, a
+#   vault password).
 integration-upstream: setup
-	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_cni_lab.py $(PYTEST_ARGS)
-	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_apps_lab.py $(PYTEST_ARGS)
-	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration/test_gitops_upstream_flux_lab.py $(PYTEST_ARGS)
-	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration/test_gitops_lab.py $(PYTEST_ARGS)
-	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration/test_sealed_lab.py $(PYTEST_ARGS)
-	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest tests/integration/test_flux_tree_owned.py $(PYTEST_ARGS)
+	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest -n 2 --dist loadfile --durations=10 \
+		$(UPSTREAM_FLUX_TESTS) $(PYTEST_ARGS)
+	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest -n 2 --dist loadfile --durations=10 \
+		$(UPSTREAM_KUBERNETES_TESTS) $(PYTEST_ARGS)
 
 # The oldest ansible-core the collection accepts (constraints-oldest-core.txt), in a second venv: the unit tests, and
 # site.yml against a lab then a re-run with changed=0 (tests/integration/test_oldest_core.py). The newest core is
