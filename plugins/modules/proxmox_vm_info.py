@@ -12,7 +12,8 @@ version_added: 0.1.0
 description:
   - Reads the VMs of O(vms) - each one's power state, lock, config and the IPv4 addresses its QEMU guest agent
     reports - in one module run (a C(run_once) task over every node; one VM is a one-element list). The VMs are
-    probed concurrently (at most 16 at a time), with one deadline and one poll interval; a VM that passed is not probed again. A round lists the VMs (that request is retried) and
+    probed concurrently (at most 16 at a time), with one deadline and one poll interval; a VM that passed is not
+    probed again. A round lists the VMs (that request is retried) and
     reads each VM once, without retries - a transient PVE error (a 5xx answer, a dropped connection) is "not yet"
     for that VM until the next round, so one VM whose reads keep failing does not hold up the others (with
     O(wait_for=none), only such VMs are read again, for up to 30 s). The result has each VM's part under its name
@@ -128,61 +129,27 @@ attempts:
 vms:
   description:
     - Each VM that passed (or, with O(wait_for=none), was read) under its name (the keys below).
+    - The keys of each entry follow.
+    - C(exists) (bool) - Whether the VM exists.
+    - C(vmid) (int) - The VM id.
+    - C(node) (str) - PVE node of the VM (the one asked for when the VM does not exist).
+    - C(name) (str) - VM name.
+    - C(status) (str) - PVE power state (C(running), C(stopped)); C(absent) when the VM does not exist.
+    - C(lock) (str) - PVE config lock (C(backup), C(migrate), ...), or null.
+    - C(config) (dict) - The VM config as PVE returns it; cloud-init passwords and SSH keys are hidden.
+    - C(pending) (dict) - Pending config changes, key to new value (null for a pending delete).
+    - C(agent_addresses) (list) - IPv4 addresses the guest agent reports, with interface and prefix; empty when it
+      does not answer.
+    - C(agent_error) (str) - Why no addresses were read (PVE's answer), or null.
+    - C(address) (str) - The VM's O(vms[].expected_address) when reported (or, with O(talos_api_port), when its
+      Talos API answers while the agent does not run), else the first address the agent reports, else null.
+    - C(address_source) (str) - Where C(address) was seen - C(agent), C(talos_api) (O(talos_api_port)), or null
+      without an address.
+    - C(elapsed) (float) - Seconds from the module's start until this VM passed or the wait ended.
+    - C(attempts) (int) - How many times this VM was probed.
   returned: once the VMs are probed (also on failure)
   type: dict
   sample: {"lab-w-1": {"exists": true, "vmid": 1021, "node": "pve1", "status": "running", "address": "10.20.0.101"}}
-  contains:
-    <name>:
-      description: One VM's state.
-      type: dict
-      contains:
-        exists:
-          description: Whether the VM exists.
-          type: bool
-        vmid:
-          description: The VM id.
-          type: int
-        node:
-          description: PVE node of the VM (the one asked for when the VM does not exist).
-          type: str
-        name:
-          description: VM name.
-          type: str
-        status:
-          description: PVE power state (C(running), C(stopped)); C(absent) when the VM does not exist.
-          type: str
-        lock:
-          description: PVE config lock (C(backup), C(migrate), ...), or null.
-          type: str
-        config:
-          description: The VM config as PVE returns it; cloud-init passwords and SSH keys are hidden.
-          type: dict
-        pending:
-          description: Pending config changes, key to new value (null for a pending delete).
-          type: dict
-        agent_addresses:
-          description: IPv4 addresses the guest agent reports, with interface and prefix; empty when it does not answer.
-          type: list
-          elements: dict
-          sample: [{"interface": "eth0", "address": "10.20.0.11", "prefix": 24}]
-        agent_error:
-          description: Why no addresses were read (PVE's answer), or null.
-          type: str
-        address:
-          description: The VM's O(vms[].expected_address) when reported (or, with O(talos_api_port), when its Talos API answers while the
-            agent does not run), else the first address the agent reports, else null.
-          type: str
-          sample: 10.20.0.11
-        address_source:
-          description: Where C(address) was seen - C(agent), C(talos_api) (O(talos_api_port)), or null without an address.
-          type: str
-          sample: agent
-        elapsed:
-          description: Seconds from the module's start until this VM passed or the wait ended.
-          type: float
-        attempts:
-          description: How many times this VM was probed.
-          type: int
 failed_vms:
   description: Each VM that did not pass, under its name, with what was seen last (same keys as RV(vms)).
   returned: when some VM did not pass (on failure)

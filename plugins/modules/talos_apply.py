@@ -165,48 +165,22 @@ nodes:
     - A per-host task after a C(run_once) task reads its node's part as C(result.nodes[inventory_hostname]).
     - Absent, like RV(gates) and RV(failed_nodes), when the run fails before any node is reached (a bad O(nodes)
       list, a config file that cannot be read, a talosconfig that does not load).
+    - The keys of each entry follow.
+    - C(changed) (bool) - Whether this node changed (in check mode, would change).
+    - C(node) (str) - The node as reached (address:port).
+    - C(node_mode) (str) - What the node was running before the apply - V(maintenance) (no config) or V(configured).
+    - C(applied_mode) (str) - The mode Talos used (or would use) - V(auto) resolves to V(no_reboot) or V(reboot).
+      Empty when nothing was applied.
+    - C(summary) (str) - What Talos said the apply does (or would do), from its dry run or reply; with O(mode=try),
+      when the config will be reverted.
+    - C(rebooted) (bool) - Whether the node rebooted to take the config (and was seen back with a new boot).
+    - C(verified) (bool) - Whether the node was seen answering over mutual TLS with the config applied.
+    - C(warnings_from_talos) (list) - Config warnings Talos returned with the apply.
+    - C(elapsed) (float) - Seconds spent on this node.
   returned: once the nodes are reached
   type: dict
   sample: {lab-w-1: {changed: true, node: 10.5.0.21:50000, node_mode: maintenance, applied_mode: auto, rebooted: true,
            verified: true, summary: Applied configuration without a reboot, warnings_from_talos: [], elapsed: 31.2}}
-  contains:
-    <name>:
-      description: One node's result.
-      type: dict
-      contains:
-        changed:
-          description: Whether this node changed (in check mode, would change).
-          type: bool
-        node:
-          description: The node as reached (address:port).
-          type: str
-          sample: 10.5.0.11:50000
-        node_mode:
-          description: What the node was running before the apply - V(maintenance) (no config) or V(configured).
-          type: str
-        applied_mode:
-          description: The mode Talos used (or would use) - V(auto) resolves to V(no_reboot) or V(reboot). Empty when nothing
-            was applied.
-          type: str
-          sample: reboot
-        summary:
-          description: What Talos said the apply does (or would do), from its dry run or reply; with O(mode=try), when the
-            config will be reverted.
-          type: str
-          sample: Applied configuration with a reboot
-        rebooted:
-          description: Whether the node rebooted to take the config (and was seen back with a new boot).
-          type: bool
-        verified:
-          description: Whether the node was seen answering over mutual TLS with the config applied.
-          type: bool
-        warnings_from_talos:
-          description: Config warnings Talos returned with the apply.
-          type: list
-          elements: str
-        elapsed:
-          description: Seconds spent on this node.
-          type: float
 gates:
   description:
     - One gate record per node that was verified or failed, in the order of O(nodes) (the run

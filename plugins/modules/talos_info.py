@@ -73,7 +73,7 @@ options:
       - What to read besides the mode. V(version) - C(MachineService/Version). V(services) - C(ServiceList).
         V(etcd) - C(EtcdMemberList) (control planes).
       - A configured node answers only over mutual TLS, so everything but the mode needs O(talosconfig) or
-        O(talosconfig_content) then; without them only RV(mode) is returned for it.
+        O(talosconfig_content) then; without them only its C(mode) is returned.
     type: list
     elements: str
     choices: [version, services, etcd]
@@ -142,74 +142,30 @@ nodes:
     - A per-host task after a C(run_once) task reads its node's part as C(result.nodes[inventory_hostname]).
     - Absent, like RV(gates), RV(report_facts_by_host) and RV(failed_nodes), when the run fails before any node is
       probed.
+    - The keys of each entry follow.
+    - C(node) (str) - The node as reached (address:port).
+    - C(mode) (str) - V(maintenance) (no config; served without client certificates) or V(configured) (mutual TLS).
+    - C(stage) (str) - Derived boot stage (see the notes) - V(maintenance), V(booting) or V(running); empty when the
+      services were not read.
+    - C(version) (dict) - Talos version of the node (tag, sha, arch, platform...); empty when not gathered or not
+      readable.
+    - C(services) (list) - Each service with its state, health and last event.
+    - C(failing_services) (list) - The services of O(healthy_services) that are not Running and healthy (empty when
+      the gate passed).
+    - C(etcd) (dict) - The etcd members this node sees (id as hex, hostname, peer and client URLs, learner flag),
+      and the error text when it could not tell (etcd not running yet, or not a control plane).
+    - C(elapsed) (float) - Seconds spent on this node, waiting included.
+    - C(report_facts) (dict) - What the run report (the C(proxtalos.cluster.timeline) callback) shows for this node
+      - plain values only, each key present when it was read. Its keys - C(talos_mode) - The node's C(mode).;
+      C(talos_stage) - The node's C(stage), when the services were read.; C(talos_version) - The Talos version tag,
+      when the version was read.; C(talos_services) - Each service with its state, in one line (C(<id> <state>),
+      C(unhealthy) added when a Running service fails its health check; a service without a health check, such as
+      C(udevd), is not marked).; C(talos_services_unhealthy) - The services that are not Running, or Running with a
+      failing health check, comma-separated (empty when none).; C(etcd_members) - The number of etcd members the
+      node sees, when etcd was read without an error.
   returned: once the nodes are probed
   type: dict
   sample: {lab-w-1: {node: '10.5.0.21:50000', mode: configured, stage: running, failing_services: [], elapsed: 0.4}}
-  contains:
-    <name>:
-      description: One node's result.
-      type: dict
-      contains:
-        node:
-          description: The node as reached (address:port).
-          type: str
-        mode:
-          description: V(maintenance) (no config; served without client certificates) or V(configured) (mutual TLS).
-          type: str
-        stage:
-          description: Derived boot stage (see the notes) - V(maintenance), V(booting) or V(running); empty when the services
-            were not read.
-          type: str
-        version:
-          description: Talos version of the node (tag, sha, arch, platform...); empty when not gathered or not readable.
-          type: dict
-          sample: {tag: v1.13.9, arch: amd64, platform: {name: metal, mode: metal}}
-        services:
-          description: Each service with its state, health and last event.
-          type: list
-          elements: dict
-          sample: [{service: kubelet, state: Running, healthy: true, health_message: '', last_event: 'Running: Health check successful'}]
-        failing_services:
-          description: The services of O(healthy_services) that are not Running and healthy (empty when the gate passed).
-          type: list
-          elements: dict
-        etcd:
-          description: The etcd members this node sees (id as hex, hostname, peer and client URLs, learner flag), and the
-            error text when it could not tell (etcd not running yet, or not a control plane).
-          type: dict
-          sample: {members: [{id: 3bd0c1a2f4e6d8b0, hostname: cp-1, peer_urls: ['https://10.5.0.11:2380'], is_learner: false}], error: null}
-        elapsed:
-          description: Seconds spent on this node, waiting included.
-          type: float
-        report_facts:
-          description:
-            - What the run report (the C(proxtalos.cluster.timeline) callback) shows for this node - plain values
-              only, each key present when it was read.
-          type: dict
-          sample: {talos_mode: configured, talos_stage: running, talos_version: v1.13.9,
-                   talos_services: 'apid Running, containerd Running, etcd Running, kubelet Running, trustd Running',
-                   talos_services_unhealthy: '', etcd_members: 3}
-          contains:
-            talos_mode:
-              description: The node's C(mode).
-              type: str
-            talos_stage:
-              description: The node's C(stage), when the services were read.
-              type: str
-            talos_version:
-              description: The Talos version tag, when the version was read.
-              type: str
-            talos_services:
-              description: Each service with its state, in one line (C(<id> <state>), C(unhealthy) added when a Running
-                service fails its health check; a service without a health check, such as C(udevd), is not marked).
-              type: str
-            talos_services_unhealthy:
-              description: The services that are not Running, or Running with a failing health check, comma-separated
-                (empty when none).
-              type: str
-            etcd_members:
-              description: The number of etcd members the node sees, when etcd was read without an error.
-              type: int
 gates:
   description:
     - With O(gate_name), one gate per node, passed or failed, in the order of O(nodes) (the run

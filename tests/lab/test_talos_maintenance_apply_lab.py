@@ -30,7 +30,7 @@ def test_the_install_window_on_mtls_is_not_taken_for_the_installed_node(lab, cap
     node = lab.start('cp-1')
     lab.wait(lambda: node.mode == 'maintenance', what='cp-1 in maintenance mode')
     result = apply_one_node(talos_apply, capsys, node.address, testing.render_config(secrets, 'controlplane', ENDPOINT),
-                                       talosconfig_content=secrets.talosconfig('lab'), wait_timeout=60, wait_sleep=0.05, api_timeout=5)[0]
+                            talosconfig_content=secrets.talosconfig('lab'), wait_timeout=60, wait_sleep=0.05, api_timeout=5)[0]
     seen = (node.phase, node.boot_count, node.disk.installed)
     assert 'failed' not in result, result.get('msg')
     assert result['changed'] is True and result['rebooted'] is True and result['verified'] is True

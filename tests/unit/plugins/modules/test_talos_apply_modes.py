@@ -72,7 +72,7 @@ def test_try_applies_live_verifies_without_cancelling_the_revert(capsys, monkeyp
     node = configured_node()
     FakeCluster(node).install(monkeypatch)
     checked, _out = apply_one_node(talos_apply, capsys, _ansible_check_mode=True, _ansible_diff=True,
-                               **args(talosconfig, mode='try', try_timeout=30))
+                                   **args(talosconfig, mode='try', try_timeout=30))
     assert checked['changed'] is True and checked['applied_mode'] == 'try' and real_applies(node) == []
     assert '+  network:' in checked['diff'][0]['prepared']
 
@@ -137,7 +137,7 @@ def test_staged_is_stored_not_waited_for_and_reported_again_until_the_reboot(cap
     node = configured_node()
     FakeCluster(node).install(monkeypatch)
     checked, _out = apply_one_node(talos_apply, capsys, _ansible_check_mode=True, _ansible_diff=True,
-                               **args(talosconfig, mode='staged'))
+                                   **args(talosconfig, mode='staged'))
     assert checked['changed'] is True and checked['applied_mode'] == 'staged' and node.staged is None
     assert 'Staged configuration to be applied after the next reboot' in checked['summary']
     assert '+  network:' in checked['diff'][0]['prepared']

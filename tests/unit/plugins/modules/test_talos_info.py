@@ -57,10 +57,10 @@ def test_gate_passes_and_reads_etcd(capsys, monkeypatch, talosconfig):
                      'is_learner': False}]
     FakeCluster(node).install(monkeypatch)
     result, node_result, out = probe(capsys, '10.5.0.11', talosconfig_content=talosconfig[0],
-                             healthy_services=CP_SERVICES, wait_timeout=1, wait_sleep=0.01)
+                                     healthy_services=CP_SERVICES, wait_timeout=1, wait_sleep=0.01)
     assert node_result['failing_services'] == [] and node_result['stage'] == 'running'
     assert node_result['etcd'] == {'members': [{'id': 'ff', 'hostname': 'cp-1', 'peer_urls': ['https://10.5.0.11:2380'],
-                                           'client_urls': [], 'is_learner': False}], 'error': None}
+                                                'client_urls': [], 'is_learner': False}], 'error': None}
     assert talosconfig[1].decode().splitlines()[1] not in out
 
 
@@ -69,8 +69,8 @@ def test_gate_fails_naming_service_state_and_last_event(capsys, monkeypatch, tal
     node.kubelet_waiting = True
     FakeCluster(node).install(monkeypatch)
     result, node_result, _out = probe(capsys, '10.5.0.21', talosconfig_content=talosconfig[0],
-                              healthy_services=['apid', 'kubelet', 'containerd'], wait_timeout=0.2, wait_sleep=0.01,
-                              gate_name='services')
+                                      healthy_services=['apid', 'kubelet', 'containerd'], wait_timeout=0.2, wait_sleep=0.01,
+                                      gate_name='services')
     assert result['failed'] is True and node_result['node'] == '10.5.0.21:50000'
     assert 'n-1 (10.5.0.21:50000)' in result['msg'] and result['failed_nodes']['n-1'].startswith('n-1 (10.5.0.21:50000)')
     assert 'kubelet is Waiting' in result['msg'] and '/var/lib/kubelet' in result['msg']
@@ -82,7 +82,7 @@ def test_gate_fails_naming_service_state_and_last_event(capsys, monkeypatch, tal
 def test_gate_names_a_missing_service(capsys, monkeypatch, talosconfig):
     FakeCluster(FakeNode('10.5.0.21', control_plane=False)).install(monkeypatch)
     result, node_result, _out = probe(capsys, '10.5.0.21', talosconfig_content=talosconfig[0],
-                              healthy_services=['trustd'], wait=False)
+                                      healthy_services=['trustd'], wait=False)
     assert result['failed'] is True and 'trustd is missing' in result['msg']
 
 
