@@ -7,6 +7,7 @@ Import it as `ansible_collections.proxtalos.cluster.tests.helpers` (conftest.py 
 - wait_until: poll a probe -> (done, observation) with a deadline; on timeout fail naming what and the last
   observation.
 - run_main / run_module: a module's main() in this process as Ansible starts it (arguments in, JSON out).
+- apply_one_node: talos_apply on a one-element nodes list; the node's own result with the run's keys over it.
 - assert_no_secret: no secret value, nor a long line of one, in a module's output.
 - talos_admin_talosconfig: a talosconfig with an os:admin client certificate, made here with `cryptography`.
 """
@@ -70,6 +71,25 @@ def run_module(module, capsys, **args):
     """(result dict, raw stdout) of module.main() with args as keywords."""
     dummy, result, out = run_main(module, args, capsys)
     return result, out
+
+
+def apply_one_node(module, capsys, address, config, name='n-1', **args):
+    """Run talos_apply (`module`) on one node (a one-element nodes list; `config` is written to a 0600 file for its
+    config_path). Returns (view, out): the node's own result (when the run got that far) with the run's keys over
+    it (changed, failed, msg, diff, gates, failed_nodes), and the module's output."""
+    import os  # pylint: disable=import-outside-toplevel
+    import tempfile  # pylint: disable=import-outside-toplevel
+    handle, path = tempfile.mkstemp(suffix='.yaml')
+    try:
+        os.fchmod(handle, 0o600)
+        os.write(handle, config.encode('utf-8') if isinstance(config, str) else config)
+        os.close(handle)
+        result, out = run_module(module, capsys, nodes=[{'name': name, 'address': address, 'config_path': path}], **args)
+    finally:
+        os.unlink(path)
+    view = dict(result.get('nodes', {}).get(name, {}))
+    view.update((key, value) for key, value in result.items() if key != 'nodes')
+    return view, out
 
 
 def assert_no_secret(out, secret_values):

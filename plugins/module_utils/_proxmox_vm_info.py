@@ -3,17 +3,14 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Reading Proxmox VE VMs and gating on them running with a guest agent address. PRIVATE to the collection.
 
-Used by the module proxmox_vm_info, in its two forms:
-- one VM (`gate`): read once, or wait (wait_for running/address) until it passes or the deadline passes;
-- several VMs (`gate_many`): every VM probed concurrently by _fanout.run_each (proxmoxer is synchronous),
-  under one deadline and one poll interval; a round lists the VMs once (/cluster/resources) and probes
+Used by the module proxmox_vm_info (`gate_many`, `many_result`): the VMs of its `vms` list are read once, or
+waited for (wait_for running/address) until each passes or the deadline passes. Every VM is probed concurrently by
+_fanout.run_each (proxmoxer is synchronous), under one deadline and one poll interval; a round lists the VMs once (/cluster/resources) and probes
   every VM that has not passed yet; a VM that passed is not probed again. A probe reads its VM once, without
   retries: a transient error is "not yet" for that VM in that round (the next round reads it again), so one VM
   whose PVE answers keep failing cannot hold up a round. The progress sink sees one line per round naming the
   VMs still waiting, written by the main thread only. The outcome names, for every VM that did not pass, its
   inventory name, VM id, PVE node and what was seen last.
-
-Both forms judge a VM with the same code (VmProbe.read, describe, verdict, timeout_message).
 
 When the guest agent does not run (PVE answers it is not running) and the VM has an expected (static, inventory)
 address, talos_api_port lets the probe look at that address instead: a TLS server answering there on the Talos API
@@ -36,7 +33,7 @@ AGENT_HINT = ('Talos runs the QEMU guest agent only when its image has the sider
 TALOS_API_PROBE_TIMEOUT = 2.0
 # At most this many VMs are probed at the same time (threads, and HTTP connections to PVE).
 MAX_WORKERS = 16
-# wait_for=none: how long transient PVE errors are ridden out (the single form's request retries; gate_many's rounds).
+# wait_for=none: how long transient PVE errors are ridden out (gate_many's rounds).
 READ_RETRY_SECONDS = 30.0
 # The report's gate name per wait_for (the role's gate task had this name when it ran once per VM).
 GATE_NAMES = {
@@ -79,18 +76,15 @@ class VmProbe(object):
     def subject(self):
         return 'VM %s%s' % (self.vmid, ' on node %s' % self.node if self.node else '')
 
-    def read(self, with_agent, resources=None, retry=True):
-        """The VM's state as a dict (the single form's result keys).
+    def read(self, with_agent, resources, retry=False):
+        """The VM's state as a dict (one entry of the module's result `vms`).
 
-        resources: the /cluster/resources VM list when the caller already read it (one list for many VMs).
-        retry: False reads each item once - a transient error is raised at once instead of being retried
-          until the module's deadline (gate_many: the next round reads the VM again, and no pool thread
-          retries, so none writes to the progress file or holds up the round).
+        resources: the /cluster/resources VM list of the round (one list for every VM).
+        retry: False (gate_many) reads each item once - a transient error is raised at once instead of being
+          retried until the module's deadline (the next round reads the VM again, and no pool thread retries, so
+          none writes to the progress file or holds up the round).
         """
-        if resources is None:
-            entry = _proxmox.find_vm(self.client, self.vmid, self.subject)
-        else:
-            entry = _proxmox.vm_in_resources(resources, self.vmid)
+        entry = _proxmox.vm_in_resources(resources, self.vmid)
         info = dict(exists=entry is not None, vmid=self.vmid, node=self.node, status='absent', lock=None,
                     agent_addresses=[], agent_error=None, address=None, address_source=None)
         if entry is None:
@@ -178,28 +172,6 @@ def timeout_message(vm, wait_for, seen, elapsed, observation):
     return message
 
 
-def gate(probe, params, clock=time.monotonic, sleep=time.sleep):
-    """One VM: read once or wait; returns the module result. Raises WaitTimeout with what was seen last."""
-    timeout, interval = _argspec.wait_params(params)
-    wait_for = params['wait_for']
-    seen = {}
-
-    def once():
-        info = probe.read(with_agent=True)
-        seen.clear()
-        seen.update(info)
-        return verdict(info, params, wait_for)
-
-    result = _wait.wait_for(once, timeout=timeout if wait_for != 'none' else 0, interval=interval, backoff=1.0,
-                            transient=(_errors.TransientApiError,), clock=clock, sleep=sleep)
-    if not result.ok:
-        raise _errors.WaitTimeout(timeout_message(params, wait_for, seen, result.elapsed, result.observation),
-                                  result, vm=seen or None)
-    out = dict(seen)
-    out.update(changed=False, elapsed=round(result.elapsed, 3), attempts=result.attempts)
-    return out
-
-
 class VmWatch(object):
     """Where one VM of a several-VM gate stands: its last reading, probes, and how it ended."""
 
@@ -265,7 +237,7 @@ def round_summary(watches, wait_for):
 
 def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic, sleep=time.sleep,
               make_probe=VmProbe):
-    """Several VMs in one process: read once or wait, each VM under the single form's rules, one deadline.
+    """The VMs in one process: read once or wait, one deadline.
 
     vms: list of dicts name, vmid, node, expected_address (checked by check_vms).
     make_probe(client, vm): the probe of one VM (VmProbe; tests inject others).
@@ -313,7 +285,7 @@ def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic
         return done, round_summary(watches, wait_for)
 
     # wait_for=none passes a VM at its first reading; only a VM whose reading met a transient error is read
-    # again, in the next round, for up to READ_RETRY_SECONDS (the single form's requests retry as long).
+    # again, in the next round, for up to READ_RETRY_SECONDS.
     result = _wait.wait_for(one_round, timeout=timeout if wait_for != 'none' else READ_RETRY_SECONDS, interval=interval,
                             backoff=1.0, transient=(_errors.TransientApiError,), clock=clock, sleep=sleep)
     for watch in watches:
@@ -323,7 +295,7 @@ def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic
 
 
 def failure_text(watch, wait_for):
-    """Why one VM did not pass: its inventory name, then the single form's message."""
+    """Why one VM did not pass: its inventory name, then what was seen (timeout_message)."""
     if watch.error is not None:
         return '%s: %s' % (watch.label(), watch.error)
     if wait_for == 'none':
@@ -332,7 +304,7 @@ def failure_text(watch, wait_for):
 
 
 def vm_result(watch):
-    """The single form's result for one VM."""
+    """One VM's entry of the result (`vms`, `failed_vms`)."""
     out = dict(watch.seen) if watch.seen else dict(
         exists=False, vmid=watch.vm['vmid'], node=watch.vm.get('node'), status='absent', lock=None,
         agent_addresses=[], agent_error=None, address=None, address_source=None)

@@ -10,10 +10,10 @@ module: proxmox_vm_info
 short_description: Read Proxmox VE VMs and optionally wait until they run and their guest agents report an address
 version_added: 0.1.0
 description:
-  - Reads one VM's power state, lock, config and the IPv4 addresses its QEMU guest agent reports.
-  - With O(vms) it reads several VMs in one module run (for a C(run_once) task over every node) - each VM is
-    probed concurrently (at most 16 at a time) under the same rules as the one-VM form, with one deadline and
-    one poll interval; a VM that passed is not probed again. A round lists the VMs (that request is retried) and
+  - Reads the VMs of O(vms) - each one's power state, lock, config and the IPv4 addresses its QEMU guest agent
+    reports - in one module run (a C(run_once) task over every node; one VM is a one-element list). The VMs are
+    probed concurrently (at most 16 at a time), with one deadline and one poll interval; a VM that passed is not
+    probed again. A round lists the VMs (that request is retried) and
     reads each VM once, without retries - a transient PVE error (a 5xx answer, a dropped connection) is "not yet"
     for that VM until the next round, so one VM whose reads keep failing does not hold up the others (with
     O(wait_for=none), only such VMs are read again, for up to 30 s). The result has each VM's part under its name
@@ -21,29 +21,20 @@ description:
     the module fails naming every such VM (its name, VM id, PVE node and what was seen last); the VMs that
     passed are still in RV(vms).
   - With O(wait_for=running) or O(wait_for=address) it is a gate - it polls until the VM is running (and the agent
-    reports an address, or O(expected_address)) or fails at the O(wait_timeout) deadline with what it saw last.
+    reports an address, or the VM's O(vms[].expected_address)) or fails at the O(wait_timeout) deadline with what it saw last.
   - Talos runs the QEMU guest agent only when its image has the C(siderolabs/qemu-guest-agent) system extension;
     without it the address gate cannot pass, and its failure says so - unless O(talos_api_port) is set and the VM
     has an expected (static) address, where a Talos API answering there stands in for the agent.
 author:
   - proxtalos.cluster contributors (@proxtalos)
 options:
-  vmid:
-    description:
-      - PVE id of the VM (the one-VM form).
-      - Exactly one of O(vmid) and O(vms) is required.
-    type: int
-  node:
-    description:
-      - PVE node of the VM. When not set, the node is looked up; when set, a VM on another node is an error.
-      - Not with O(vms) (each item has its own).
-    type: str
   vms:
     description:
-      - Several VMs, read (and waited for) in one module run; not with O(vmid), O(node) or O(expected_address).
+      - The VMs, read (and waited for) in one module run. One VM is a one-element list.
       - Names and VM ids must be unique in the list.
     type: list
     elements: dict
+    required: true
     suboptions:
       name:
         description:
@@ -64,24 +55,19 @@ options:
         type: str
   wait_for:
     description:
-      - V(none) - read once; a missing VM is reported with RV(exists=false), not as an error.
+      - V(none) - read once; a missing VM is reported with C(exists=false) in RV(vms), not as an error.
       - V(running) - wait until the VM is running.
       - V(address) - wait until the VM is running and its guest agent reports an IPv4 address (not on the loopback
-        interface, not link-local), or O(expected_address) when that is set.
+        interface, not link-local), or the VM's O(vms[].expected_address) when that is set.
       - A missing VM fails the waits at once.
     type: str
     choices: [none, running, address]
     default: none
-  expected_address:
-    description:
-      - With O(wait_for=address), the address the agent must report (a static address given by cloud-init).
-      - Not with O(vms) (each item has its own).
-    type: str
   talos_api_port:
     description:
-      - With an expected address (O(expected_address), O(vms[].expected_address)), when PVE answers that the VM's
+      - With an expected address (O(vms[].expected_address)), when PVE answers that the VM's
         guest agent does not run, a TLS server completing a handshake at that address on this port passes the
-        address gate instead (RV(address_source=talos_api)); its certificate is not verified here (Talos in
+        address gate instead (the VM's C(address_source) is V(talos_api)); its certificate is not verified here (Talos in
         maintenance mode has a self-signed one), so follow this with a gate on the Talos API itself.
       - Talos has been reported both with and without the guest agent in maintenance mode.
       - Unset - only the agent counts. Never used for a VM without an expected address, or when the agent runs.
@@ -96,22 +82,21 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Wait until the VM runs and its agent reports the address cloud-init gave it
+- name: Wait until the VM runs and its agent reports the address cloud-init gave it (one VM, a one-element list)
   proxtalos.cluster.proxmox_vm_info:
     api_host: pve.example.com
     api_user: automation@pve
     api_token_id: proxtalos
     api_token_secret: "{{ vault_pve_token_secret }}"
-    vmid: 811
-    node: pve1
+    vms:
+      - {name: cp-1, vmid: 811, node: pve1, expected_address: 10.20.0.11}
     wait_for: address
-    expected_address: 10.20.0.11
     wait_timeout: 600
   register: vm
 
 - name: Show the address
   ansible.builtin.debug:
-    msg: "{{ vm.address }}"
+    msg: "{{ vm.vms['cp-1'].address }}"
 
 - name: Gate - every VM of the play runs and reports its address (one module run, every VM probed concurrently)
   proxtalos.cluster.proxmox_vm_info:
@@ -133,92 +118,55 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-exists:
-  description: Whether the VM exists.
-  returned: always, in the one-VM form (with O(vmid))
-  type: bool
-vmid:
-  description: The VM id.
-  returned: always, in the one-VM form (with O(vmid))
-  type: int
-node:
-  description: PVE node of the VM (the one asked for when the VM does not exist).
-  returned: always, in the one-VM form (with O(vmid))
-  type: str
-name:
-  description: VM name.
-  returned: when the VM exists, in the one-VM form (with O(vmid))
-  type: str
-status:
-  description: PVE power state (C(running), C(stopped)); C(absent) when the VM does not exist.
-  returned: always, in the one-VM form (with O(vmid))
-  type: str
-lock:
-  description: PVE config lock (C(backup), C(migrate), ...), or null.
-  returned: always, in the one-VM form (with O(vmid))
-  type: str
-config:
-  description: The VM config as PVE returns it; cloud-init passwords and SSH keys are hidden.
-  returned: when the VM exists, in the one-VM form (with O(vmid))
-  type: dict
-pending:
-  description: Pending config changes, key to new value (null for a pending delete).
-  returned: when the VM exists, in the one-VM form (with O(vmid))
-  type: dict
-agent_addresses:
-  description: IPv4 addresses the guest agent reports, with interface and prefix; empty when it does not answer.
-  returned: always, in the one-VM form (with O(vmid))
-  type: list
-  elements: dict
-  sample: [{"interface": "eth0", "address": "10.20.0.11", "prefix": 24}]
-agent_error:
-  description: Why no addresses were read (PVE's answer), or null.
-  returned: always, in the one-VM form (with O(vmid))
-  type: str
-address:
-  description: O(expected_address) when reported (or, with O(talos_api_port), when its Talos API answers while the
-    agent does not run), else the first address the agent reports, else null.
-  returned: always, in the one-VM form (with O(vmid))
-  type: str
-  sample: 10.20.0.11
-address_source:
-  description: Where RV(address) was seen - C(agent), C(talos_api) (O(talos_api_port)), or null without an address.
-  returned: always, in the one-VM form (with O(vmid))
-  type: str
-  sample: agent
 elapsed:
-  description: Seconds spent, including waiting.
+  description: Seconds the run spent, including waiting.
   returned: always
   type: float
 attempts:
-  description: How many times the VM was probed; with O(vms), how many rounds of probes ran.
-  returned: always
+  description: How many rounds of probes ran.
+  returned: once the VMs are probed
   type: int
 vms:
   description:
-    - With O(vms), each VM that passed (or, with O(wait_for=none), was read) under its name - a dict with the keys
-      the one-VM form returns (exists, vmid, node, name, status, lock, config, pending, agent_addresses,
-      agent_error, address, address_source, elapsed, attempts), elapsed counted from the module's start.
-  returned: with O(vms)
+    - Each VM that passed (or, with O(wait_for=none), was read) under its name (the keys below).
+    - The keys of each entry follow.
+    - C(exists) (bool) - Whether the VM exists.
+    - C(vmid) (int) - The VM id.
+    - C(node) (str) - PVE node of the VM (the one asked for when the VM does not exist).
+    - C(name) (str) - VM name.
+    - C(status) (str) - PVE power state (C(running), C(stopped)); C(absent) when the VM does not exist.
+    - C(lock) (str) - PVE config lock (C(backup), C(migrate), ...), or null.
+    - C(config) (dict) - The VM config as PVE returns it; cloud-init passwords and SSH keys are hidden.
+    - C(pending) (dict) - Pending config changes, key to new value (null for a pending delete).
+    - C(agent_addresses) (list) - IPv4 addresses the guest agent reports, with interface and prefix; empty when it
+      does not answer.
+    - C(agent_error) (str) - Why no addresses were read (PVE's answer), or null.
+    - C(address) (str) - The VM's O(vms[].expected_address) when reported (or, with O(talos_api_port), when its
+      Talos API answers while the agent does not run), else the first address the agent reports, else null.
+    - C(address_source) (str) - Where C(address) was seen - C(agent), C(talos_api) (O(talos_api_port)), or null
+      without an address.
+    - C(elapsed) (float) - Seconds from the module's start until this VM passed or the wait ended.
+    - C(attempts) (int) - How many times this VM was probed.
+  returned: once the VMs are probed (also on failure)
   type: dict
   sample: {"lab-w-1": {"exists": true, "vmid": 1021, "node": "pve1", "status": "running", "address": "10.20.0.101"}}
 failed_vms:
-  description: With O(vms), each VM that did not pass, under its name, with what was seen last (same keys as RV(vms)).
-  returned: when some VM of O(vms) did not pass (on failure)
+  description: Each VM that did not pass, under its name, with what was seen last (same keys as RV(vms)).
+  returned: when some VM did not pass (on failure)
   type: dict
 gates:
   description:
-    - With O(vms) and O(wait_for) running or address, one gate per VM for the run report (convention 0 of
+    - With O(wait_for) running or address, one gate per VM for the run report (convention 0 of
       docs/report.md) - name (C(the VM runs and its guest agent reports its address), or C(the VM runs)), ok,
       host (the VM's O(vms[].name)), observation, elapsed, attempts, target (VM id and PVE node), diagnosis,
       started_at and ended_at (wall clock, seconds since the epoch - from the first round until this VM passed or
       the wait ended).
-  returned: with O(vms), when waiting (also on failure)
+  returned: when waiting (also on failure)
   type: list
   elements: dict
 workers:
-  description: With O(vms), the most VMs that were probed at the same time.
-  returned: with O(vms)
+  description: The most VMs that were probed at the same time.
+  returned: once the VMs are probed
   type: int
 """
 
@@ -229,34 +177,27 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _errors, _proxmox, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._proxmox_vm_info import (
-    MAX_WORKERS, READ_RETRY_SECONDS, VmProbe, check_vms, gate, gate_many, many_result)
+    MAX_WORKERS, READ_RETRY_SECONDS, check_vms, gate_many, many_result)
 
 
 def argument_spec():
     return _argspec.spec(
         _argspec.PROXMOX_AUTH_SPEC, _argspec.WAIT_SPEC,
-        vmid=dict(type='int'),
-        node=dict(type='str'),
-        vms=dict(type='list', elements='dict', options=dict(
+        vms=dict(type='list', elements='dict', required=True, options=dict(
             name=dict(type='str', required=True),
             vmid=dict(type='int', required=True),
             node=dict(type='str'),
             expected_address=dict(type='str'),
         )),
         wait_for=dict(type='str', choices=['none', 'running', 'address'], default='none'),
-        expected_address=dict(type='str'),
         talos_api_port=dict(type='int'),
     )
 
 
 def module_kwargs():
     """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
-    constraints = dict(_argspec.PROXMOX_AUTH_CONSTRAINTS)
-    constraints['mutually_exclusive'] = list(constraints.get('mutually_exclusive', [])) + [
-        ('vmid', 'vms'), ('node', 'vms'), ('expected_address', 'vms')]
-    constraints['required_one_of'] = list(constraints.get('required_one_of', [])) + [('vmid', 'vms')]
     return dict(
-        argument_spec=argument_spec(), supports_check_mode=True, **constraints,
+        argument_spec=argument_spec(), supports_check_mode=True, **_argspec.PROXMOX_AUTH_CONSTRAINTS,
     )
 
 
@@ -268,18 +209,14 @@ def run(module):
     started = time.monotonic()
     vms = params['vms']
     try:
-        if vms is not None:
-            check_vms(vms)
-        connections = min(len(vms), MAX_WORKERS) if vms else None
+        check_vms(vms)
+        connections = min(len(vms), MAX_WORKERS)
         deadline = _wait.Deadline(max(params['wait_timeout'], 0) if params['wait_for'] != 'none' else READ_RETRY_SECONDS)
         client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn, connections=connections), deadline,
                                     interval=min(params['wait_sleep'] or 1.0, _proxmox.FIRST_RETRY))
-        if vms is None:
-            result = gate(VmProbe(client, params), params)
-        else:
-            ok, result, message = many_result(gate_many(client, vms, params), params['wait_for'])
-            if not ok:
-                module.fail_json(msg=message, **result)
+        ok, result, message = many_result(gate_many(client, vms, params), params['wait_for'])
+        if not ok:
+            module.fail_json(msg=message, **result)
     except _errors.ProxtalosError as exc:
         failure = dict(exc.details)
         failure.setdefault('elapsed', round(time.monotonic() - started, 3))

@@ -10,7 +10,7 @@ module: talos_apply
 short_description: Apply machine configs to Talos nodes and wait until they run them
 version_added: 0.1.0
 description:
-  - Applies one node's machine config through the Talos API (C(MachineService/ApplyConfiguration)), like
+  - Applies each node's machine config through the Talos API (C(MachineService/ApplyConfiguration)), like
     C(talosctl apply-config).
   - First asks the node whether it is in maintenance mode, by calling C(storage.StorageService/Disks) without a
     client certificate (only a node in maintenance mode answers that). A node in maintenance mode is reached over
@@ -31,12 +31,12 @@ description:
     over mutual TLS only after the install reboot, so there the answer itself is the sign.
   - A node that does not answer, or does not come back, fails the task after O(wait_timeout) naming the node and
     what was seen last.
-  - With O(nodes) instead of O(node), one run applies every listed node's config (a C(run_once) task over the
-    play's hosts instead of one module process per host). Each node goes through the same steps as the single-node
-    form (reach, dry run, apply, wait until it runs the config), on a thread of its own, all at the same time,
-    under the one deadline of the run (O(wait_timeout) from its start); a slow or silent node does not hold up the
-    others. The result has each node's single-node result under its inventory name (RV(nodes)), one gate per node
-    (RV(gates)), and C(changed) when any node changed (or, in check mode, would change). When any node fails, the
+  - One run applies every node of O(nodes) (a C(run_once) task over the play's hosts; a single node is a
+    one-element list). Each node goes through the steps above (reach, dry run, apply, wait until it runs the
+    config), on a thread of its own, all at the same time, under the one deadline of the run (O(wait_timeout) from
+    its start); a slow or silent node does not hold up the others. The result has each node's result under its
+    inventory name (RV(nodes)), one gate per node (RV(gates)), and C(changed) when any node changed (or, in check
+    mode, would change). When any node fails, the
     task fails naming every failing node by inventory name and address with its reason; the other nodes are still
     applied and verified, and their results are in RV(nodes).
 attributes:
@@ -53,7 +53,7 @@ attributes:
         characters), and masks the mode details and Talos's error texts the same way. Every secret value of the
         config being applied is also registered no_log.
       - In maintenance mode the node has no config yet; the diff shows the whole config with its secrets hidden.
-      - With O(nodes), one diff per node that changes (or would change), each headed by the node's inventory name and
+      - One diff per node that changes (or would change), each headed by the node's inventory name and
         address; nodes without a change have none.
 author:
   - proxtalos.cluster contributors (@proxtalos)
@@ -62,18 +62,14 @@ extends_documentation_fragment:
   - proxtalos.cluster._talos_auth
   - proxtalos.cluster._wait
 options:
-  node:
-    description:
-      - Address of the node (its apid is reached on O(port)); the single-node form.
-      - Exactly one of O(node) and O(nodes) is required.
-    type: str
   nodes:
     description:
-      - The nodes to apply in one run (the multi-node form), each by its inventory host name, its address and its
-        rendered config. Names must be unique. O(talosconfig), O(mode), O(try_timeout), O(api_timeout) and the wait
+      - The nodes to apply in one run, each by its inventory host name, its address and its rendered config. Names
+        must be unique. One node is a one-element list. O(talosconfig), O(mode), O(try_timeout), O(api_timeout) and the wait
         options are shared by every node.
     type: list
     elements: dict
+    required: true
     suboptions:
       name:
         description:
@@ -91,15 +87,6 @@ options:
           - The node's machine config file (as P(proxtalos.cluster.talos_config#module) renders it).
         type: path
         required: true
-  config_path:
-    description:
-      - With O(node), the machine config file (as P(proxtalos.cluster.talos_config#module) renders it).
-      - With O(node), exactly one of O(config_path) and O(config) is required.
-    type: path
-  config:
-    description:
-      - With O(node), the machine config itself (multi-document YAML text). Never logged.
-    type: str
   mode:
     description:
       - How the config is applied, as C(talosctl apply-config --mode).
@@ -130,17 +117,17 @@ notes:
   - O(wait=false) still makes one attempt to reach the node and does not wait for it to come back after the apply.
   - The wait after the apply needs O(talosconfig) or O(talosconfig_content) (mutual TLS), also when the node was
     in maintenance mode.
-  - With O(nodes), the nodes are applied on up to 128 threads at once (more nodes take turns).
+  - The nodes are applied on up to 128 threads at once (more nodes take turns).
 seealso:
   - module: proxtalos.cluster.talos_config
   - module: proxtalos.cluster.talos_info
 """
 
 EXAMPLES = r"""
-- name: Apply one node's config
+- name: Apply one node's config (a one-element list)
   proxtalos.cluster.talos_apply:
-    node: "{{ node_ip }}"
-    config_path: "artifacts/{{ cluster_name }}/{{ inventory_hostname }}.yaml"
+    nodes:
+      - {name: cp-1, address: 10.5.0.11, config_path: "artifacts/{{ cluster_name }}/cp-1.yaml"}
     talosconfig: "artifacts/{{ cluster_name }}/talosconfig"
     wait_timeout: 900
 
@@ -159,83 +146,56 @@ EXAMPLES = r"""
 
 - name: Only show what would change
   proxtalos.cluster.talos_apply:
-    node: "{{ node_ip }}"
-    config_path: "artifacts/{{ cluster_name }}/{{ inventory_hostname }}.yaml"
+    nodes:
+      - {name: cp-1, address: 10.5.0.11, config_path: "artifacts/{{ cluster_name }}/cp-1.yaml"}
     talosconfig: "artifacts/{{ cluster_name }}/talosconfig"
   check_mode: true
   diff: true
 """
 
 RETURN = r"""
-node:
-  description:
-    - The node as reached (address:port).
-    - The single-node result keys RV(node) to RV(warnings_from_talos) are returned with O(node); with O(nodes) each
-      node's dict in RV(nodes) has them.
-  returned: always
-  type: str
-  sample: 10.5.0.11:50000
-node_mode:
-  description: What the node was running before the apply - V(maintenance) (no config) or V(configured).
-  returned: always
-  type: str
-applied_mode:
-  description: The mode Talos used (or would use) - V(auto) resolves to V(no_reboot) or V(reboot). Empty when nothing
-    was applied.
-  returned: always
-  type: str
-  sample: reboot
-summary:
-  description: What Talos said the apply does (or would do), from its dry run or reply; with O(mode=try), when the
-    config will be reverted.
-  returned: always
-  type: str
-  sample: Applied configuration with a reboot
-rebooted:
-  description: Whether the node rebooted to take the config (and was seen back with a new boot).
-  returned: always
-  type: bool
-verified:
-  description: Whether the node was seen answering over mutual TLS with the config applied.
-  returned: always
-  type: bool
-warnings_from_talos:
-  description: Config warnings Talos returned with the apply.
-  returned: always
-  type: list
-  elements: str
 elapsed:
-  description: Seconds the module spent reaching, applying and waiting (with O(nodes) the whole run; each node's own in
-    RV(nodes)).
+  description: Seconds the whole run spent reaching, applying and waiting (each node's own in RV(nodes)).
   returned: always
   type: float
 nodes:
   description:
-    - With O(nodes), each node's result under its inventory name - the keys the single-node form returns (RV(node),
-      RV(node_mode), RV(applied_mode), RV(summary), RV(rebooted), RV(verified), RV(warnings_from_talos), RV(elapsed))
-      and C(changed), that node's own. A failed node's dict holds what was seen before it failed.
+    - Each node's result under its inventory name (the keys below), that node's own. A failed node's dict holds
+      what was seen before it failed.
     - A per-host task after a C(run_once) task reads its node's part as C(result.nodes[inventory_hostname]).
     - Absent, like RV(gates) and RV(failed_nodes), when the run fails before any node is reached (a bad O(nodes)
       list, a config file that cannot be read, a talosconfig that does not load).
-  returned: with O(nodes), once the nodes are reached
+    - The keys of each entry follow.
+    - C(changed) (bool) - Whether this node changed (in check mode, would change).
+    - C(node) (str) - The node as reached (address:port).
+    - C(node_mode) (str) - What the node was running before the apply - V(maintenance) (no config) or V(configured).
+    - C(applied_mode) (str) - The mode Talos used (or would use) - V(auto) resolves to V(no_reboot) or V(reboot).
+      Empty when nothing was applied.
+    - C(summary) (str) - What Talos said the apply does (or would do), from its dry run or reply; with O(mode=try),
+      when the config will be reverted.
+    - C(rebooted) (bool) - Whether the node rebooted to take the config (and was seen back with a new boot).
+    - C(verified) (bool) - Whether the node was seen answering over mutual TLS with the config applied.
+    - C(warnings_from_talos) (list) - Config warnings Talos returned with the apply.
+    - C(elapsed) (float) - Seconds spent on this node.
+  returned: once the nodes are reached
   type: dict
   sample: {lab-w-1: {changed: true, node: 10.5.0.21:50000, node_mode: maintenance, applied_mode: auto, rebooted: true,
            verified: true, summary: Applied configuration without a reboot, warnings_from_talos: [], elapsed: 31.2}}
 gates:
   description:
-    - With O(nodes), one gate record per node that was verified or failed, in the order of O(nodes) (the run
+    - One gate record per node that was verified or failed, in the order of O(nodes) (the run
       report's convention 0) - C(name) (the node runs its machine config, over mTLS), C(ok), C(host) (the
       inventory name), C(observation), C(elapsed), C(attempts), C(target) (address:port), C(diagnosis),
       C(started_at), C(ended_at).
     - A node that was not verified has no record - in check mode a node with a change (nothing applied), and a node
       applied with O(mode=staged) or O(wait=false).
-  returned: with O(nodes), once the nodes are reached
+  returned: once the nodes are reached
   type: list
   elements: dict
 failed_nodes:
   description:
-    - With O(nodes), each node that failed, by its name - its name, address and port, and why, as in the message.
-  returned: with O(nodes), once the nodes are reached
+    - Each node that failed, by its name - its name, address and port, and why, as in the message.
+  returned: once the nodes are reached
   type: dict
   sample: {lab-w-3: "lab-w-3 (10.5.0.23:50000): gave up after 900s waiting for the Talos API answering on port 50000; ..."}
 """
@@ -251,21 +211,18 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import fi
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import nodes as talos_nodes
 
 MODES = {'auto': 'auto', 'no_reboot': 'no-reboot', 'reboot': 'reboot', 'staged': 'staged', 'try': 'try'}
-# The name of each node's gate record (multi-node form): what the apply verified on that node.
+# The name of each node's gate record: what the apply verified on that node.
 GATE_NAME = 'the node runs its machine config, over mTLS'
 
 
 def argument_spec():
     return _argspec.spec(
         _argspec.TALOS_AUTH_SPEC, _argspec.WAIT_SPEC,
-        node=dict(type='str'),
-        nodes=dict(type='list', elements='dict', options=dict(
+        nodes=dict(type='list', elements='dict', required=True, options=dict(
             name=dict(type='str', required=True),
             address=dict(type='str', required=True),
             config_path=dict(type='path', required=True),
         )),
-        config_path=dict(type='path'),
-        config=dict(type='str', no_log=True),
         mode=dict(type='str', choices=sorted(MODES), default='auto'),
         try_timeout=dict(type='float'),
     )
@@ -299,13 +256,6 @@ def read_config_file(path, field):
     except (IOError, OSError) as exc:
         raise ValidationError(field, 'cannot read %s: %s' % (path, exc.strerror or exc))
     return parse_config(data, field, path)
-
-
-def read_config(params):
-    """The single-node form's MachineConfig, from config_path or config."""
-    if params['config_path']:
-        return read_config_file(params['config_path'], 'config_path')
-    return parse_config((params['config'] or '').encode('utf-8'), 'config', 'config')
 
 
 class ApplyOptions(object):
@@ -498,26 +448,6 @@ def apply_node(node_session, config, options, deadline, interval, result, progre
     return waited.observation, reached.attempts + waited.attempts
 
 
-def apply_one(module, credentials, options):
-    """The single-node form (option node): the module result, or fail_json naming the node."""
-    params = module.params
-    result = empty_result()
-    try:
-        if not params['config_path'] and params['config'] is None:
-            raise ValidationError('config_path', 'one of config_path and config is required with node')
-        config = read_config(params)
-        _secrets.register(module, *config.secret_values)
-        node_session = session.NodeSession.from_params(params, credentials)
-        deadline, interval = session.deadline_for(params)
-        apply_node(node_session, config, options, deadline, interval, result)
-        result['elapsed'] = round(deadline.elapsed(), 3)
-    except ProxtalosError as exc:
-        module.fail_json(msg=str(exc), **dict(exc.details, node=result['node'] or params['node']))
-    except (IOError, OSError) as exc:
-        module.fail_json(msg='talos node %s: %s' % (params['node'], exc))
-    module.exit_json(**result)
-
-
 def gate_of(name, node_session, ok, observation, attempts, node_result, span):
     return {'name': GATE_NAME, 'ok': ok, 'host': name, 'observation': observation, 'elapsed': node_result['elapsed'],
             'attempts': attempts, 'target': node_session.name, 'diagnosis': [],
@@ -525,12 +455,9 @@ def gate_of(name, node_session, ok, observation, attempts, node_result, span):
 
 
 def apply_all(module, credentials, options):
-    """The multi-node form (option nodes): every node applied and verified at once, one result; fails naming each
-    failing node, the others' results kept."""
+    """Every node of option nodes applied and verified at once, one result; fails naming each failing node, the
+    others' results kept."""
     params = module.params
-    for option in ('node', 'config_path', 'config'):
-        if params[option] is not None:
-            raise ValidationError(option, 'is for one node; with nodes, each node gives its address and config_path')
     targets = talos_nodes.check_targets(params['nodes'])
     configs = {}
     for item in targets:
@@ -577,8 +504,7 @@ def module_kwargs():
     """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
     return dict(
         argument_spec=argument_spec(), supports_check_mode=True,
-        mutually_exclusive=[('config_path', 'config'), ('node', 'nodes')] + _argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'],
-        required_one_of=[('node', 'nodes')],
+        mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'],
     )
 
 
@@ -593,15 +519,9 @@ def run(module):
             raise ValidationError('try_timeout', 'is only used with mode=try')
         options = ApplyOptions(params, module.check_mode, module._diff)
         credentials = session.load_credentials(params, module)
-        if params['nodes'] is not None:
-            apply_all(module, credentials, options)
-        else:
-            apply_one(module, credentials, options)
+        apply_all(module, credentials, options)
     except ProxtalosError as exc:
-        details = dict(exc.details)
-        if params['node'] is not None:
-            details['node'] = params['node']
-        module.fail_json(msg=str(exc), **details)
+        module.fail_json(msg=str(exc), **exc.details)
 
 
 def main():

@@ -16,14 +16,13 @@ description:
     each of those services is Running and healthy (Talos' own rule - the last event is C(Running) and the health
     check passes). This is the collection's Talos service gate; when it times out, the task fails naming the node,
     each failing service, its state and its last event.
-  - With O(nodes) instead of O(node), one run checks every listed node (a C(run_once) task over the play's hosts
-    instead of one module process per host). The nodes are probed at the same time, each on a thread of its own,
-    under the one deadline of the run (O(wait_timeout) from the start of the run), with the same checks and reads
-    as the single-node form; a slow or silent node does not delay the others. The result has each node's
-    single-node result under its name (RV(nodes)), one gate per node (RV(gates), with O(gate_name)) and the
-    report facts per host (RV(report_facts_by_host)). When any node does not pass by the deadline, the task fails
-    naming every failing node by name and address with its reason; the nodes that passed are still in RV(nodes)
-    and RV(gates).
+  - One run checks every node of O(nodes) (a C(run_once) task over the play's hosts; a single node is a
+    one-element list). The nodes are probed at the same time, each on a thread of its own, under the one deadline
+    of the run (O(wait_timeout) from the start of the run); a slow or silent node does not delay the others. The
+    result has each node's result under its name (RV(nodes)), one gate per node (RV(gates), with O(gate_name)) and
+    the report facts per host (RV(report_facts_by_host)). When any node does not pass by the deadline, the task
+    fails naming every failing node by name and address with its reason; the nodes that passed are still in
+    RV(nodes) and RV(gates).
   - Never changes anything.
 author:
   - proxtalos.cluster contributors (@proxtalos)
@@ -33,18 +32,14 @@ extends_documentation_fragment:
   - proxtalos.cluster._talos_auth
   - proxtalos.cluster._wait
 options:
-  node:
-    description:
-      - Address of the node (the single-node form).
-      - Exactly one of O(node) and O(nodes) is required.
-    type: str
   nodes:
     description:
-      - The nodes to probe in one run (the multi-node form), each by its inventory host name and address. Names
-        must be unique.
+      - The nodes to probe in one run, each by its inventory host name and address. Names must be unique. One node
+        is a one-element list.
       - O(gather) and O(healthy_services) apply to every node unless the node sets its own.
     type: list
     elements: dict
+    required: true
     suboptions:
       name:
         description:
@@ -70,7 +65,7 @@ options:
         elements: str
   gate_name:
     description:
-      - With O(nodes), the name of each node's gate record in RV(gates) (the run report shows it per node, as a
+      - The name of each node's gate record in RV(gates) (the run report shows it per node, as a
         per-host C(Gate - <name>) task did). Without it RV(gates) is empty (a read that is no gate).
     type: str
   gather:
@@ -78,7 +73,7 @@ options:
       - What to read besides the mode. V(version) - C(MachineService/Version). V(services) - C(ServiceList).
         V(etcd) - C(EtcdMemberList) (control planes).
       - A configured node answers only over mutual TLS, so everything but the mode needs O(talosconfig) or
-        O(talosconfig_content) then; without them only RV(mode) is returned for it.
+        O(talosconfig_content) then; without them only its C(mode) is returned.
     type: list
     elements: str
     choices: [version, services, etcd]
@@ -91,9 +86,7 @@ options:
     elements: str
     default: []
 notes:
-  - The single-node result keys below (RV(node) to RV(report_facts)) are returned with O(node); with O(nodes) each
-    node's dict in RV(nodes) has them.
-  - RV(stage) is derived from the API (COSI C(MachineStatus) is not read) - V(maintenance) when the node serves
+  - A node's C(stage) is derived from the API (COSI C(MachineStatus) is not read) - V(maintenance) when the node serves
     its maintenance API, V(running) when it is configured and lists no service in a starting state (Starting,
     Preparing, Waiting, Initialized), V(booting) otherwise.
 seealso:
@@ -102,20 +95,16 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Gate - Talos services Running and healthy on every node
+- name: Facts for a report (one node is a one-element list)
   proxtalos.cluster.talos_info:
-    node: "{{ node_ip }}"
-    talosconfig: "artifacts/{{ cluster_name }}/talosconfig"
-    gather: [services]
-    healthy_services: "{{ ['etcd', 'apid', 'trustd', 'kubelet', 'containerd'] if inventory_hostname in groups['controlplane']
-                          else ['apid', 'kubelet', 'containerd'] }}"
-    wait_timeout: 600
-
-- name: Facts for a report
-  proxtalos.cluster.talos_info:
-    node: "{{ node_ip }}"
+    nodes:
+      - {name: cp-1, address: 10.5.0.11}
     talosconfig: "artifacts/{{ cluster_name }}/talosconfig"
   register: talos_facts
+
+- name: The node's Talos version
+  ansible.builtin.debug:
+    msg: "{{ talos_facts.nodes['cp-1'].version.tag }}"
 
 - name: Gate - the Talos API answers on port 50000 (every node of the play in one run)
   proxtalos.cluster.talos_info:
@@ -142,113 +131,68 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-node:
-  description: The node as reached (address:port).
-  returned: with O(node)
-  type: str
-mode:
-  description: V(maintenance) (no config; served without client certificates) or V(configured) (mutual TLS).
-  returned: with O(node)
-  type: str
-stage:
-  description: Derived boot stage (see the notes) - V(maintenance), V(booting) or V(running); empty when the services
-    were not read.
-  returned: with O(node)
-  type: str
-version:
-  description: Talos version of the node (tag, sha, arch, platform...); empty when not gathered or not readable.
-  returned: with O(node)
-  type: dict
-  sample: {tag: v1.13.9, arch: amd64, platform: {name: metal, mode: metal}}
-services:
-  description: Each service with its state, health and last event.
-  returned: with O(node)
-  type: list
-  elements: dict
-  sample: [{service: kubelet, state: Running, healthy: true, health_message: '', last_event: 'Running: Health check successful'}]
-failing_services:
-  description: The services of O(healthy_services) that are not Running and healthy (empty when the gate passed).
-  returned: with O(node)
-  type: list
-  elements: dict
-etcd:
-  description: The etcd members this node sees (id as hex, hostname, peer and client URLs, learner flag), and the
-    error text when it could not tell (etcd not running yet, or not a control plane).
-  returned: with O(node)
-  type: dict
-  sample: {members: [{id: 3bd0c1a2f4e6d8b0, hostname: cp-1, peer_urls: ['https://10.5.0.11:2380'], is_learner: false}], error: null}
 elapsed:
-  description: Seconds spent, waiting included (with O(nodes) the whole run; each node's own in RV(nodes)).
+  description: Seconds spent by the whole run, waiting included (each node's own in RV(nodes)).
   returned: always
   type: float
 nodes:
   description:
-    - With O(nodes), each node's result under its name - the keys the single-node form returns (RV(node),
-      RV(mode), RV(stage), RV(version), RV(services), RV(failing_services), RV(etcd), RV(elapsed),
-      RV(report_facts)), also for a node that failed (what was seen until it failed; its RV(report_facts) empty).
+    - Each node's result under its name (the keys below), also for a node that failed (what was seen until it
+      failed; its C(report_facts) empty).
     - A per-host task after a C(run_once) task reads its node's part as C(result.nodes[inventory_hostname]).
     - Absent, like RV(gates), RV(report_facts_by_host) and RV(failed_nodes), when the run fails before any node is
       probed.
-  returned: with O(nodes), once the nodes are probed
+    - The keys of each entry follow.
+    - C(node) (str) - The node as reached (address:port).
+    - C(mode) (str) - V(maintenance) (no config; served without client certificates) or V(configured) (mutual TLS).
+    - C(stage) (str) - Derived boot stage (see the notes) - V(maintenance), V(booting) or V(running); empty when the
+      services were not read.
+    - C(version) (dict) - Talos version of the node (tag, sha, arch, platform...); empty when not gathered or not
+      readable.
+    - C(services) (list) - Each service with its state, health and last event.
+    - C(failing_services) (list) - The services of O(healthy_services) that are not Running and healthy (empty when
+      the gate passed).
+    - C(etcd) (dict) - The etcd members this node sees (id as hex, hostname, peer and client URLs, learner flag),
+      and the error text when it could not tell (etcd not running yet, or not a control plane).
+    - C(elapsed) (float) - Seconds spent on this node, waiting included.
+    - C(report_facts) (dict) - What the run report (the C(proxtalos.cluster.timeline) callback) shows for this node
+      - plain values only, each key present when it was read. Its keys - C(talos_mode) - The node's C(mode).;
+      C(talos_stage) - The node's C(stage), when the services were read.; C(talos_version) - The Talos version tag,
+      when the version was read.; C(talos_services) - Each service with its state, in one line (C(<id> <state>),
+      C(unhealthy) added when a Running service fails its health check; a service without a health check, such as
+      C(udevd), is not marked).; C(talos_services_unhealthy) - The services that are not Running, or Running with a
+      failing health check, comma-separated (empty when none).; C(etcd_members) - The number of etcd members the
+      node sees, when etcd was read without an error.
+  returned: once the nodes are probed
   type: dict
   sample: {lab-w-1: {node: '10.5.0.21:50000', mode: configured, stage: running, failing_services: [], elapsed: 0.4}}
 gates:
   description:
-    - With O(nodes) and O(gate_name), one gate per node, passed or failed, in the order of O(nodes) (the run
+    - With O(gate_name), one gate per node, passed or failed, in the order of O(nodes) (the run
       report's convention 0) - C(name) (O(gate_name)), C(ok), C(host) (the node's name), C(observation) (what was
       seen last, or why it failed), C(elapsed), C(attempts) (probes), C(target) (address:port), C(diagnosis) (the
       failing services, one line each), C(started_at) and C(ended_at) (wall clock, seconds since the epoch - when
       the run began probing and when this node's checks ended, so the report places each node's gate inside the
       task).
-  returned: with O(nodes), once the nodes are probed
+  returned: once the nodes are probed
   type: list
   elements: dict
   sample: [{name: the Talos API answers on port 50000, ok: true, host: lab-w-1, observation: answers (configured),
             elapsed: 0.2, attempts: 1, target: '10.5.0.21:50000', diagnosis: [], started_at: 1796263200.101,
             ended_at: 1796263200.301}]
 report_facts_by_host:
-  description: With O(nodes), RV(report_facts) of each node that passed, by its name.
-  returned: with O(nodes), once the nodes are probed
+  description: The C(report_facts) of each node that passed, by its name.
+  returned: once the nodes are probed
   type: dict
 failed_nodes:
   description:
-    - With O(nodes), each node that did not pass, by its name - its name, address and port, and why, as in the
+    - Each node that did not pass, by its name - its name, address and port, and why, as in the
       failure message; empty when all passed.
     - Absent when the run fails before any node is probed (a bad O(nodes) list, a talosconfig that does not load) -
       that failure names the option or file, no node.
-  returned: with O(nodes), once the nodes are probed
+  returned: once the nodes are probed
   type: dict
   sample: {lab-w-1: "lab-w-1 (10.5.0.21:50000): services not Running and healthy within 600s: kubelet is Waiting"}
-report_facts:
-  description:
-    - What the run report (the C(proxtalos.cluster.timeline) callback) shows for this host's node - plain values
-      only, each key present when it was read.
-  returned: with O(node)
-  type: dict
-  sample: {talos_mode: configured, talos_stage: running, talos_version: v1.13.9,
-           talos_services: 'apid Running, containerd Running, etcd Running, kubelet Running, trustd Running',
-           talos_services_unhealthy: '', etcd_members: 3}
-  contains:
-    talos_mode:
-      description: RV(mode).
-      type: str
-    talos_stage:
-      description: RV(stage), when the services were read.
-      type: str
-    talos_version:
-      description: The Talos version tag, when the version was read.
-      type: str
-    talos_services:
-      description: Each service with its state, in one line (C(<id> <state>), C(unhealthy) added when a Running
-        service fails its health check; a service without a health check, such as C(udevd), is not marked).
-      type: str
-    talos_services_unhealthy:
-      description: The services that are not Running, or Running with a failing health check, comma-separated
-        (empty when none).
-      type: str
-    etcd_members:
-      description: The number of etcd members the node sees, when etcd was read without an error.
-      type: int
 """
 
 
@@ -266,8 +210,7 @@ GATHER_CHOICES = ['version', 'services', 'etcd']
 def argument_spec():
     return _argspec.spec(
         _argspec.TALOS_AUTH_SPEC, _argspec.WAIT_SPEC,
-        node=dict(type='str'),
-        nodes=dict(type='list', elements='dict', options=dict(
+        nodes=dict(type='list', elements='dict', required=True, options=dict(
             name=dict(type='str', required=True),
             address=dict(type='str', required=True),
             gather=dict(type='list', elements='str', choices=GATHER_CHOICES),
@@ -413,19 +356,6 @@ def probe_node(node_session, credentials, gather, healthy_services, deadline, in
     return observation, attempts
 
 
-def probe_one(module, credentials):
-    """The single-node form (option node): the module result, or fail_json naming the node."""
-    params = module.params
-    result = dict(changed=False, **empty_result())
-    try:
-        node_session = session.NodeSession.from_params(params, credentials)
-        deadline, interval = session.deadline_for(params)
-        probe_node(node_session, credentials, params['gather'], params['healthy_services'], deadline, interval, result)
-    except ProxtalosError as exc:
-        module.fail_json(msg=str(exc), **dict(exc.details, node=result['node'] or params['node']))
-    module.exit_json(**result)
-
-
 def gate_of(gate_name, name, node_session, ok, observation, node_result, attempts, diagnosis, span):
     return {'name': gate_name, 'ok': ok, 'host': name, 'observation': observation, 'elapsed': node_result['elapsed'],
             'attempts': attempts, 'target': node_session.name, 'diagnosis': diagnosis,
@@ -433,7 +363,7 @@ def gate_of(gate_name, name, node_session, ok, observation, node_result, attempt
 
 
 def probe_all(module, credentials):
-    """The multi-node form (option nodes): every node probed at once, one result; fails naming each failing node."""
+    """Every node of option nodes probed at once, one result; fails naming each failing node."""
     params = module.params
     targets = talos_nodes.check_targets(params['nodes'])
     deadline, interval = session.deadline_for(params)
@@ -476,8 +406,7 @@ def module_kwargs():
     """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
     return dict(
         argument_spec=argument_spec(), supports_check_mode=True,
-        mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'] + [['node', 'nodes']],
-        required_one_of=[['node', 'nodes']],
+        mutually_exclusive=_argspec.TALOS_AUTH_CONSTRAINTS['mutually_exclusive'],
     )
 
 
@@ -488,15 +417,9 @@ def run(module):
         module.fail_json(msg=missing_required_lib(missing[0][0]), exception=missing[0][1])
     try:
         credentials = session.load_credentials(module.params, module)
-        if module.params['nodes'] is not None:
-            probe_all(module, credentials)
-        else:
-            probe_one(module, credentials)
+        probe_all(module, credentials)
     except ProxtalosError as exc:
-        details = dict(exc.details)
-        if module.params['node'] is not None:
-            details['node'] = module.params['node']
-        module.fail_json(msg=str(exc), **details)
+        module.fail_json(msg=str(exc), **exc.details)
 
 
 def main():

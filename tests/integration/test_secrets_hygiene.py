@@ -219,20 +219,21 @@ def tls_tasks(workspace, foreign):
     pve = {'api_host': lab.pve_host, 'api_port': lab.pve_port, 'api_user': lab.user, 'api_token_id': lab.token_name,
            'api_token_secret': "{{ lookup('ansible.builtin.file', '%s') }}" % lab.paths.token}
     cp1 = '%s.11' % lab.net
+    vm = [{'name': 'lab-cp-1', 'node': 'pve1', 'vmid': 1011}]
     return [
         {'name': 'PVE with the system trust store (no ca_path): refused',
-         'proxtalos.cluster.proxmox_vm_info': dict(pve, node='pve1', vmid=1011), 'register': 'pve_default', 'ignore_errors': True},
+         'proxtalos.cluster.proxmox_vm_info': dict(pve, vms=vm), 'register': 'pve_default', 'ignore_errors': True},
         {'name': 'PVE with a CA that did not sign its certificate: refused',
-         'proxtalos.cluster.proxmox_vm_info': dict(pve, node='pve1', vmid=1011, ca_path=foreign['ca']), 'ignore_errors': True},
+         'proxtalos.cluster.proxmox_vm_info': dict(pve, vms=vm, ca_path=foreign['ca']), 'ignore_errors': True},
         {'name': 'PVE with validate_certs false: answers, with a warning',
-         'proxtalos.cluster.proxmox_vm_info': dict(pve, node='pve1', vmid=1011, validate_certs=False)},
+         'proxtalos.cluster.proxmox_vm_info': dict(pve, vms=vm, validate_certs=False)},
         {'name': 'PVE with the lab CA: answers',
-         'proxtalos.cluster.proxmox_vm_info': dict(pve, node='pve1', vmid=1011, ca_path=lab.ca_path)},
+         'proxtalos.cluster.proxmox_vm_info': dict(pve, vms=vm, ca_path=lab.ca_path)},
         {'name': 'Talos with a talosconfig of another cluster: refused',
-         'proxtalos.cluster.talos_info': {'node': cp1, 'talosconfig': foreign['talosconfig'], 'gather': ['version'],
+         'proxtalos.cluster.talos_info': {'nodes': [{'name': 'lab-cp-1', 'address': cp1}], 'talosconfig': foreign['talosconfig'], 'gather': ['version'],
                                           'wait_timeout': 0}, 'ignore_errors': True},
         {'name': 'Talos with its own talosconfig: answers',
-         'proxtalos.cluster.talos_info': {'node': cp1, 'talosconfig': workspace.talosconfig, 'gather': ['version'],
+         'proxtalos.cluster.talos_info': {'nodes': [{'name': 'lab-cp-1', 'address': cp1}], 'talosconfig': workspace.talosconfig, 'gather': ['version'],
                                           'wait_timeout': 0}},
         {'name': 'Kubernetes with a kubeconfig whose CA did not sign the API certificate: refused',
          'proxtalos.cluster.k8s_gate': {'gate': 'api', 'kubeconfig': foreign['kubeconfig'], 'wait_timeout': 0},

@@ -1,4 +1,4 @@
-"""talos_info's multi-node form against lab Talos nodes over the real protocol (grpclib, TLS/mTLS on port 50000).
+"""talos_info against lab Talos nodes over the real protocol (grpclib, TLS/mTLS on port 50000).
 
 The lab's nodes run in this process (lab.talos.testing.FleetHarness, instant timing); talos_info reaches every node
 in one module run, each node on a thread of its own. Checked: nodes in maintenance mode and configured ones answer

@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
-from ansible_collections.proxtalos.cluster.tests.helpers import run_module
+from ansible_collections.proxtalos.cluster.tests.helpers import apply_one_node
 from lab.talos import testing
 from talos_lab_nodes import ENDPOINT
 
@@ -25,16 +25,12 @@ def lab():
     harness.close()
 
 
-def run(capsys, **options):
-    return run_module(talos_apply, capsys, **options)[0]
-
-
 def test_the_install_window_on_mtls_is_not_taken_for_the_installed_node(lab, capsys):
     secrets = testing.ClusterSecrets(os_key_type='ecdsa')
     node = lab.start('cp-1')
     lab.wait(lambda: node.mode == 'maintenance', what='cp-1 in maintenance mode')
-    result = run(capsys, node=node.address, config=testing.render_config(secrets, 'controlplane', ENDPOINT).decode(),
-                 talosconfig_content=secrets.talosconfig('lab'), wait_timeout=60, wait_sleep=0.05, api_timeout=5)
+    result = apply_one_node(talos_apply, capsys, node.address, testing.render_config(secrets, 'controlplane', ENDPOINT),
+                            talosconfig_content=secrets.talosconfig('lab'), wait_timeout=60, wait_sleep=0.05, api_timeout=5)[0]
     seen = (node.phase, node.boot_count, node.disk.installed)
     assert 'failed' not in result, result.get('msg')
     assert result['changed'] is True and result['rebooted'] is True and result['verified'] is True

@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
-from ansible_collections.proxtalos.cluster.tests.helpers import run_module
+from ansible_collections.proxtalos.cluster.tests.helpers import apply_one_node, run_module
 from lab.talos import testing
 from talos_lab_nodes import ENDPOINT, configure
 
@@ -36,10 +36,9 @@ def with_sans(secrets, *sans):
 
 
 def apply(capsys, node, secrets, config, **options):
-    values = dict(node=node.address, config=config, talosconfig_content=secrets.talosconfig('lab'), wait_timeout=20,
-                  wait_sleep=0.05)
+    values = dict(talosconfig_content=secrets.talosconfig('lab'), wait_timeout=20, wait_sleep=0.05)
     values.update(options)
-    return run_module(talos_apply, capsys, **values)[0]
+    return apply_one_node(talos_apply, capsys, node.address, config, **values)[0]
 
 
 def status(lab, node):
@@ -88,7 +87,7 @@ def test_try_refuses_a_change_that_needs_a_reboot(lab, secrets, capsys):
     # machine.udev is not among what CanApplyImmediate lets apply live (v1alpha1_runtime.go:149-204)
     udev = testing.render_config(secrets, 'controlplane', ENDPOINT, extra_machine={'udev': {'rules': [UDEV_RULE]}})
     result = apply(capsys, node, secrets, udev.decode(), mode='try', try_timeout=5)
-    assert result['failed'] is True and result['status'] == 'INVALID_ARGUMENT'
+    assert result['failed'] is True and 'INVALID_ARGUMENT' in result['msg']
     assert "this config change can't be applied in immediate mode" in result['msg']
     assert 'udev' not in node.disk.config.machine and status(lab, node)['try_revert_pending'] is False
 

@@ -9,7 +9,7 @@ import pytest
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import api
 from ansible_collections.proxtalos.cluster.plugins.modules import talos_apply
 
-from ansible_collections.proxtalos.cluster.tests.helpers import run_module
+from ansible_collections.proxtalos.cluster.tests.helpers import apply_one_node
 from talos_module_helpers import FakeCluster, FakeNode, make_talosconfig
 from test_talos_apply import CHANGED, CONFIG, SECRET, TOKEN
 
@@ -22,7 +22,7 @@ def talosconfig():
 
 
 def args(talosconfig, config=CHANGED, **extra):
-    values = dict(node='10.5.0.21', config=config, talosconfig_content=talosconfig[0], wait_timeout=5, wait_sleep=0.01)
+    values = dict(address='10.5.0.21', config=config, talosconfig_content=talosconfig[0], wait_timeout=5, wait_sleep=0.01)
     values.update(extra)
     return values
 
@@ -44,7 +44,7 @@ def test_the_request_carries_the_mode_number_and_the_try_timeout_only_with_try(c
     node = configured_node()
     FakeCluster(node).install(monkeypatch, wire=True)
     extra = {'try_timeout': 30} if mode == 'try' else {}
-    result, _out = run_module(talos_apply, capsys, **args(talosconfig, mode=mode, **extra))
+    result, _out = apply_one_node(talos_apply, capsys, **args(talosconfig, mode=mode, **extra))
     assert result['changed'] is True, result
     assert MODE.Name(enum_number) == enum_name
     dry_run, applied = node.wire[0], node.wire[1]
@@ -71,12 +71,12 @@ def test_the_request_carries_the_mode_number_and_the_try_timeout_only_with_try(c
 def test_try_applies_live_verifies_without_cancelling_the_revert(capsys, monkeypatch, talosconfig):
     node = configured_node()
     FakeCluster(node).install(monkeypatch)
-    checked, _out = run_module(talos_apply, capsys, _ansible_check_mode=True, _ansible_diff=True,
-                               **args(talosconfig, mode='try', try_timeout=30))
+    checked, _out = apply_one_node(talos_apply, capsys, _ansible_check_mode=True, _ansible_diff=True,
+                                   **args(talosconfig, mode='try', try_timeout=30))
     assert checked['changed'] is True and checked['applied_mode'] == 'try' and real_applies(node) == []
-    assert '+  network:' in checked['diff']['prepared']
+    assert '+  network:' in checked['diff'][0]['prepared']
 
-    result, out = run_module(talos_apply, capsys, _ansible_diff=True, **args(talosconfig, mode='try', try_timeout=30))
+    result, out = apply_one_node(talos_apply, capsys, _ansible_diff=True, **args(talosconfig, mode='try', try_timeout=30))
     assert result['changed'] is True and result['applied_mode'] == 'try'
     assert result['verified'] is True and result['rebooted'] is False and node.boot == 1
     assert "applied in 'try' mode and will be automatically reverted back in 30s" in result['summary']
@@ -87,27 +87,27 @@ def test_try_applies_live_verifies_without_cancelling_the_revert(capsys, monkeyp
     assert TOKEN not in out and SECRET not in out
 
     # Within the try window a re-run finds the node running the config: nothing to do, revert still pending.
-    again, _out = run_module(talos_apply, capsys, **args(talosconfig, mode='try', try_timeout=30))
+    again, _out = apply_one_node(talos_apply, capsys, **args(talosconfig, mode='try', try_timeout=30))
     assert again['changed'] is False and again['verified'] is True and node.try_pending
 
     # Talos reverts after the timeout: the next run applies it again.
     node.revert_try()
     assert node.config == CONFIG.encode()
-    after, _out = run_module(talos_apply, capsys, **args(talosconfig, mode='try', try_timeout=30))
+    after, _out = apply_one_node(talos_apply, capsys, **args(talosconfig, mode='try', try_timeout=30))
     assert after['changed'] is True and len(real_applies(node)) == 2 and node.try_pending
 
 
 def test_a_reboot_during_the_try_window_boots_the_persisted_config(capsys, monkeypatch, talosconfig):
     node = configured_node()
     FakeCluster(node).install(monkeypatch)
-    run_module(talos_apply, capsys, **args(talosconfig, mode='try'))
+    apply_one_node(talos_apply, capsys, **args(talosconfig, mode='try'))
     assert node.try_pending and real_applies(node)[0]['try_timeout'] is None  # Talos' default (60 s) applies
     node.reboot()
     for _call in range(node.down_calls):
         with pytest.raises(Exception):
             node._reach('Version', True)  # pylint: disable=protected-access
     assert node.boot == 2 and node.config == CONFIG.encode() and not node.try_pending
-    result, _out = run_module(talos_apply, capsys, _ansible_check_mode=True, **args(talosconfig, mode='try'))
+    result, _out = apply_one_node(talos_apply, capsys, _ansible_check_mode=True, **args(talosconfig, mode='try'))
     assert result['changed'] is True
 
 
@@ -116,8 +116,8 @@ def test_another_mode_within_the_try_window_cancels_the_revert_and_sees_no_chang
     # talos_apply with mode=auto in the try window reports no change and the config stays unpersisted.
     node = configured_node()
     FakeCluster(node).install(monkeypatch)
-    run_module(talos_apply, capsys, **args(talosconfig, mode='try', try_timeout=30))
-    result, _out = run_module(talos_apply, capsys, **args(talosconfig, mode='auto'))
+    apply_one_node(talos_apply, capsys, **args(talosconfig, mode='try', try_timeout=30))
+    result, _out = apply_one_node(talos_apply, capsys, **args(talosconfig, mode='auto'))
     assert result['changed'] is False and ('try-revert-cancelled', 'auto') in node.calls
     assert node.config == CHANGED.encode() and node.persisted == CONFIG.encode() and len(real_applies(node)) == 1
 
@@ -125,8 +125,8 @@ def test_another_mode_within_the_try_window_cancels_the_revert_and_sees_no_chang
 def test_try_refuses_a_change_that_needs_a_reboot_before_applying(capsys, monkeypatch, talosconfig):
     node = configured_node(reboot_on_change=True)
     FakeCluster(node).install(monkeypatch)
-    result, _out = run_module(talos_apply, capsys, **args(talosconfig, mode='try', try_timeout=30))
-    assert result['failed'] is True and result['status'] == 'INVALID_ARGUMENT'
+    result, _out = apply_one_node(talos_apply, capsys, **args(talosconfig, mode='try', try_timeout=30))
+    assert result['failed'] is True and 'INVALID_ARGUMENT' in result['msg']
     assert "can't be applied in immediate mode" in result['msg'] and '10.5.0.21' in result['msg']
     assert real_applies(node) == [] and node.config == CONFIG.encode()
 
@@ -136,14 +136,14 @@ def test_try_refuses_a_change_that_needs_a_reboot_before_applying(capsys, monkey
 def test_staged_is_stored_not_waited_for_and_reported_again_until_the_reboot(capsys, monkeypatch, talosconfig):
     node = configured_node()
     FakeCluster(node).install(monkeypatch)
-    checked, _out = run_module(talos_apply, capsys, _ansible_check_mode=True, _ansible_diff=True,
-                               **args(talosconfig, mode='staged'))
+    checked, _out = apply_one_node(talos_apply, capsys, _ansible_check_mode=True, _ansible_diff=True,
+                                   **args(talosconfig, mode='staged'))
     assert checked['changed'] is True and checked['applied_mode'] == 'staged' and node.staged is None
     assert 'Staged configuration to be applied after the next reboot' in checked['summary']
-    assert '+  network:' in checked['diff']['prepared']
+    assert '+  network:' in checked['diff'][0]['prepared']
 
     before = len(node.calls)
-    result, _out = run_module(talos_apply, capsys, **args(talosconfig, mode='staged'))
+    result, _out = apply_one_node(talos_apply, capsys, **args(talosconfig, mode='staged'))
     assert result['changed'] is True and result['applied_mode'] == 'staged'
     assert result['verified'] is False and result['rebooted'] is False
     assert node.staged == CHANGED.encode() and node.config == CONFIG.encode() and node.boot == 1
@@ -151,7 +151,7 @@ def test_staged_is_stored_not_waited_for_and_reported_again_until_the_reboot(cap
     assert [name for name, _secure in node.calls[before:]][-1] == 'apply-for-real'
 
     # Until the node reboots it runs the old config: a re-run reports the change again and stages it again.
-    again, _out = run_module(talos_apply, capsys, **args(talosconfig, mode='staged'))
+    again, _out = apply_one_node(talos_apply, capsys, **args(talosconfig, mode='staged'))
     assert again['changed'] is True and len(real_applies(node)) == 2
 
     node.reboot()
@@ -159,7 +159,7 @@ def test_staged_is_stored_not_waited_for_and_reported_again_until_the_reboot(cap
         with pytest.raises(Exception):
             node._reach('Version', True)  # pylint: disable=protected-access
     assert node.boot == 2 and node.config == CHANGED.encode() and node.staged is None
-    after, _out = run_module(talos_apply, capsys, **args(talosconfig, mode='staged'))
+    after, _out = apply_one_node(talos_apply, capsys, **args(talosconfig, mode='staged'))
     assert after['changed'] is False and after['verified'] is True and len(real_applies(node)) == 2
 
 
@@ -170,16 +170,16 @@ def test_reboot_mode_reboots_even_for_a_live_change_and_waits_for_the_new_boot(c
     # answering from its old boot for a few calls after the apply: only a new boot counts.
     node = configured_node(down_calls=3, linger_calls=4)
     FakeCluster(node).install(monkeypatch)
-    checked, _out = run_module(talos_apply, capsys, _ansible_check_mode=True, **args(talosconfig, mode='reboot'))
+    checked, _out = apply_one_node(talos_apply, capsys, _ansible_check_mode=True, **args(talosconfig, mode='reboot'))
     assert checked['changed'] is True and checked['applied_mode'] == 'reboot' and node.boot == 1
 
-    result, _out = run_module(talos_apply, capsys, **args(talosconfig, mode='reboot'))
+    result, _out = apply_one_node(talos_apply, capsys, **args(talosconfig, mode='reboot'))
     assert result['changed'] is True and result['applied_mode'] == 'reboot'
     assert result['rebooted'] is True and result['verified'] is True and node.boot == 2
     assert real_applies(node) == [{'mode': 'reboot', 'dry_run': False, 'try_timeout': None}]
     assert result['summary'] == 'Applied configuration with a reboot'
 
-    again, _out = run_module(talos_apply, capsys, **args(talosconfig, mode='reboot'))
+    again, _out = apply_one_node(talos_apply, capsys, **args(talosconfig, mode='reboot'))
     assert again['changed'] is False and again['rebooted'] is False and node.boot == 2
 
 
@@ -187,7 +187,7 @@ def test_reboot_mode_that_does_not_come_back_fails_naming_the_node(capsys, monke
     node = configured_node()
     node.hang_on_reboot = True
     FakeCluster(node).install(monkeypatch)
-    result, _out = run_module(talos_apply, capsys, **args(talosconfig, mode='reboot', wait_timeout=0.3))
+    result, _out = apply_one_node(talos_apply, capsys, **args(talosconfig, mode='reboot', wait_timeout=0.3))
     assert result['failed'] is True and result['node'] == '10.5.0.21:50000'
     assert 'waiting for the node back over mTLS with the applied config' in result['msg']
     assert real_applies(node) == [{'mode': 'reboot', 'dry_run': False, 'try_timeout': None}]

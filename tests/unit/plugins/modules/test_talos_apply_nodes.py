@@ -188,8 +188,8 @@ def test_progress_names_the_nodes_still_waiting(capsys, monkeypatch, talosconfig
 
 
 @pytest.mark.parametrize('extra, message', [
-    ({'node': '10.5.0.21'}, 'mutually exclusive: node|nodes'),
-    ({'config_path': '/tmp/x.yaml'}, 'config_path: is for one node'),
+    ({'node': '10.5.0.21'}, 'Unsupported parameters for (basic.py) module: node.'),
+    ({'config_path': '/tmp/x.yaml'}, 'Unsupported parameters for (basic.py) module: config_path.'),
     ({'nodes': []}, 'nodes: is empty'),
     ({'nodes': [{'name': 'w-1', 'address': '10.5.0.21', 'config_path': 'A'}, {'name': 'w-1', 'address': '10.5.0.22', 'config_path': 'A'}]},
      'nodes[1].name: node w-1 is listed twice'),

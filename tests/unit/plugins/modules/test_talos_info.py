@@ -16,12 +16,18 @@ def talosconfig():
     return make_talosconfig()
 
 
+def probe(capsys, address, **args):
+    """One node (a one-element nodes list, named n-1): the module result and that node's own result."""
+    result, out = run_module(talos_info, capsys, nodes=[{'name': 'n-1', 'address': address}], **args)
+    return result, result.get('nodes', {}).get('n-1'), out
+
+
 def test_maintenance_node_without_credentials(capsys, monkeypatch):
     FakeCluster(FakeNode('10.5.0.21', mode='maintenance')).install(monkeypatch)
-    result, _out = run_module(talos_info, capsys, node='10.5.0.21', gather=['version', 'services'])
-    assert result['changed'] is False and result['mode'] == 'maintenance' and result['stage'] == 'maintenance'
-    assert result['version']['tag'] == 'v1.13.9'
-    assert [s['service'] for s in result['services']] == ['machined', 'apid', 'containerd']
+    result, node_result, _out = probe(capsys, '10.5.0.21', gather=['version', 'services'])
+    assert result['changed'] is False and node_result['mode'] == 'maintenance' and node_result['stage'] == 'maintenance'
+    assert node_result['version']['tag'] == 'v1.13.9'
+    assert [s['service'] for s in node_result['services']] == ['machined', 'apid', 'containerd']
 
 
 def test_maintenance_node_of_talos_1_12_without_service_list(capsys, monkeypatch):
@@ -33,15 +39,15 @@ def test_maintenance_node_of_talos_1_12_without_service_list(capsys, monkeypatch
         raise talos_errors.from_status(node.name, '/machine.MachineService/ServiceList', 12, 'unknown method ServiceList')
     node.service_list = unimplemented
     FakeCluster(node).install(monkeypatch)
-    result, _out = run_module(talos_info, capsys, node='10.5.0.21', gather=['version', 'services'])
+    result, node_result, _out = probe(capsys, '10.5.0.21', gather=['version', 'services'])
     assert result.get('failed') is not True, result.get('msg')
-    assert result['mode'] == 'maintenance' and result['stage'] == 'maintenance' and result['services'] == []
+    assert node_result['mode'] == 'maintenance' and node_result['stage'] == 'maintenance' and node_result['services'] == []
 
 
 def test_configured_node_without_credentials_gives_the_mode_only(capsys, monkeypatch):
     FakeCluster(FakeNode('10.5.0.21')).install(monkeypatch)
-    result, _out = run_module(talos_info, capsys, node='10.5.0.21')
-    assert result['mode'] == 'configured' and result['services'] == [] and result['version'] == {}
+    result, node_result, _out = probe(capsys, '10.5.0.21')
+    assert node_result['mode'] == 'configured' and node_result['services'] == [] and node_result['version'] == {}
 
 
 def test_gate_passes_and_reads_etcd(capsys, monkeypatch, talosconfig):
@@ -50,11 +56,11 @@ def test_gate_passes_and_reads_etcd(capsys, monkeypatch, talosconfig):
     node.members = [{'id': 255, 'hostname': 'cp-1', 'peer_urls': ['https://10.5.0.11:2380'], 'client_urls': [],
                      'is_learner': False}]
     FakeCluster(node).install(monkeypatch)
-    result, out = run_module(talos_info, capsys, node='10.5.0.11', talosconfig_content=talosconfig[0],
-                             healthy_services=CP_SERVICES, wait_timeout=1, wait_sleep=0.01)
-    assert result['failing_services'] == [] and result['stage'] == 'running'
-    assert result['etcd'] == {'members': [{'id': 'ff', 'hostname': 'cp-1', 'peer_urls': ['https://10.5.0.11:2380'],
-                                           'client_urls': [], 'is_learner': False}], 'error': None}
+    result, node_result, out = probe(capsys, '10.5.0.11', talosconfig_content=talosconfig[0],
+                                     healthy_services=CP_SERVICES, wait_timeout=1, wait_sleep=0.01)
+    assert node_result['failing_services'] == [] and node_result['stage'] == 'running'
+    assert node_result['etcd'] == {'members': [{'id': 'ff', 'hostname': 'cp-1', 'peer_urls': ['https://10.5.0.11:2380'],
+                                                'client_urls': [], 'is_learner': False}], 'error': None}
     assert talosconfig[1].decode().splitlines()[1] not in out
 
 
@@ -62,19 +68,21 @@ def test_gate_fails_naming_service_state_and_last_event(capsys, monkeypatch, tal
     node = FakeNode('10.5.0.21', control_plane=False)
     node.kubelet_waiting = True
     FakeCluster(node).install(monkeypatch)
-    result, _out = run_module(talos_info, capsys, node='10.5.0.21', talosconfig_content=talosconfig[0],
-                              healthy_services=['apid', 'kubelet', 'containerd'], wait_timeout=0.2, wait_sleep=0.01)
-    assert result['failed'] is True and result['node'] == '10.5.0.21:50000'
+    result, node_result, _out = probe(capsys, '10.5.0.21', talosconfig_content=talosconfig[0],
+                                      healthy_services=['apid', 'kubelet', 'containerd'], wait_timeout=0.2, wait_sleep=0.01,
+                                      gate_name='services')
+    assert result['failed'] is True and node_result['node'] == '10.5.0.21:50000'
+    assert 'n-1 (10.5.0.21:50000)' in result['msg'] and result['failed_nodes']['n-1'].startswith('n-1 (10.5.0.21:50000)')
     assert 'kubelet is Waiting' in result['msg'] and '/var/lib/kubelet' in result['msg']
-    assert result['failing_services'][0]['service'] == 'kubelet'
-    assert result['failing_services'][0]['last_event'].startswith('Waiting: Waiting for volume')
-    assert result['attempts'] > 1
+    assert node_result['failing_services'][0]['service'] == 'kubelet'
+    assert node_result['failing_services'][0]['last_event'].startswith('Waiting: Waiting for volume')
+    assert result['gates'][0]['ok'] is False and result['gates'][0]['attempts'] > 1
 
 
 def test_gate_names_a_missing_service(capsys, monkeypatch, talosconfig):
     FakeCluster(FakeNode('10.5.0.21', control_plane=False)).install(monkeypatch)
-    result, _out = run_module(talos_info, capsys, node='10.5.0.21', talosconfig_content=talosconfig[0],
-                              healthy_services=['trustd'], wait=False)
+    result, node_result, _out = probe(capsys, '10.5.0.21', talosconfig_content=talosconfig[0],
+                                      healthy_services=['trustd'], wait=False)
     assert result['failed'] is True and 'trustd is missing' in result['msg']
 
 
@@ -82,7 +90,7 @@ def test_unreachable_node(capsys, monkeypatch):
     node = FakeNode('10.5.0.21')
     node.unreachable = True
     FakeCluster(node).install(monkeypatch)
-    result, _out = run_module(talos_info, capsys, node='10.5.0.21', wait_timeout=0.1, wait_sleep=0.01)
+    result, node_result, _out = probe(capsys, '10.5.0.21', wait_timeout=0.1, wait_sleep=0.01)
     assert result['failed'] is True and '10.5.0.21:50000' in result['msg'] and 'port 50000' in result['msg']
 
 
@@ -91,9 +99,9 @@ def test_report_facts_say_what_was_read_in_plain_values(capsys, monkeypatch, tal
     node.etcd_running = True
     node.members = [{'id': 255, 'hostname': 'cp-1', 'peer_urls': [], 'client_urls': [], 'is_learner': False}]
     FakeCluster(node).install(monkeypatch)
-    result, _out = run_module(talos_info, capsys, node='10.5.0.11', talosconfig_content=talosconfig[0], _ansible_check_mode=True)
-    facts = result['report_facts']
-    assert result['changed'] is False
+    result, node_result, _out = probe(capsys, '10.5.0.11', talosconfig_content=talosconfig[0], _ansible_check_mode=True)
+    facts = node_result['report_facts']
+    assert result['changed'] is False and result['report_facts_by_host'] == {'n-1': facts}
     assert (facts['talos_mode'], facts['talos_stage'], facts['talos_version']) == ('configured', 'running', 'v1.13.9')
     services = dict(item.rsplit(' ', 1) for item in facts['talos_services'].split(', '))
     assert services['kubelet'] == 'Running' and services['etcd'] == 'Running'
@@ -106,8 +114,8 @@ def test_report_facts_name_an_unhealthy_service_and_leave_out_what_was_not_read(
     node = FakeNode('10.5.0.21', control_plane=False)
     node.kubelet_waiting = True
     FakeCluster(node).install(monkeypatch)
-    result, _out = run_module(talos_info, capsys, node='10.5.0.21', talosconfig_content=talosconfig[0], gather=['services'])
-    facts = result['report_facts']
+    result, node_result, _out = probe(capsys, '10.5.0.21', talosconfig_content=talosconfig[0], gather=['services'])
+    facts = node_result['report_facts']
     assert 'talos_version' not in facts and 'etcd_members' not in facts
     assert 'kubelet Waiting' in facts['talos_services'] and facts['talos_services_unhealthy'] == 'kubelet'
     assert facts['talos_stage'] == 'booting'
@@ -324,8 +332,8 @@ def test_without_gate_name_there_are_no_gates_and_check_mode_reads(capsys, monke
 
 
 @pytest.mark.parametrize('args, message', [
-    ({'node': '10.5.0.21', 'nodes': [{'name': 'w-1', 'address': '10.5.0.21'}]}, 'mutually exclusive: node|nodes'),
-    ({}, 'one of the following is required: node, nodes'),
+    ({'node': '10.5.0.21', 'nodes': [{'name': 'w-1', 'address': '10.5.0.21'}]}, 'Unsupported parameters'),
+    ({}, 'missing required arguments: nodes'),
     ({'nodes': []}, 'nodes: is empty'),
     ({'nodes': [{'name': 'w-1', 'address': '10.5.0.21'}, {'name': 'w-1', 'address': '10.5.0.22'}]},
      'nodes[1].name: node w-1 is listed twice'),
@@ -353,5 +361,5 @@ def test_a_run_that_fails_before_probing_returns_no_node_results_as_documented(c
     # The RETURN documentation says so (it once claimed them for every run with nodes).
     documented = yaml.safe_load(talos_info.RETURN)
     for key in PROBED_ONLY:
-        assert documented[key]['returned'] == 'with O(nodes), once the nodes are probed', key
+        assert documented[key]['returned'] == 'once the nodes are probed', key
     assert 'before any node is probed' in ' '.join(documented['failed_nodes']['description'])
