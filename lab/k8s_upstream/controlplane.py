@@ -453,7 +453,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                 self._cni = kubelet.CniReadiness(self, KWOK_NODE_LABEL).start()
                 self._cilium_nodes = kubelet.CiliumNodes(self).start()
             if self.with_kwok:
-                self._csi = kubelet.CsiRegistrations(self).start()
+                self._csi = kubelet.CsiRegistrations(self, KWOK_NODE_LABEL).start()
         except BaseException:
             self.stop()
             raise

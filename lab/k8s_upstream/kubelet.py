@@ -393,45 +393,110 @@ def csi_registration(pod):
 
 
 class CsiRegistrations(_Watcher):
-    """What a kubelet writes when a CSI node plugin registers with it, for the kwok Nodes (kwok runs no plugin and no
-    plugin watcher): its node's CSINode, owned by the Node (k8s.io/kubernetes v1.36.3
-    pkg/volume/csi/nodeinfomanager/nodeinfomanager.go:502-525), lists the driver once the plugin registered through the
-    registrar's socket and answered NodeGetInfo (pkg/volume/csi/csi_plugin.go:118-157, InstallCSIDriver), and drops it
-    when the plugin deregisters (UninstallCSIDriver). The lab takes "registered" as: a Ready pod on the node whose
-    registrar names the driver's socket (csi_registration); nodeID is the node's name (what the Proxmox CSI plugin
-    answers; other drivers answer their own ids), no topology keys. The same rule as lab/k8s's CSINode controller."""
+    """What a kubelet writes about its CSI plugins, for the kwok Nodes (kwok runs no plugin manager): the CSINode.
+
+    k8s.io/kubernetes v1.36.3:
+    - kubelet start: the CSI volume plugin's Init (pkg/volume/csi/csi_plugin.go:281-359, initializeCSINode :361-415)
+      runs nodeinfomanager's InitializeCSINodeWithAnnotation (pkg/volume/csi/nodeinfomanager/nodeinfomanager.go:
+      410-462): it reads its Node's uid, creates the CSINode if there is none (CreateCSINode :502-529: owned by the
+      Node, no drivers) and, if one is owned by another Node of that name (a Node deleted and registered again), deletes
+      it and creates its own on the next try (ensureNodeOwnsCSINode :464-500). The garbage collector of
+      kube-controller-manager deletes a CSINode whose Node is gone; the kubelet never watches its CSINode.
+    - plugin registration: the plugin manager's reconciler (pkg/kubelet/pluginmanager/reconciler/reconciler.go:
+      116-171) unregisters the plugins whose registration socket is gone or was made anew, then registers the ones not
+      registered yet; for a CSI plugin RegisterPlugin (csi_plugin.go:118-170) asks NodeGetInfo and calls
+      InstallCSIDriver, which creates the CSINode if missing, makes sure it is its Node's (as above) and puts the
+      driver in spec.drivers (nodeinfomanager.go:385-408, 591-650); DeRegisterPlugin (csi_plugin.go:268-279, 962-970)
+      calls UninstallCSIDriver, which drops it (:652-700).
+
+    How the lab plays it: a kubelet starts when a kwok-managed Node appears (a new uid) or is managed again (its
+    kubelet came back); it stops when the Node loses kwok's label or is deleted, and then writes nothing (its
+    CSINode keeps what it had). A plugin's registration socket is a Ready, not terminating pod on the node whose
+    registrar names the driver's socket (csi_registration), the pod's uid standing for the socket's; nodeID is the
+    node's name (what the Proxmox CSI plugin answers), no topology keys, no attach limit, no migration annotation (the
+    kubelet sets one only for in-tree plugins migrated to CSI). A failed write raises: the watch lists again and the
+    next reconcile retries, as the kubelet retries with backoff.
+    """
+
+    def __init__(self, plane, managed_label):
+        super().__init__(plane)
+        self.managed_label = managed_label
+        self._kubelets = {}    # node name -> the Node uid its running kubelet initialized the CSINode for
+        self._registered = {}  # node name -> {driver: uid of the pod whose socket registered it}
 
     def paths(self):
-        return ('/api/v1/pods?labelSelector=',)
+        return ('/api/v1/pods?labelSelector=', '/api/v1/nodes?labelSelector=')
 
     def reconcile(self):
         with self._lock:
-            wanted = {}
-            for pod in self.plane.api('GET', '/api/v1/pods')['items']:
+            key, value = self.managed_label
+            nodes = {n['metadata']['name']: n['metadata']['uid'] for n in self.plane.api('GET', '/api/v1/nodes')['items']
+                     if (n['metadata'].get('labels') or {}).get(key) == value}
+            for name in sorted(self._kubelets):
+                if nodes.get(name) != self._kubelets[name]:  # the kubelet stopped, or its Node was deleted
+                    del self._kubelets[name]
+                    self._registered.pop(name, None)
+            for name in sorted(set(nodes) - set(self._kubelets)):
+                self._owned(name, nodes[name])  # InitializeCSINodeWithAnnotation
+                self._kubelets[name] = nodes[name]
+                self._registered[name] = {}
+            sockets = {}
+            pods = sorted(self.plane.api('GET', '/api/v1/pods')['items'], key=lambda p: p['metadata'].get('creationTimestamp') or '')
+            for pod in pods:
                 node, driver = (pod.get('spec') or {}).get('nodeName'), csi_registration(pod)
-                if driver and node and _ready(pod) and not pod['metadata'].get('deletionTimestamp'):
-                    wanted.setdefault(node, {})[driver] = {'name': driver, 'nodeID': node}
-            existing = {c['metadata']['name']: c for c in self.plane.api('GET', '/apis/storage.k8s.io/v1/csinodes')['items']}
-            for name in sorted(set(wanted) | set(existing)):
-                drivers = [wanted.get(name, {})[key] for key in sorted(wanted.get(name, {}))]
-                old = existing.get(name)
-                if old is None:
-                    if drivers:
-                        self._create(name, drivers)
-                elif [{'name': d.get('name'), 'nodeID': d.get('nodeID')} for d in (old.get('spec') or {}).get('drivers') or []] != drivers:
-                    new = dict(old, spec=dict(old.get('spec') or {}, drivers=drivers))
-                    # a conflict (someone wrote it meanwhile) is followed by that write's event: reconciled again then
-                    self.plane.api('PUT', '/apis/storage.k8s.io/v1/csinodes/' + name, new, expect=(200, 409, 404))
-                    LOG.info('CSINode %s drivers: %s', name, ', '.join(d['name'] for d in drivers) or 'none')
+                if driver and node in self._kubelets and _ready(pod) and not pod['metadata'].get('deletionTimestamp'):
+                    sockets.setdefault(node, {})[driver] = pod['metadata']['uid']
+            for name in sorted(self._kubelets):
+                registered, wanted = self._registered[name], sockets.get(name, {})
+                for driver in sorted(registered):
+                    if wanted.get(driver) != registered[driver]:  # socket gone, or made anew by another pod
+                        self._uninstall(name, driver)
+                        del registered[driver]
+                for driver in sorted(set(wanted) - set(registered)):
+                    self._install(name, self._kubelets[name], driver)
+                    registered[driver] = wanted[driver]
 
-    def _create(self, name, drivers):
-        try:
-            node = self.plane.api('GET', '/api/v1/nodes/' + name)
-        except Exception:  # pylint: disable=broad-except
-            return  # the Node is gone (its pods follow)
-        self.plane.api('POST', '/apis/storage.k8s.io/v1/csinodes', {
-            'apiVersion': 'storage.k8s.io/v1', 'kind': 'CSINode',
-            'metadata': {'name': name, 'ownerReferences': [{'apiVersion': 'v1', 'kind': 'Node', 'name': name,
-                                                            'uid': node['metadata']['uid']}]},
-            'spec': {'drivers': drivers}}, expect=(201, 409))
-        LOG.info('CSINode %s created: %s', name, ', '.join(d['name'] for d in drivers))
+    def _path(self, name):
+        return '/apis/storage.k8s.io/v1/csinodes/' + name
+
+    def _get(self, name):
+        found = self.plane.api('GET', self._path(name), expect=(200, 404))
+        return None if found.get('kind') == 'Status' else found
+
+    def _owned(self, name, node_uid):
+        """The node's CSINode, created if missing, replaced if another Node of that name owns it (nodeinfomanager.go
+        CreateCSINode, ensureNodeOwnsCSINode)."""
+        csinode = self._get(name)
+        if csinode is not None and not any(ref.get('kind') == 'Node' and ref.get('name') == name and ref.get('uid') == node_uid
+                                           for ref in csinode['metadata'].get('ownerReferences') or ()):
+            self.plane.api('DELETE', self._path(name), expect=(200, 404))
+            LOG.info('CSINode %s deleted: owned by an earlier Node %s', name, name)
+            csinode = None
+        if csinode is None:
+            csinode = self.plane.api('POST', '/apis/storage.k8s.io/v1/csinodes', {
+                'apiVersion': 'storage.k8s.io/v1', 'kind': 'CSINode',
+                'metadata': {'name': name, 'ownerReferences': [{'apiVersion': 'v1', 'kind': 'Node', 'name': name, 'uid': node_uid}]},
+                'spec': {'drivers': []}}, expect=(201,))
+            LOG.info('CSINode %s created (its kubelet runs)', name)
+        return csinode
+
+    def _install(self, name, node_uid, driver):
+        csinode = self._owned(name, node_uid)
+        drivers = [d for d in (csinode.get('spec') or {}).get('drivers') or () if d.get('name') != driver]
+        old = next((d for d in (csinode.get('spec') or {}).get('drivers') or () if d.get('name') == driver), None)
+        if old is not None and old.get('nodeID') == name and not old.get('topologyKeys') and not old.get('allocatable'):
+            return
+        csinode = dict(csinode, spec=dict(csinode.get('spec') or {}, drivers=drivers + [{'name': driver, 'nodeID': name}]))
+        self.plane.api('PUT', self._path(name), csinode, expect=(200,))
+        LOG.info('CSINode %s: driver %s registered', name, driver)
+
+    def _uninstall(self, name, driver):
+        csinode = self._get(name)
+        if csinode is None:
+            return
+        drivers = (csinode.get('spec') or {}).get('drivers') or []
+        if all(d.get('name') != driver for d in drivers):
+            return
+        csinode = dict(csinode, spec=dict(csinode.get('spec') or {}, drivers=[d for d in drivers if d.get('name') != driver]))
+        self.plane.api('PUT', self._path(name), csinode, expect=(200,))
+        LOG.info('CSINode %s: driver %s deregistered', name, driver)

@@ -284,6 +284,7 @@ class Workspace(object):
             text = source.read()
         with open(os.path.join(self.inventory, 'hosts.yml'), 'w', encoding='utf-8') as target:
             target.write(text)
+        self.hosts = yaml.safe_load(text)
         for name in ('group_vars', 'files'):
             link = os.path.join(self.inventory, name)
             if not os.path.lexists(link):
@@ -359,6 +360,16 @@ class Workspace(object):
     def run(self, *args, timeout=RUN_TIMEOUT, **kwargs):
         """Run site.yml (or playbook=) to its end; returns the PlaybookRun."""
         return self.start(*args, **kwargs).wait(timeout)
+
+    def playbook(self, playbook, timeout=RUN_TIMEOUT):
+        """Run playbook to its end (logged under its file name); returns the PlaybookRun."""
+        return self.run(label=os.path.splitext(os.path.basename(playbook))[0], playbook=playbook, timeout=timeout)
+
+    def render_cilium_manifest(self):
+        """A lab on upstream Kubernetes: its inline Cilium manifest written once, as k8s_stages_lab's StageCluster
+        does (nothing to do on a lab/k8s lab, or when the file is there)."""
+        from k8s_stages_lab import render_cilium_manifest  # pylint: disable=import-outside-toplevel,import-error
+        render_cilium_manifest(self)
 
     def k8s(self):
         from kubernetes import config  # pylint: disable=import-outside-toplevel

@@ -58,6 +58,7 @@ def workspace(tmp_path_factory):
     lab = start_lab(os.path.join(folder, 'lab'), control_planes=3, workers=2)
     try:
         space = Workspace(lab, folder)
+        space.render_cilium_manifest()
         # the cluster starts on Talos v1.12 (its ISO and installer), so that upgrade_talos goes to v1.13.9 as a user's
         # cluster would; the lab's nodes behave as the release they run (lab/talos/versions.py)
         os.makedirs(os.path.join(space.inventory, 'host_vars'), exist_ok=True)

@@ -165,34 +165,98 @@ def test_daemonset_pods_are_made_by_the_controller_placed_by_the_scheduler_and_m
     assert info['kubeletVersion'] == 'v1.36.3' and info['osImage'] == 'Talos (v1.13.9)'
 
 
-def test_a_csi_node_plugin_registers_its_driver_in_the_nodes_csinode_as_kubelet_does(cp):
-    """lab/k8s_upstream/kubelet.py CsiRegistrations: a Ready pod whose registrar names the driver's socket puts the
-    driver in its node's CSINode (owned by the Node); the pod gone, the driver is dropped from it."""
-    cp.register_node('worker-csi', addresses=['127.0.0.41'])
-    Lab.wait_until(lambda: (_ready(cp, 'worker-csi')[0] == 'True', _ready(cp, 'worker-csi')), WAIT, what='worker-csi Ready')
-    pod = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'csi-node', 'namespace': 'kube-system'},
-           'spec': {'nodeName': 'worker-csi', 'containers': [
-               {'name': 'plugin', 'image': 'ghcr.io/sergelogvinov/proxmox-csi-node:v0.13.0'},
-               {'name': 'registrar', 'image': 'registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.13.0',
-                'args': ['--v=5', '--csi-address=unix:///csi/csi.sock',
-                         '--kubelet-registration-path=/var/lib/kubelet/plugins/csi.proxmox.sinextra.dev/csi.sock']}]}}
-    cp.api('POST', '/api/v1/namespaces/kube-system/pods', pod, expect=(201,))
+CSI_DRIVER = 'csi.proxmox.sinextra.dev'
 
-    def drivers():
-        try:
-            found = cp.api('GET', '/apis/storage.k8s.io/v1/csinodes/worker-csi')
-        except ControlPlaneError as exc:
-            return False, str(exc)[:100]
-        return True, found
-    csinode = Lab.wait_until(drivers, WAIT, what='CSINode worker-csi')
+
+def _csi_node_pod(name, node):
+    return {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': name, 'namespace': 'kube-system'},
+            'spec': {'nodeName': node, 'containers': [
+                {'name': 'plugin', 'image': 'ghcr.io/sergelogvinov/proxmox-csi-node:v0.13.0'},
+                {'name': 'registrar', 'image': 'registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.13.0',
+                 'args': ['--v=5', '--csi-address=unix:///csi/csi.sock',
+                          '--kubelet-registration-path=/var/lib/kubelet/plugins/%s/csi.sock' % CSI_DRIVER]}]}}
+
+
+def _create_csi_node_pod(cp, name, node):
+    _default_service_account(cp, 'kube-system')
+    cp.api('POST', '/api/v1/namespaces/kube-system/pods', _csi_node_pod(name, node), expect=(201,))
+
+
+def _csinode(cp, name):
+    """(CSINode or None, what was seen)."""
+    try:
+        found = cp.api('GET', '/apis/storage.k8s.io/v1/csinodes/' + name)
+    except ControlPlaneError as exc:
+        return None, str(exc)[:120]
+    return found, (found['metadata'].get('ownerReferences'), found['spec'].get('drivers'))
+
+
+def _csinode_with(cp, name, node_uid, drivers):
+    """Wait for CSINode name owned by the Node of node_uid and listing drivers (names); returns it."""
+    def probe():
+        found, seen = _csinode(cp, name)
+        if found is None:
+            return False, seen
+        owners = [(r['kind'], r['name'], r['uid']) for r in found['metadata'].get('ownerReferences') or ()]
+        listed = [d['name'] for d in found['spec'].get('drivers') or ()]
+        ok = owners == [('Node', name, node_uid)] and listed == drivers
+        return ok, found if ok else seen
+    return Lab.wait_until(probe, WAIT, what='CSINode %s owned by Node uid %s with drivers %s' % (name, node_uid, drivers))
+
+
+def test_a_csi_node_plugin_registers_its_driver_in_the_nodes_csinode_as_kubelet_does(cp):
+    """lab/k8s_upstream/kubelet.py CsiRegistrations: the kubelet's start creates its node's CSINode (owned by the
+    Node, no drivers); a Ready pod whose registrar names the driver's socket puts the driver in it; the pod gone, the
+    driver is dropped."""
+    cp.register_node('worker-csi', addresses=['127.0.0.41'])
+    uid = cp.api('GET', '/api/v1/nodes/worker-csi')['metadata']['uid']
+    _csinode_with(cp, 'worker-csi', uid, [])
+    _create_csi_node_pod(cp, 'csi-node', 'worker-csi')
+    csinode = _csinode_with(cp, 'worker-csi', uid, [CSI_DRIVER])
     # topologyKeys is written back as null (no omitempty: k8s.io/api v0.36.3 storage/v1/types.go:645)
-    assert csinode['spec']['drivers'] == [{'name': 'csi.proxmox.sinextra.dev', 'nodeID': 'worker-csi', 'topologyKeys': None}]
-    owner = csinode['metadata']['ownerReferences'][0]
-    assert (owner['kind'], owner['name']) == ('Node', 'worker-csi')
+    assert csinode['spec']['drivers'] == [{'name': CSI_DRIVER, 'nodeID': 'worker-csi', 'topologyKeys': None}]
+    assert csinode['metadata']['ownerReferences'][0]['apiVersion'] == 'v1'
     cp.api('DELETE', '/api/v1/namespaces/kube-system/pods/csi-node?gracePeriodSeconds=0', expect=(200, 202))
-    Lab.wait_until(lambda: (not cp.api('GET', '/apis/storage.k8s.io/v1/csinodes/worker-csi')['spec'].get('drivers'),
-                            cp.api('GET', '/apis/storage.k8s.io/v1/csinodes/worker-csi')['spec']), WAIT,
-                   what='the driver dropped from CSINode worker-csi')
+    _csinode_with(cp, 'worker-csi', uid, [])
+
+
+def test_a_deleted_node_loses_its_csinode_to_the_garbage_collector_and_a_new_one_registers_again(cp):
+    """A Node deleted: kube-controller-manager's garbage collector deletes the CSINode it owns (the lab writes nothing
+    for a node whose kubelet is gone). The node registered again (a new Node, a new uid: the rebuilt node's kubelet
+    starts) and its node plugin's pod Ready: a CSINode owned by the new Node, with the driver again."""
+    cp.register_node('worker-gc', addresses=['127.0.0.42'])
+    first = cp.api('GET', '/api/v1/nodes/worker-gc')['metadata']['uid']
+    _create_csi_node_pod(cp, 'csi-node-gc', 'worker-gc')
+    _csinode_with(cp, 'worker-gc', first, [CSI_DRIVER])
+
+    cp.api('DELETE', '/api/v1/nodes/worker-gc', expect=(200,))
+    # the pod bound to the gone Node, as the pod garbage collector deletes it (after its quarantine) or a drain did
+    cp.api('DELETE', '/api/v1/namespaces/kube-system/pods/csi-node-gc?gracePeriodSeconds=0', expect=(200, 202))
+    Lab.wait_until(lambda: (_csinode(cp, 'worker-gc')[0] is None, _csinode(cp, 'worker-gc')[1]), WAIT,
+                   what='CSINode worker-gc deleted by the garbage collector')
+
+    cp.register_node('worker-gc', addresses=['127.0.0.42'])
+    second = cp.api('GET', '/api/v1/nodes/worker-gc')['metadata']['uid']
+    assert second != first
+    _csinode_with(cp, 'worker-gc', second, [])
+    _create_csi_node_pod(cp, 'csi-node-gc-2', 'worker-gc')
+    csinode = _csinode_with(cp, 'worker-gc', second, [CSI_DRIVER])
+    assert csinode['spec']['drivers'][0]['nodeID'] == 'worker-gc'
+
+
+def test_a_csinode_of_an_earlier_node_is_replaced_when_the_new_node_registers(cp):
+    """The new Node registered while the CSINode of the deleted one is still there (the garbage collector not yet
+    come to it, here: it was written with an owner uid no Node has): the kubelet deletes it and creates its own
+    (nodeinfomanager.go ensureNodeOwnsCSINode), and the driver registers in that one."""
+    cp.api('POST', '/apis/storage.k8s.io/v1/csinodes', {
+        'apiVersion': 'storage.k8s.io/v1', 'kind': 'CSINode',
+        'metadata': {'name': 'worker-stale', 'ownerReferences': [
+            {'apiVersion': 'v1', 'kind': 'Node', 'name': 'worker-stale', 'uid': '00000000-0000-0000-0000-000000000001'}]},
+        'spec': {'drivers': [{'name': CSI_DRIVER, 'nodeID': 'worker-stale'}]}}, expect=(201,))
+    cp.register_node('worker-stale', addresses=['127.0.0.43'])
+    uid = cp.api('GET', '/api/v1/nodes/worker-stale')['metadata']['uid']
+    _create_csi_node_pod(cp, 'csi-node-stale', 'worker-stale')
+    _csinode_with(cp, 'worker-stale', uid, [CSI_DRIVER])
 
 
 def _ready(cp, name):
