@@ -2,7 +2,6 @@
 from the Talos Kubeconfig RPC works unchanged; kubelets register their Nodes, NotReady until a
 Cilium agent is Ready; the k8s faults go through the lab's fault registry."""
 
-import functools
 import os
 import socket
 
@@ -26,7 +25,9 @@ def running(tmp_path):
         yield world
 
 
-wait_until = functools.partial(helpers.wait_until, timeout=30, interval=0.05)
+def wait_until(probe, what, timeout=30, interval=0.05):
+    """tests/helpers.py wait_until with this file's defaults (30 s, probed every 50 ms)."""
+    return helpers.wait_until(probe, what, timeout=timeout, interval=interval)
 
 
 def _ok(api, upid):
