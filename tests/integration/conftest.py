@@ -28,6 +28,7 @@ def converged_cluster(tmp_path_factory):
     lab = start_lab(os.path.join(folder, 'lab'))
     try:
         workspace = Workspace(lab, folder)
+        workspace.render_cilium_manifest()
         workspace.first = workspace.run(label='site-vvv', verbosity=3, callback='ansible.builtin.default')
         workspace.first_report = os.path.join(folder, 'first-report')
         os.makedirs(workspace.first_report)
