@@ -158,28 +158,30 @@ class CniReadiness(_Watcher):
         self.managed_label = managed_label
 
     def paths(self):
-        # every pod too: kube-controller-manager may set Ready False on any pod of a node it deems not Ready (below), and a
-        # running kubelet puts its own status back within its status manager's sync period
-        return ('/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR, '/api/v1/nodes?labelSelector=%s%%3D%s' % self.managed_label,
-                '/api/v1/pods?labelSelector=')
+        # every pod, the CNI agents among them: kube-controller-manager may set Ready False on any pod of a node it deems
+        # not Ready (below), and a running kubelet puts its own status back within its status manager's sync period
+        return ('/api/v1/pods?labelSelector=', '/api/v1/nodes?labelSelector=%s%%3D%s' % self.managed_label)
 
     def reconcile(self):
         with self._lock:
-            pods = self.plane.api('GET', '/api/v1/pods?labelSelector=' + CNI_AGENT_SELECTOR)['items']
+            every_pod = self.plane.api('GET', '/api/v1/pods')['items']
+            label, value = CNI_AGENT_SELECTOR.split('=', 1)
+            pods = [p for p in every_pod if (p['metadata'].get('labels') or {}).get(label) == value]
             # an agent pod under the crash-loop fault never runs long enough to write the CNI config (the agent writes it
             # from its cniConfigManager's Start hook, github.com/cilium/cilium@v1.18.2 daemon/cmd/cni/config.go:191-246):
             # kwok's pod-ready stage makes it Ready for a moment before CrashLoops reports the crash, which must not count
             with_agent = {p['spec'].get('nodeName') for p in pods
                           if _ready(p) and not p['metadata'].get('deletionTimestamp') and not self.plane.crash_looping(p)}
             nodes = self.plane.api('GET', '/api/v1/nodes?labelSelector=%s%%3D%s' % self.managed_label)['items']
-            self._pods_ready_again({n['metadata']['name'] for n in nodes if _node_ready(n).get('status') in ('True', 'False')})
+            self._pods_ready_again({n['metadata']['name'] for n in nodes if _node_ready(n).get('status') in ('True', 'False')},
+                                   every_pod)
             for node in nodes:
                 ready = _node_ready(node)
                 name = node['metadata']['name']
                 if name in with_agent and ready.get('status') == 'False' and ready.get('message') == NETWORK_NOT_READY:
                     self.set_ready(name)
 
-    def _pods_ready_again(self, running):
+    def _pods_ready_again(self, running, pods):
         """A kubelet that runs reports its pods' Ready condition from their containers (k8s.io/kubernetes@v1.36.3
         pkg/kubelet/status/generate.go:126 GeneratePodReadyCondition: Ready when ContainersReady). While it was away,
         kube-controller-manager set Ready False on them (pkg/controller/util/node/controller_utils.go:121
@@ -190,9 +192,7 @@ class CniReadiness(_Watcher):
         syncPeriod 10 s, 1075-1130 syncBatch, 1269-1300 needsReconcile). kwok's stages take only Pending pods, so the
         lab writes it back for the pods, on the nodes whose kubelet runs (Ready True or False, not Unknown), whose
         containers are ready, on any pod or node event (at once, where kubelet takes up to its sync period)."""
-        if not running:
-            return
-        for pod in self.plane.api('GET', '/api/v1/pods')['items']:
+        for pod in pods:
             if pod['spec'].get('nodeName') not in running or pod['metadata'].get('deletionTimestamp'):
                 continue
             conditions = {c.get('type'): c.get('status') for c in (pod.get('status') or {}).get('conditions') or ()}
