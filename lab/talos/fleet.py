@@ -339,7 +339,8 @@ class TalosFleet(object):
                           clear=self.clear_no_etcd_endpoints)
         registry.register('talos-etcd-unhealthy', 'etcd on the control plane runs but fails its health check (a slow '
                           'disk or a peer it cannot reach): ServiceList shows etcd Running, unhealthy, with MESSAGE; '
-                          'it stays so across reboots until cleared', 'node', apply=self.fault_etcd_unhealthy,
+                          'it stays so across reboots until cleared; a node with no config yet is armed, for when it '
+                          'becomes a control plane', 'node', apply=self.fault_etcd_unhealthy,
                           clear=self.clear_etcd_unhealthy,
                           params=[Param('message', str, DEFAULT_ETCD_UNHEALTHY_MESSAGE, 'the health check message')])
         self.expire_faults_with(registry)
@@ -418,10 +419,15 @@ class TalosFleet(object):
 
     def fault_etcd_unhealthy(self, target, message=DEFAULT_ETCD_UNHEALTHY_MESSAGE):
         node = self._target(target)
-        if not node.control_plane:
+        if node.machine_type is not None and not node.control_plane:
             from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
-            raise FaultError('fault talos-etcd-unhealthy: %s is not a configured control plane (no etcd)' % node.name)
+            raise FaultError('fault talos-etcd-unhealthy: %s is configured as a %s, which runs no etcd'
+                             % (node.name, node.machine_type))
         self._etcd_unhealthy[node.key] = message
+        if node.machine_type is None:
+            # no config yet (maintenance, or not booted): armed for when it becomes a control plane; a test that kills
+            # a run in the middle of the apply stage cannot know which nodes took their config before the kill
+            return 'etcd on %s will be unhealthy if it is configured as a control plane: %s' % (node.name, message)
         etcd = node.service('etcd')
         if etcd is not None and etcd.state == 'Running':
             etcd.set_health(False, message)

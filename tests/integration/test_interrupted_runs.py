@@ -15,9 +15,12 @@ middle of the stage's work rather than between stages:
                   at time scale 0 all six would take their configs at the same moment, so lab-w-3 is made
                   unreachable for this run - fault talos-unreachable, cleared after the kill - and is still to be
                   applied)
-  bootstrap       the Bootstrap call reached the first control plane (etcd forming, services gate not run; at time
-                  scale 0 the quorum would be there at once, so lab-cp-3's etcd reports unhealthy for this run -
-                  fault talos-etcd-unhealthy, cleared after the kill - and the quorum wait holds the run in the stage)
+  bootstrap       the stage's gates play started (the Bootstrap call made in its first play, the quorum gate
+                  waiting; at time scale 0 the quorum would be there at once, so lab-cp-3's etcd reports unhealthy
+                  for this run - fault talos-etcd-unhealthy, armed before lab-cp-3 has its config if the apply kill
+                  left it without, cleared after the kill - and the quorum wait holds the run in the stage). The
+                  first play of the stage ends a few tenths of a second after the Bootstrap call, and the plays that
+                  follow it belong to other stages: a kill on the call itself could land in one of them
   kubeconfig      the Kubeconfig call reached the control plane (file maybe written, readyz gate not run)
   flux_install    its first task result (Flux's components not applied yet)
   sealed_secrets  the keypair was written (the key Secret not necessarily applied)
@@ -69,8 +72,8 @@ KEYPAIR_TASK = 'Keep the sealed-secrets keypair'
 # The vms and apply stages are one module run for every VM / node (forks do not matter), at time scale 0 all at the
 # same moment: a lab fault keeps one of them from finishing in the killed run (lab-w-3's VM start answers 503, which
 # proxmox_vm retries; lab-w-3's Talos node does not answer), so the kill finds some done and others not. The
-# bootstrap stage is over a few tenths of a second after its Bootstrap call, sooner than the kill can follow: an
-# unhealthy etcd member on lab-cp-3 keeps its quorum wait going. The fault is cleared right after the kill.
+# bootstrap stage is killed in its gates play: an unhealthy etcd member on lab-cp-3 keeps its quorum wait going. The
+# fault is cleared right after the kill.
 # (name, target, params)
 KILL_ARGS = {}
 # The killed runs name the venv's python by its other name (from when the collection's modules ran in the worker
@@ -121,6 +124,11 @@ def api_writes_in_stage(stage, running, requests, into=''):
     return [r for r in seen[requests.stage_start:] if r['source'] == 'k8s' and r['method'] != 'GET' and into in r['path']]
 
 
+def played_stages(events):
+    """The stage of every play started, in order, repeats kept (a stage such as bootstrap has plays apart)."""
+    return [play_stage(e['play']['name']) for e in events if e.get('_event') == 'v2_playbook_on_play_start']
+
+
 def talos_nodes(lab):
     return lab.status().get('talos', {}).get('nodes', [])
 
@@ -135,7 +143,12 @@ def trigger(stage, workspace, running, requests):
     if stage == 'apply':
         left = [n['name'] for n in talos_nodes(workspace.lab) if n['phase'] != 'maintenance']
         return bool(left), 'nodes out of maintenance: %s' % left
-    if stage in ('bootstrap', 'kubeconfig'):
+    if stage == 'bootstrap':
+        calls = [r for r in requests.read() if r['source'] == 'talos' and r['path'] == '/machine.MachineService/Bootstrap']
+        plays = played_stages(running.events())
+        gates = bool(calls) and plays.count('bootstrap') >= 2 and plays[-1] == 'bootstrap'
+        return gates, 'Bootstrap calls: %d; plays started: %s' % (len(calls), plays)
+    if stage == 'kubeconfig':
         method = '/machine.MachineService/%s' % stage.capitalize()
         hits = [r for r in requests.read() if r['source'] == 'talos' and r['path'] == method]
         return bool(hits), '%s calls: %d' % (method, len(hits))
@@ -193,6 +206,8 @@ def run_killed_in(workspace, stage, previous):
     killed = running.result()
     assert killed.killed, 'the run of %s ended before its kill point (%s): %s' % (tags, seen, killed.explain())
     plays = killed.stages_run()
+    if stage == 'bootstrap':   # killed in its gates play, after plays of later stages: the last play started is the gates'
+        plays = played_stages(killed.events)
     assert plays and plays[-1] == stage, 'killed outside stage %s (plays started: %s; %s)' % (stage, plays, seen)
     assert not any(e.get('_event') == 'v2_playbook_on_stats' for e in killed.events), 'killed after the run ended'
     return killed, snapshot(workspace)
