@@ -188,6 +188,7 @@ class RequestLog(object):
         self.entries = collections.deque(maxlen=MAX_REQUESTS_KEPT)
         self.seq = 0
         self._file = None
+        self._sources = []   # functions that add the requests another process logged (kube-apiserver's audit log)
 
     def open(self):
         self._file = open(self.path, 'a', encoding='utf-8', buffering=1)  # pylint: disable=consider-using-with
@@ -207,7 +208,17 @@ class RequestLog(object):
             self._file.write(json.dumps(entry, default=str) + '\n')
         return entry
 
+    def add_source(self, drain):
+        """drain() adds, with add(), the requests a process outside the lab received and logged since its last call; every
+        query calls it first, so that a query sees every request completed before it."""
+        self._sources.append(drain)
+
+    def drain(self):
+        for drain in self._sources:
+            drain()
+
     def query(self, since=0, source=None, limit=1000):
+        self.drain()
         found = [dict(e) for e in self.entries if e['seq'] > since and (source is None or e['source'] == source)]
         return found[-limit:] if limit else found
 

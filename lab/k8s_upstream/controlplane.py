@@ -72,6 +72,24 @@ KWOK_STAGE_FILES = (KWOK_NODE_INITIALIZE,
 # kubelet's default nodeLeaseDurationSeconds (k8s.io/kubernetes v1.36.3 pkg/kubelet/apis/config/v1beta1/defaults.go:151-153);
 # kwok renews at a quarter of it as kubelet does (kwok pkg/kwok/controllers/controller.go:248-250)
 KWOK_NODE_LEASE_SECONDS = 40
+# The Kubernetes username of the admin kubeconfig Talos hands out (CN admin, O system:masters; lab/talos/pki.py
+# kube_admin_certificate), which the collection and the tests use. The lab's own clients (the kubelet stand-in, Talos's
+# manifest apply, the health probes) use LAB_USER, so that the request log shows what a client of the cluster asked.
+ADMIN_USER = 'admin'
+LAB_USER = 'lab:world'
+# kube-apiserver's audit policy in the lab. Talos v1.13.9 passes --audit-policy-file and --audit-log-path (with
+# maxage 30, maxbackup 10, maxsize 100: internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go:376-380)
+# and its default policy logs every request at level Metadata (pkg/machinery/config/types/v1alpha1/
+# v1alpha1_apiserverconfig.go:18-30). The lab logs only the admin user's requests (the controllers' and kwok's would
+# be most of the file, and nothing reads them), one event each when its response is complete.
+AUDIT_POLICY = {'apiVersion': 'audit.k8s.io/v1', 'kind': 'Policy', 'omitStages': ['RequestReceived', 'ResponseStarted'],
+                'rules': [{'level': 'Metadata', 'users': [ADMIN_USER]}, {'level': 'None'}]}
+# An audit event's verb back to the HTTP method of the request (k8s.io/apiserver v0.36.3
+# pkg/endpoints/request/requestinfo.go: POST create, GET/HEAD get, PUT update, PATCH patch, DELETE delete :177-190; a get
+# without a name is list or watch :223-245, a delete without one deletecollection :256-259; a non-resource request's
+# verb is its method in lower case :134).
+AUDIT_VERB_METHODS = {'create': 'POST', 'get': 'GET', 'list': 'GET', 'watch': 'GET', 'update': 'PUT', 'patch': 'PATCH',
+                      'delete': 'DELETE', 'deletecollection': 'DELETE'}
 START_TIMEOUT, STOP_TIMEOUT = 120.0, 20.0
 
 
@@ -183,6 +201,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                                       os.path.join(self.log_dir, 'pod-network.log'))
         self._admin_cert = None
         self._session = None
+        self.audit_log = os.path.join(self.log_dir, 'kube-apiserver-audit.log')
+        self._audit_offset = 0
 
     # ------------------------------------------------------------------ files
 
@@ -192,6 +212,38 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
     def pki_file(self, name):
         """The path of a file of <workdir>/pki: ca.crt, admin.crt, admin.key ..."""
         return self._path(name)
+
+    @property
+    def lab_client_cert(self):
+        """(cert file, key file) of the lab's own client identity (LAB_USER), for requests the lab makes itself."""
+        return self._path('lab-world.crt'), self._path('lab-world.key')
+
+    def audit_requests(self):
+        """The admin user's requests kube-apiserver completed since the last call, oldest first, from its audit log:
+        [{'method', 'path', 'status', 'user', 'verb', 'time'}]. A line not yet complete is left for the next call."""
+        try:
+            with open(self.audit_log, 'rb') as handle:
+                if os.fstat(handle.fileno()).st_size < self._audit_offset:
+                    self._audit_offset = 0   # a new file (a restarted control plane's, or rotated)
+                handle.seek(self._audit_offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return []
+        complete, newline, _rest = chunk.rpartition(b'\n')
+        if not newline:
+            return []
+        self._audit_offset += len(complete) + 1
+        found = []
+        for line in complete.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            verb = event.get('verb') or ''
+            found.append({'method': AUDIT_VERB_METHODS.get(verb, verb.upper()), 'path': event.get('requestURI') or '',
+                          'status': (event.get('responseStatus') or {}).get('code'), 'verb': verb,
+                          'user': (event.get('user') or {}).get('username'), 'time': event.get('stageTimestamp')})
+        return found
 
     def _leaf(self, ca, name, common_name, organizations=(), server=False, ips=(), dns=()):
         cert, key = pki.issue(ca[0], ca[1], common_name, organizations, dns_names=dns, ip_addresses=ips, server=server)
@@ -236,6 +288,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         # The admin kubeconfig Talos hands out: CN admin, O system:masters (what talos_kubeconfig fetches).
         self._admin_cert = pki.admin_cert(self.ca[0], self.ca[1])
         write_kubeconfig(self.kubeconfig, self.api_url, self.ca[0], *self._admin_cert, name='lab')
+        self._leaf(self.ca, 'lab-world', LAB_USER, ('system:masters',))
+        _write_secret(self._path('audit-policy.yaml'), yaml.safe_dump(AUDIT_POLICY))
         self._kubeconfig('controller-manager', 'system:kube-controller-manager')
         self._kubeconfig('scheduler', 'system:kube-scheduler')
         # kwok acts as the kubelet of every node it manages; the Node authorizer and NodeRestriction only know a
@@ -293,7 +347,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                       '--unsafe-no-fsync=true', '--log-level=warn'],
                      etcd_url + '/health'),
             # control_plane_static_pod.go:354-395 and handleKubeAPIServerAuthorizationFlags (947-977): Node,RBAC.
-            # Left out: audit log and encryption-provider-config (nothing in the lab reads them). The lab's addresses are
+            # Left out: encryption-provider-config (nothing in the lab reads it); the audit log with the lab's policy
+            # (AUDIT_POLICY above). The lab's addresses are
             # loopback ones, which Endpoints may not hold (k8s.io/kubernetes v1.36.3 pkg/apis/core/validation/validation.go:8434
             # ValidateNonSpecialIP), so the `kubernetes` Service gets no endpoints: --endpoint-reconciler-type=none.
             # Not Talos's: --egress-selector-config-file, the `cluster` egress over the lab's pod network proxy
@@ -323,7 +378,9 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                                 '--tls-cert-file=' + p('apiserver.crt'), '--tls-private-key-file=' + p('apiserver.key'),
                                 '--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname',
                                 '--endpoint-reconciler-type=none',
-                                '--egress-selector-config-file=' + p('egress-selector.yaml')],
+                                '--egress-selector-config-file=' + p('egress-selector.yaml'),
+                                '--audit-policy-file=' + p('audit-policy.yaml'), '--audit-log-path=' + self.audit_log,
+                                '--audit-log-maxage=30', '--audit-log-maxbackup=10', '--audit-log-maxsize=100'],
                                self.api_url + '/readyz'),
             # control_plane_static_pod.go:584-599; the serving certificate is given (signed by the cluster CA) instead of
             # one the process makes itself, so that the health probe verifies it.
@@ -385,7 +442,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         if name == 'etcd':
             kwargs.update(cert=(self._path('etcd-client.crt'), self._path('etcd-client.key')), verify=self._path('etcd-ca.crt'))
         elif name == 'kube-apiserver':
-            kwargs.update(cert=(self._path('admin.crt'), self._path('admin.key')))
+            kwargs.update(cert=(self._path('lab-world.crt'), self._path('lab-world.key')))
         try:
             response = self._http().get(proc.health_url, **kwargs)
         except requests.RequestException as exc:
@@ -434,8 +491,11 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         self._reap_leftovers(commands)
         # a start is a new cluster: no objects of an earlier one (their tokens were signed with another key)
         shutil.rmtree(os.path.join(self.workdir, 'etcd'), ignore_errors=True)
+        if os.path.exists(self.audit_log):
+            os.unlink(self.audit_log)
+        self._audit_offset = 0
         self._write_files()
-        # the admin client certificate as files, for the health probe of kube-apiserver
+        # the admin client certificate as files too (the admin kubeconfig's user), for clients that take files (tests)
         _write_secret(self._path('admin.crt'), self._admin_cert[0])
         _write_secret(self._path('admin.key'), self._admin_cert[1])
         deadline = time.monotonic() + timeout
@@ -557,11 +617,11 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
     # ------------------------------------------------------------------ API
 
     def api(self, method, path, body=None, expect=(200, 201), content_type='application/json'):
-        """One request as admin; the decoded JSON. ControlPlaneError with the status and message otherwise."""
+        """One request as the lab (LAB_USER, in system:masters); the decoded JSON. ControlPlaneError with the status and
+        message otherwise."""
         data = None if body is None else json.dumps(body)
         response = self._http().request(method, self.api_url + path, data=data, headers={'Content-Type': content_type},
-                                        timeout=30, verify=self._path('ca.crt'),
-                                        cert=(self._path('admin.crt'), self._path('admin.key')))
+                                        timeout=30, verify=self._path('ca.crt'), cert=self.lab_client_cert)
         if response.status_code not in expect:
             raise ControlPlaneError('%s %s: HTTP %d %s' % (method, path, response.status_code, response.text[:500]))
         return response.json()

@@ -115,7 +115,7 @@ class _Watcher:
     def _watch(self, path):
         """list, reconcile, then watch from the list's resourceVersion; any event reconciles. Until stop()."""
         session = requests.Session()
-        auth = {'verify': self.plane.pki_file('ca.crt'), 'cert': (self.plane.pki_file('admin.crt'), self.plane.pki_file('admin.key'))}
+        auth = {'verify': self.plane.pki_file('ca.crt'), 'cert': self.plane.lab_client_cert}
         version = None
         while not self._stop.is_set():
             try:

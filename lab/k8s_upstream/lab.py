@@ -35,6 +35,7 @@ from .controlplane import DEFAULT_POD_SUBNET, DEFAULT_SERVICE_SUBNET, ControlPla
 
 LOG = logging.getLogger('lab.k8s_upstream')
 API_PORT = 6443
+AUDIT_POLL_SECONDS = 0.1   # how often requests.log gets the API requests of kube-apiserver's audit log
 CONTROL_PLANE_TAINT = 'node-role.kubernetes.io/control-plane'
 
 
@@ -83,6 +84,7 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.appliers = {}   # cluster id -> ManifestApplier (its inventory lives as long as the control plane)
         self.crashloop = {}  # node name -> NAMESPACE/DAEMONSET of the fault k8s-crashloop (applied to planes that start later too)
         self.applying = {}   # cluster id -> (config text, the asyncio task applying Talos's manifests from it)
+        self.audit_task = None  # follow_audit, from the first control plane's start
 
     def add_plane_listener(self, listener):
         """listener(cluster_id, plane), a coroutine function, is awaited after each control plane has started."""
@@ -120,6 +122,8 @@ class LabUpstreamKubernetes(KubeletVmHooks):
             LOG.error('cluster %s: the upstream control plane did not start: %s', cluster_id, exc)
             return
         self.planes[cluster_id] = plane
+        if self.audit_task is None:
+            self.audit_task = asyncio.get_running_loop().create_task(self.follow_audit())
         self.world.add_endpoint('k8s-api-%s' % endpoint, endpoint, API_PORT, 'https')
         for target, workload in self.crashloop.items():
             plane.crash_loop(target, workload)
@@ -225,7 +229,25 @@ class LabUpstreamKubernetes(KubeletVmHooks):
                           'as kubelet reports it, not Ready', 'node', self.fault_crashloop, self.clear_crashloop,
                           params=[Param('workload', str, 'kube-system/cilium', 'NAMESPACE/DAEMONSET whose pod crash-loops')])
 
+    def drain_audit(self):
+        """Every control plane's audit log into the lab's request log, as source k8s (what lab/k8s logs of each request
+        it serves: method, path, status, user): the requests of the cluster's admin user (controlplane.py AUDIT_POLICY)."""
+        for plane in list(self.planes.values()):
+            for entry in plane.audit_requests():
+                self.world.log_request('k8s', entry['method'], entry['path'], entry['status'], user=entry['user'],
+                                       verb=entry['verb'])
+
+    async def follow_audit(self, interval=AUDIT_POLL_SECONDS):
+        """drain_audit every interval, so that requests.log has the API requests too (a query drains first anyway)."""
+        while True:
+            self.drain_audit()
+            await asyncio.sleep(interval)
+
     async def close(self):
+        if self.audit_task is not None:
+            self.audit_task.cancel()
+            self.audit_task = None
+        self.drain_audit()
         for _text, task in self.applying.values():
             task.cancel()
         self.applying.clear()
@@ -260,6 +282,7 @@ def install(world):
         if source is not None:
             source.add_listener(k8s)
     k8s.register_faults(world.faults)
+    world.requests.add_source(k8s.drain_audit)
     world.add_status_section('k8s_upstream', k8s.status)
     world.add_shutdown_hook(k8s.close)
     return k8s

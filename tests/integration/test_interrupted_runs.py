@@ -277,7 +277,9 @@ def chain_workspace(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp('interrupted'))
     lab = start_lab(os.path.join(folder, 'lab'))
     try:
-        yield Workspace(lab, folder)
+        space = Workspace(lab, folder)
+        space.render_cilium_manifest()
+        yield space
     finally:
         lab.stop()
 

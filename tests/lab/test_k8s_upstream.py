@@ -76,6 +76,37 @@ def test_control_plane_is_up_and_answers_kubectl_and_the_python_client(cp):
     assert os.stat(cp.kubeconfig).st_mode & 0o777 == 0o600
 
 
+def test_the_audit_log_gives_the_admin_users_requests_and_no_one_elses(cp):
+    """What the lab's request log shows of the upstream API (source k8s): the requests of the admin kubeconfig's user,
+    with method, path and status, not those of the controllers or of the lab's own client."""
+    cp.audit_requests()   # what came before this test
+    _namespace(cp, 'audited')   # as the lab's own user
+    made = _kubectl(cp, 'create', 'deployment', 'web', '--image=registry.k8s.io/pause:3.10', '-n', 'audited')
+    assert made.returncode == 0, made.stderr
+    assert _kubectl(cp, 'create', 'configmap', 'one', '-n', 'audited').returncode == 0
+    assert _kubectl(cp, 'delete', 'configmap', 'one', '-n', 'audited').returncode == 0
+    missing = _kubectl(cp, 'get', 'configmap', 'two', '-n', 'audited')
+    assert missing.returncode != 0
+    # kube-controller-manager's deployment controller makes the ReplicaSet (its own request, not the admin's)
+    Lab.wait_until(lambda: (bool(cp.api('GET', '/apis/apps/v1/namespaces/audited/replicasets')['items']), 'none yet'), WAIT,
+                   what='the ReplicaSet of deployment web')
+
+    def seen():
+        entries = cp.audit_requests()
+        seen.entries += entries
+        pairs = [(e['method'], e['path'].split('?')[0], e['status']) for e in seen.entries]
+        return ('GET', '/api/v1/namespaces/audited/configmaps/two', 404) in pairs, pairs
+    seen.entries = []
+    Lab.wait_until(seen, WAIT, what='the admin requests in the audit log')
+    pairs = [(e['method'], e['path'].split('?')[0], e['status']) for e in seen.entries]
+    assert ('POST', '/apis/apps/v1/namespaces/audited/deployments', 201) in pairs, pairs
+    assert ('POST', '/api/v1/namespaces/audited/configmaps', 201) in pairs, pairs
+    assert ('DELETE', '/api/v1/namespaces/audited/configmaps/one', 200) in pairs, pairs
+    assert {e['user'] for e in seen.entries} == {'admin'}, seen.entries
+    assert not [p for p in pairs if p[1] == '/api/v1/namespaces' or 'replicasets' in p[1]], pairs
+    assert cp.audit_requests() == []
+
+
 def test_pod_security_baseline_rejects_a_privileged_pod_outside_kube_system(cp):
     _namespace(cp, 'apps-unlabelled')
     with pytest.raises(ControlPlaneError) as rejected:

@@ -37,6 +37,13 @@ def test_cluster_bootstrap_starts_the_upstream_control_plane_and_kubelets_regist
         assert [a.address for a in worker.status.addresses if a.type == 'InternalIP'] == [worker_address]
         assert worker.status.node_info.os_image == 'Talos (%s)' % TALOS_VERSION
         assert worker.status.node_info.kubelet_version == 'v1.36.3'
+        # the lab's request log has the API requests of the cluster's admin (the kubeconfig above), from kube-apiserver's
+        # audit log, as source k8s; the lab's own requests (its kubelet stand-in) and the controllers' are not in it
+        logged = running.call(world.control({'op': 'requests', 'source': 'k8s'}))
+        assert ('GET', '/api/v1/nodes/worker-1', 200, 'admin') in [(e['method'], e['path'], e['status'], e['user']) for e in logged]
+        assert {e['user'] for e in logged} == {'admin'}, logged
+        with open(world.paths.requests, encoding='utf-8') as handle:
+            assert '"/api/v1/nodes/worker-1"' in handle.read()
         # no CNI yet: NotReady as kubelet reports it, and Talos's manifests applied as Talos applies them
         wait_until(lambda: ([c.reason for c in core.read_node('worker-1').status.conditions or () if c.type == 'Ready'] == ['KubeletNotReady'],
                             core.read_node('worker-1').status.conditions), 'worker-1 NotReady for its network')
