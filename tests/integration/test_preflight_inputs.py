@@ -134,3 +134,18 @@ def test_only_the_selected_stages_inputs_are_checked(tmp_path):
     assert run.rc == 0 and run.results(INPUTS_TASK), run.describe()
     refused = run_playbook(str(inventory), '--tags', 'vms', playbook=str(play), extra_vars={'preflight_check_pve': False})
     assert [line.split(':')[0] for line in problems(refused)] == ['- pve_api_token_secret']
+
+
+def test_a_sub_stage_tag_selects_its_stages_inputs(tmp_path):
+    """`--tags vms_proxmox` checks the vms stage's inputs only; `--tags cni_gates` (a sub-stage tag of the cni stage)
+    checks the cni stage's inputs as `--tags cni` would: the Cilium manifest missing is refused."""
+    play = tmp_path / 'play.yml'
+    play.write_text('- name: The inputs check in a sub-stage run\n  hosts: cluster\n  gather_facts: false\n'
+                    '  tags: [vms_proxmox, cni_gates]\n  tasks:\n    - name: Preflight\n'
+                    '      ansible.builtin.import_role:\n        name: proxtalos.cluster.preflight\n      run_once: true\n')
+    inventory = template(tmp_path, 'infra', cilium=False)
+    extra_vars = {'vault_pve_api_token_secret': 'x', 'preflight_check_pve': False}
+    run = run_playbook(str(inventory), '--tags', 'vms_proxmox', playbook=str(play), extra_vars=extra_vars)
+    assert run.rc == 0 and run.results(INPUTS_TASK), run.describe()
+    refused = run_playbook(str(inventory), '--tags', 'cni_gates', playbook=str(play), extra_vars=extra_vars)
+    assert any('cilium' in line for line in problems(refused)), refused.describe()

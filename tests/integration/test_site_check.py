@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.lab,
 VMIDS = {'lab-cp-1': 1011, 'lab-cp-2': 1012, 'lab-cp-3': 1013, 'lab-w-1': 1021, 'lab-w-2': 1022, 'lab-w-3': 1023}
 # The plays that run on hosts in check mode on a fresh lab; every later play (group proxtalos_nodes or
 # proxtalos_cluster_lead) has none.
-PREDICTING_PLAYS = ('Stage preflight', 'Stage vms - ', 'Node addresses for the stages after vms', 'Nodes without an address')
+PREDICTING_PLAYS = ('Stage preflight', 'Stage vms (Proxmox)', 'Node addresses for the stages after vms', 'Nodes without an address')
 
 
 def plays_by_name(run):

@@ -218,6 +218,21 @@ def test_second_bootstrap_is_refused_by_talos_and_reported_ok(converged):
         assert refused.value.already_exists
 
 
+def test_a_sub_stage_tag_runs_its_one_play(converged):
+    """--tags bootstrap_gates runs the bootstrap stage's gates play only (and the always plays): the quorum and
+    services gates pass, etcd's bootstrap play and every other stage's play run no task but their roles' argument
+    checks (tagged always by ansible-core)."""
+    run = converged.run('--tags', 'bootstrap_gates')
+    assert run.rc == 0 and run.changed == 0, run.describe()
+    with_tasks = [play['play']['name'].split(' - ')[0] for play in run.document.get('plays', [])
+                  if any(task.get('hosts') and 'Validating arguments' not in task['task']['name']
+                         for task in play.get('tasks', []))]
+    assert [name for name in with_tasks if name.startswith('Stage ')] == ['Stage bootstrap (gates)'], with_tasks
+    quorum = list(results_by_host(run, 'Gate - etcd quorum').values())
+    assert len(quorum) == 1 and quorum[0]['quorum'] is True, quorum
+    assert not results_by_host(run, 'Bootstrap etcd once')
+
+
 def test_a_changed_host_patch_applies_exactly_that_node_with_a_diff(converged):
     workspace = converged
     workspace.host_patch('lab-w-1', [{'machine': {'nodeLabels': {'zone': 'b'}}}])
