@@ -65,6 +65,18 @@ def render_cilium_manifest(cluster):
     assert run.rc == 0 and os.path.exists(manifest), 'rendering %s: %s' % (manifest, run.explain())
 
 
+def start_rendered_lab(run_dir, **options):
+    """start_lab(run_dir, **options), then, on a lab of the upstream world, its inline Cilium manifest rendered once
+    (render_cilium_manifest, from an inventory folder beside run_dir), as a user renders it before the first run."""
+    lab = start_lab(run_dir, **options)
+    try:
+        StageCluster(lab, os.path.join(os.path.dirname(os.path.abspath(run_dir)), 'render-cilium')).render_cilium_manifest()
+    except BaseException:
+        lab.stop()
+        raise
+    return lab
+
+
 class StageCluster(object):
     """A lab, its inventory folder and artifacts folder, and ways to run the collection against it."""
 

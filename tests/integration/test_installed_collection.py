@@ -18,9 +18,8 @@ import pytest
 import yaml
 from ansible.parsing.vault import VaultLib, VaultSecret
 
-from k8s_stages_lab import TOOLS
+from k8s_stages_lab import TOOLS, start_rendered_lab
 from key_scan import files_with_private_keys, private_keys
-from lab.testing import start_lab
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, '.venv', 'bin')
@@ -69,7 +68,7 @@ def project(tmp_path_factory):
     assert install.returncode == 0, install.stdout + install.stderr
     assert 'proxtalos.cluster:' in install.stdout and 'kubernetes.core' in install.stdout, install.stdout
     assert 'not part of the configured' not in install.stdout + install.stderr, install.stdout + install.stderr
-    lab = start_lab(str(folder / 'lab'), control_planes=1, workers=1)
+    lab = start_rendered_lab(str(folder / 'lab'), control_planes=1, workers=1)
     try:
         inventory = project_dir / 'inventory'
         inventory.mkdir()

@@ -20,8 +20,7 @@ import subprocess
 import pytest
 
 from json_run import JsonRun
-from k8s_stages_lab import ROOT, environment
-from lab.testing import start_lab
+from k8s_stages_lab import ROOT, environment, start_rendered_lab
 
 PLAYBOOK_ENV = 'PROXTALOS_ANSIBLE_PLAYBOOK'
 OLDEST_CORE = '2.19.'
@@ -44,7 +43,7 @@ def test_site_converges_on_the_oldest_core_and_a_rerun_changes_nothing(tmp_path)
     version = subprocess.run([os.path.join(os.path.dirname(playbook), 'ansible'), '--version'], capture_output=True,
                              text=True, check=True).stdout.splitlines()[0]
     assert ('[core %s' % OLDEST_CORE) in version, version
-    lab = start_lab(str(tmp_path / 'lab'), control_planes=1, workers=1)
+    lab = start_rendered_lab(str(tmp_path / 'lab'), control_planes=1, workers=1)
     try:
         env = environment(str(tmp_path))
         env['ANSIBLE_COLLECTIONS_PATH'] = _kubernetes_core_first(str(tmp_path / 'collections'))

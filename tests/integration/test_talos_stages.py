@@ -22,7 +22,7 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils import _vault  #
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client as talos_client  # noqa: E402
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import errors as talos_errors  # noqa: E402
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import secrets, talosconfig  # noqa: E402
-from lab.testing import start_lab  # noqa: E402  pylint: disable=wrong-import-position
+from k8s_stages_lab import start_rendered_lab  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -132,7 +132,7 @@ def workspace(tmp_path_factory):
     if not os.access(PLAYBOOK_BIN, os.X_OK):
         pytest.skip('no ansible-playbook in .venv (make setup)')
     folder = str(tmp_path_factory.mktemp('talos-stages'))
-    lab = start_lab(os.path.join(folder, 'lab'))
+    lab = start_rendered_lab(os.path.join(folder, 'lab'))
     try:
         yield TalosWorkspace(lab, folder)
     finally:

@@ -9,7 +9,7 @@ import pytest
 from ansible_collections.proxtalos.cluster.tests.integration.pve_playbook import PLAYBOOK_BIN
 from test_talos_stages import STAGES, TalosWorkspace, applied_nodes  # pylint: disable=import-error
 
-from lab.testing import start_lab
+from k8s_stages_lab import start_rendered_lab  # pylint: disable=import-error
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow,
               pytest.mark.skipif(not os.access(PLAYBOOK_BIN, os.X_OK), reason='no ansible-playbook in .venv (make setup)')]
@@ -18,7 +18,7 @@ V112 = {'talos_version': 'v1.12.11'}
 
 
 def test_a_v112_cluster_from_maintenance_to_kubeconfig_then_rerun_unchanged(tmp_path):
-    lab = start_lab(str(tmp_path / 'lab'), control_planes=1, workers=1)
+    lab = start_rendered_lab(str(tmp_path / 'lab'), control_planes=1, workers=1)
     try:
         workspace = TalosWorkspace(lab, str(tmp_path))
         first = workspace.run('--tags', STAGES, extra_vars=V112)
