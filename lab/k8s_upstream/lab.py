@@ -7,8 +7,13 @@ this one): with it, a lab cluster's Kubernetes is etcd + kube-apiserver + kube-c
 - etcd bootstrapped on a cluster (the Talos fleet's on_etcd_bootstrapped): its control plane starts, with the cluster
   CA of the machine config (so the kubeconfig the Talos Kubeconfig RPC returns is trusted as is), the admission
   configuration of `cluster.apiServer.admissionControl`, the pod and service subnets of `cluster.network`;
-  kube-apiserver listens on the control-plane endpoint host, port 6443. (Only there: kube-apiserver binds one
-  address, and the lab's nets share the port; the node addresses are in its certificate.)
+  kube-apiserver listens on a private address of its own (127.0.0.1, a free port), and answers, port 6443, where a
+  Talos control plane's kube-apiserver would (lab/k8s_upstream/forward.py: a TCP forward per address): on each control
+  plane that is up (its own address), and on the control-plane endpoint only while a control plane holds it as its
+  Talos layer-2 VIP (lab/talos/vip.py: its config names the VIP on a link, its etcd is healthy, it leads the
+  election). A cluster whose configs carry no VIP has no API on its endpoint, as on real hardware; when the holder
+  goes down the next control plane in the election takes the address over. Its certificate names the endpoint, the
+  control planes' addresses and `machine.certSANs`.
 - a kubelet runs (on_kubelet_running): its Node registers with the Talos hostname, the node address, and the labels
   and taints Talos gives it; a kubelet that stops (Talos reboot, reset, shutdown; VM stop, reset, delete) is let go by
   kwok, so kube-controller-manager's node lifecycle controller marks its Node Unknown when its Lease runs out.
@@ -30,8 +35,10 @@ import os
 import urllib.parse
 
 from ..kubelet_hooks import KubeletVmHooks
+from ..talos import vip as talos_vip
 from . import manifests as talos_manifests
 from .controlplane import DEFAULT_POD_SUBNET, DEFAULT_SERVICE_SUBNET, ControlPlane, ControlPlaneError, _is_ip
+from .forward import AddressForward
 
 LOG = logging.getLogger('lab.k8s_upstream')
 API_PORT = 6443
@@ -85,6 +92,12 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.crashloop = {}  # node name -> NAMESPACE/DAEMONSET of the fault k8s-crashloop (applied to planes that start later too)
         self.applying = {}   # cluster id -> (config text, the asyncio task applying Talos's manifests from it)
         self.audit_task = None  # follow_audit, from the first control plane's start
+        self.endpoints = {}  # cluster id -> the control-plane endpoint host (an address)
+        self.control_planes = {}  # cluster id -> {talos node key: address} of the control planes that are up
+        self.elections = {}  # cluster id -> the talos_vip.Election of its endpoint
+        self.forwards = {}   # cluster id -> {address: AddressForward} where the API answers now
+        self.vip_operators = {}  # cluster id -> the task that follows the election (_vip_operator)
+        self.following = {}  # cluster id -> the asyncio.Lock of its forwards
 
     def add_plane_listener(self, listener):
         """listener(cluster_id, plane), a coroutine function, is awaited after each control plane has started."""
@@ -112,8 +125,8 @@ class LabUpstreamKubernetes(KubeletVmHooks):
                              admission_control=api_server.get('admissionControl') or [],
                              pod_subnet=(network.get('podSubnets') or [DEFAULT_POD_SUBNET])[0],
                              service_subnet=(network.get('serviceSubnets') or [DEFAULT_SERVICE_SUBNET])[0],
-                             ca=(_text(ca_crt), _text(ca_key)), api_host=endpoint, api_port=API_PORT,
-                             api_sans=[node.address] + list(config.cert_sans or []),
+                             ca=(_text(ca_crt), _text(ca_key)),
+                             api_sans=[endpoint] + self._control_plane_addresses(cluster_id, node) + list(config.cert_sans or []),
                              # a Talos node's kubelet reports NotReady until its CNI agent runs (lab/k8s_upstream/kubelet.py)
                              nodes_wait_for_cni=True)
         try:
@@ -124,7 +137,11 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.planes[cluster_id] = plane
         if self.audit_task is None:
             self.audit_task = asyncio.get_running_loop().create_task(self.follow_audit())
-        self.world.add_endpoint('k8s-api-%s' % endpoint, endpoint, API_PORT, 'https')
+        self.endpoints[cluster_id] = endpoint
+        self.control_planes.setdefault(cluster_id, {})[node.key] = node.address
+        await self._follow(cluster_id)
+        if getattr(self.world, 'talos', None) is not None:
+            self.vip_operators[cluster_id] = asyncio.ensure_future(self._vip_operator(cluster_id))
         for target, workload in self.crashloop.items():
             plane.crash_loop(target, workload)
         self.appliers[cluster_id] = talos_manifests.ManifestApplier(plane)
@@ -133,6 +150,78 @@ class LabUpstreamKubernetes(KubeletVmHooks):
             await self.on_kubelet_running(waiting)
         for listener in self.plane_listeners:
             await listener(cluster_id, plane)
+
+    def _control_plane_addresses(self, cluster_id, bootstrapped):
+        """The addresses of the cluster's control planes the fleet knows (the bootstrapped one first)."""
+        talos = getattr(self.world, 'talos', None)
+        nodes = sorted(talos.nodes.values(), key=lambda n: n.address or '') if talos is not None else []
+        found = [bootstrapped.address] + [n.address for n in nodes if n.cluster_id == cluster_id and n.config is not None
+                                          and n.config.control_plane and n.address]
+        return [a for i, a in enumerate(found) if a and a not in found[:i]]
+
+    # --- where the API answers: each control plane that is up, and the VIP's holder ----------------------------------
+
+    def _vip_held(self, cluster_id, gone=None):
+        """True if a control plane whose kube-apiserver runs holds the endpoint as its layer-2 VIP now.
+
+        The election runs again on every call (lab/talos/vip.py: who may campaign, operator/vip.go:154-189; the FIFO
+        queue of campaigns, :226-264; a campaign ends with etcd or the node, :281-310; only the leader has the address,
+        :96-124). gone: the key of a node going down (its services may still show Running at that moment).
+        """
+        endpoint = self.endpoints.get(cluster_id)
+        talos = getattr(self.world, 'talos', None)
+        if not endpoint or talos is None:
+            return False
+        election = self.elections.get(cluster_id)
+        if election is None:
+            election = self.elections[cluster_id] = talos_vip.Election(endpoint)
+        candidates = dict((key, key != gone and election.campaigning(key, node) and endpoint in talos_vip.layer2_vips(node.config))
+                          for key, node in list(talos.nodes.items()) if node.cluster_id == cluster_id)
+        leader = election.update(candidates)
+        # the address is on the leader's link whether its kube-apiserver runs or not; it answers there only when it does
+        return leader is not None and leader in self.control_planes.get(cluster_id, {})
+
+    def _answering(self, cluster_id, gone=None):
+        """The addresses where the cluster's kube-apiserver should answer now."""
+        if cluster_id not in self.planes:
+            return set()
+        wanted = set(a for key, a in self.control_planes.get(cluster_id, {}).items() if key != gone and a)
+        if self._vip_held(cluster_id, gone=gone):
+            wanted.add(self.endpoints[cluster_id])
+        return wanted
+
+    async def _follow(self, cluster_id, gone=None):
+        """Open and close the forwards so the API answers where _answering says."""
+        async with self.following.setdefault(cluster_id, asyncio.Lock()):   # one change of the forwards at a time
+            await self._follow_now(cluster_id, gone)
+
+    async def _follow_now(self, cluster_id, gone):
+        plane = self.planes.get(cluster_id)
+        forwards = self.forwards.setdefault(cluster_id, {})
+        wanted = self._answering(cluster_id, gone=gone)
+        for address in sorted(set(forwards) - wanted):
+            await forwards.pop(address).close()
+            self.world.remove_endpoint('k8s-api-%s' % address)
+            if address == self.endpoints.get(cluster_id):
+                LOG.info('cluster %s: no control plane holds the VIP %s; the endpoint does not answer', cluster_id, address)
+        for address in sorted(wanted - set(forwards)):
+            forward = AddressForward(address, API_PORT, plane.api_host, plane.ports['kube-apiserver'])
+            try:
+                await forward.start()
+            except OSError as exc:
+                LOG.error('cluster %s: cannot listen on %s:%d for kube-apiserver: %s', cluster_id, address, API_PORT, exc)
+                continue
+            forwards[address] = forward
+            self.world.add_endpoint('k8s-api-%s' % address, address, API_PORT, 'https')
+
+    async def _vip_operator(self, cluster_id):
+        """Talos' VIP operator for the cluster's endpoint: the election runs again whenever the simulation changes (a
+        config applied with or without the VIP, etcd's health, a node up or down), as Talos' controllers react to their
+        resources (operator_vip_config.go:73-176, operator/vip.go:191-310), and the forwards follow it."""
+        talos = self.world.talos
+        while True:
+            await talos.wait_for(lambda: self._answering(cluster_id) != set(self.forwards.get(cluster_id, {})))
+            await self._follow(cluster_id)
 
     def _apply_manifests(self, cluster_id, config):
         """Start (or restart, for another config) the cluster's Talos manifest apply in the background. The same config
@@ -183,6 +272,9 @@ class LabUpstreamKubernetes(KubeletVmHooks):
                              node_info={'osImage': 'Talos (%s)' % node.running_version})
         self.nodes[node.key] = (node.cluster_id, name)
         if config.control_plane:
+            if node.address:
+                self.control_planes.setdefault(node.cluster_id, {})[node.key] = node.address
+                await self._follow(node.cluster_id)
             self._apply_manifests(node.cluster_id, config)
 
     async def _kubelet_gone(self, key):
@@ -191,6 +283,9 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         for waiting in self.waiting.values():
             waiting[:] = [n for n in waiting if n.key != key]
         known = self.nodes.pop(key, None)
+        for cluster_id, control_planes in self.control_planes.items():
+            if control_planes.pop(key, None) is not None:
+                await self._follow(cluster_id, gone=key)
         plane = self.planes.get(known[0]) if known else None
         if plane is not None:
             try:
@@ -252,12 +347,22 @@ class LabUpstreamKubernetes(KubeletVmHooks):
             task.cancel()
         self.applying.clear()
         self.appliers.clear()
+        for task in self.vip_operators.values():
+            task.cancel()
+        self.vip_operators.clear()
+        for forwards in self.forwards.values():
+            for address, forward in forwards.items():
+                await forward.close()
+                self.world.remove_endpoint('k8s-api-%s' % address)
+        self.forwards.clear()
         for cluster_id, plane in list(self.planes.items()):
             await self._blocking(plane.stop)
-            self.world.remove_endpoint('k8s-api-%s' % plane.api_host)
             del self.planes[cluster_id]
         self.nodes.clear()
         self.waiting.clear()
+        self.endpoints.clear()
+        self.control_planes.clear()
+        self.elections.clear()
 
     async def on_lab_reset(self):
         await self.close()
@@ -265,9 +370,19 @@ class LabUpstreamKubernetes(KubeletVmHooks):
     async def status(self):
         out = {}
         for cluster_id, plane in self.planes.items():
-            out[str(cluster_id)] = {'api': plane.api_url, 'kubeconfig': plane.kubeconfig,
-                                    'processes': await self._blocking(plane.status)}
+            out[str(cluster_id)] = {'api': ['%s:%d' % (a, API_PORT) for a in sorted(self.forwards.get(cluster_id, {}))],
+                                    'kube-apiserver': plane.api_url, 'kubeconfig': plane.kubeconfig,
+                                    'vip': self._vip_status(cluster_id), 'processes': await self._blocking(plane.status)}
         return out
+
+    def _vip_status(self, cluster_id):
+        """The endpoint's VIP election: its address and the control plane that holds it (None: nobody)."""
+        election = self.elections.get(cluster_id)
+        if election is None:
+            return None
+        nodes = getattr(getattr(self.world, 'talos', None), 'nodes', {})
+        leader = nodes.get(election.leader) if election.leader is not None else None
+        return {'address': election.address, 'holder': leader.name if leader is not None else None}
 
 
 def install(world):

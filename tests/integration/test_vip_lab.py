@@ -1,9 +1,10 @@
 """The control-plane VIP against a lab cluster of its own (3 control planes, no worker, time scale 0).
 
 The lab answers the Kubernetes API on the cluster endpoint only while a control plane holds it as its Talos layer-2
-VIP. Machine configs without the VIP (talos_machines_vip empty) fail the kubeconfig stage's readyz gate at the
-endpoint, as they would on real hardware; the default (the endpoint's IP address, which no node has) brings the API up
-there once the configs carry it, and the endpoint moves to another control plane when the one holding it goes down.
+VIP (on either world: lab/k8s serves it, lab/k8s_upstream forwards it to kube-apiserver). Machine configs without
+the VIP (talos_machines_vip empty) fail the kubeconfig stage's readyz gate at the endpoint, as they would on real
+hardware; the default (the endpoint's IP address, which no node has) brings the API up there once the configs carry
+it, and the endpoint moves to another control plane when the one holding it goes down.
 """
 import os
 
@@ -35,12 +36,18 @@ def _vip_documents(path):
         return [doc for doc in yaml.safe_load_all(handle) if doc and doc.get('kind') == 'Layer2VIPConfig']
 
 
+def _kubernetes(cluster):
+    """The cluster's row of the lab status: lab/k8s's section, or lab/k8s_upstream's on the upstream world."""
+    status = cluster.lab.status()
+    return next(iter((status.get('k8s') or status['k8s_upstream']).values()))
+
+
 def _served(cluster):
-    return next(iter(cluster.lab.status()['k8s'].values()))['api']
+    return _kubernetes(cluster)['api']
 
 
 def _vip(cluster):
-    return next(iter(cluster.lab.status()['k8s'].values()))['vip'] or {}
+    return _kubernetes(cluster)['vip'] or {}
 
 
 def test_without_the_vip_the_kubeconfig_stage_fails_and_with_it_the_endpoint_answers_and_follows_the_holder(cluster):
