@@ -2,8 +2,13 @@
 
 Each component is declared by one JSON file in upstream/ at the repository root: `name`, `version` and
 exactly one of
-    "go_module": {"module", "version", "package", optional "replace", "ldflags", "tags", "go"}
-        built in a scratch module from the Go module proxy;
+    "go_module": {"module", "version", "package", optional "replace", "ldflags", "tags", "go", "toolchain", "env",
+                  "module_tree"}
+        built in a scratch module from the Go module proxy; with "module_tree" ({"empty_files": [paths]}), built
+        inside a copy of the module's own tree instead (its go.mod and go.sum the pins, "replace" added to that
+        go.mod; each named file made empty, for a //go:embed whose files the release build generates). "toolchain"
+        (e.g. go1.27.3) is the GOTOOLCHAIN of that build only (the go command fetches it from the Go module proxy),
+        "env" more build environment (e.g. GOFIPS140);
     "go_source": "tools/<dir>"
         a Go main package kept in this repository (own go.mod and go.sum);
     "chart": {"module", "version", "path", "sum"}
@@ -30,6 +35,8 @@ DECLARATIONS = ROOT / 'upstream'
 _NAME_RE = re.compile(r'^[a-z0-9][a-z0-9._-]*$')
 _SHA256_RE = re.compile(r'^[0-9a-f]{64}$')
 _GO_SUM_RE = re.compile(r'^h1:[A-Za-z0-9+/]{43}=$')
+_TOOLCHAIN_RE = re.compile(r'^go[0-9]+\.[0-9]+(\.[0-9]+)?$')
+_ENV_RE = re.compile(r'^[A-Z][A-Z0-9_]*$')
 SOURCES = ('go_module', 'go_source', 'chart')
 
 
@@ -92,6 +99,7 @@ def validate(spec, path):
             value = module.get(field, [])
             if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
                 raise UpstreamError('%s: field go_module.%s must be a list of strings' % (where, field))
+        _check_build_extras(module, where)
     else:
         source = _field(spec, where, 'go_source', str)
         if os.path.isabs(source) or '..' in source.split('/'):
@@ -105,6 +113,28 @@ def validate(spec, path):
         if not isinstance(download.get('member', ''), str):
             raise UpstreamError('%s: field download.member must be a string (the file inside the archive)' % where)
     return spec
+
+
+def _check_build_extras(module, where):
+    """go_module's toolchain, env and module_tree fields."""
+    toolchain = module.get('toolchain')
+    if toolchain is not None and (not isinstance(toolchain, str) or not _TOOLCHAIN_RE.match(toolchain)):
+        raise UpstreamError('%s: field go_module.toolchain must name a Go release such as go1.27.3, not %r' % (where, toolchain))
+    env = module.get('env', {})
+    if not isinstance(env, dict) or not all(isinstance(k, str) and _ENV_RE.match(k) and isinstance(v, str) for k, v in env.items()):
+        raise UpstreamError('%s: field go_module.env must map environment variable names to strings' % where)
+    if 'GOTOOLCHAIN' in env:
+        raise UpstreamError('%s: field go_module.env: give the Go toolchain in go_module.toolchain, not GOTOOLCHAIN' % where)
+    if 'module_tree' in module:
+        tree = module['module_tree']
+        files = tree.get('empty_files', []) if isinstance(tree, dict) else None
+        if not isinstance(files, list) or not all(isinstance(f, str) and f for f in files):
+            raise UpstreamError('%s: field go_module.module_tree must be {"empty_files": [paths inside the module]}' % where)
+        for rel in files:
+            if os.path.isabs(rel) or '..' in rel.split('/'):
+                raise UpstreamError('%s: field go_module.module_tree.empty_files: %r is not a path inside the module' % (where, rel))
+        if not module['package'].startswith(module['module'] + '/') and module['package'] != module['module']:
+            raise UpstreamError('%s: field go_module.package must be a package of go_module.module when module_tree is set' % where)
 
 
 def components(declarations=DECLARATIONS):
@@ -176,15 +206,16 @@ def module_dir(name, declarations=DECLARATIONS):
     source = (spec or {}).get('go_module') or (spec or {}).get('chart')
     if source is None:
         raise UpstreamError('%s: not a go_module or chart component in upstream/' % name)
-    return go_module_dir(source['module'], source['version'])
+    return go_module_dir(source['module'], source['version'], toolchain=source.get('toolchain', 'local'))
 
 
-def go_module_dir(module, version):
-    """The Go module cache directory of module@version (`go mod download -json`; instant once the module is cached)."""
+def go_module_dir(module, version, toolchain='local'):
+    """The Go module cache directory of module@version (`go mod download -json`; instant once the module is cached).
+    toolchain: the GOTOOLCHAIN (a module whose go.mod asks for a newer Go than the installed one needs that Go)."""
     ref = '%s@%s' % (module, version)
     try:
         done = subprocess.run(['go', 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False, timeout=300,
-                              env=dict(os.environ, GOTOOLCHAIN='local', GOFLAGS='-mod=mod'), cwd=str(ROOT))
+                              env=dict(os.environ, GOTOOLCHAIN=toolchain, GOFLAGS='-mod=mod'), cwd=str(ROOT))
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UpstreamError('go mod download %s: %s (Go is needed; run `make setup`)' % (ref, exc)) from exc
     try:

@@ -131,19 +131,23 @@ def _go():
     return go
 
 
-def _go_env():
+def _go_env(module=None):
+    """The build environment: CGO off unless asked, the installed Go (GOTOOLCHAIN=local) unless the go_module
+    declaration names its toolchain (that build only), then the declaration's own env."""
+    module = module or {}
     env = dict(os.environ)
     env.setdefault('CGO_ENABLED', '0')
-    env['GOTOOLCHAIN'] = 'local'
+    env['GOTOOLCHAIN'] = module.get('toolchain', 'local')
     env['GOFLAGS'] = (env.get('GOFLAGS', '') + ' -buildvcs=false').strip()
+    env.update(module.get('env', {}))
     return env
 
 
-def _run_go(args, cwd, label):
+def _run_go(args, cwd, label, module=None):
     """Run a go command, a heartbeat line every minute; SetupError with its output on failure."""
     started = time.monotonic()
     with tempfile.TemporaryFile(mode='w+') as log:
-        proc = subprocess.Popen(args, cwd=cwd, env=_go_env(), stdout=log, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(args, cwd=cwd, env=_go_env(module), stdout=log, stderr=subprocess.STDOUT, text=True)
         while True:
             try:
                 proc.wait(timeout=HEARTBEAT)
@@ -193,7 +197,7 @@ def build_go_module(specs):
         imports = ''.join('\t_ "%s"\n' % spec['go_module']['package'] for spec in specs)
         pathlib.Path(scratch, 'tools.go').write_text('//go:build tools\n\npackage tools\n\nimport (\n%s)\n' % imports,
                                                      encoding='utf-8')
-        _run_go([go, 'mod', 'tidy', '-e'], scratch, label)
+        _run_go([go, 'mod', 'tidy', '-e'], scratch, label, first)
         out = os.path.join(scratch, 'out')
         os.mkdir(out)
         ldflags = ' '.join(BASE_LDFLAGS + list(first.get('ldflags', [])))
@@ -204,12 +208,55 @@ def build_go_module(specs):
             args += ['-o', os.path.join(out, specs[0]['name']), specs[0]['go_module']['package']]
         else:
             args += ['-o', out + os.sep] + [spec['go_module']['package'] for spec in specs]
-        _run_go(args, scratch, label)
+        _run_go(args, scratch, label, first)
         for spec in specs:
             built = os.path.join(out, spec['name'] if len(specs) == 1 else _binary_name(spec['go_module']['package']))
             if not os.path.isfile(built):
                 raise SetupError('%s: go build left no %s' % (label, built))
             _install(spec, lambda staging, built=built: shutil.move(built, os.path.join(staging, os.path.basename(built))))
+    say('%s: done in %d s' % (label, time.monotonic() - started))
+
+
+def build_module_tree(spec):
+    """A go_module with module_tree: built inside a copy of the module's own tree, as its release build does (a
+    //go:embed of files that build generates cannot be satisfied from the read-only module cache). The module comes
+    from `go mod download` (sum.golang.org verifies it); its go.mod and go.sum are the pins, the declaration's replace
+    lines are added to that go.mod, and each of module_tree.empty_files is made empty."""
+    module = spec['go_module']
+    ref = '%s@%s' % (module['module'], module['version'])
+    label = '%s %s (%s, Go %s)' % (spec['name'], spec['version'], ref, module.get('toolchain', 'local'))
+    say('%s: building in a copy of the module from the Go module proxy' % label)
+    started = time.monotonic()
+    go = _go()
+    done = subprocess.run([go, 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False,
+                          env=dict(_go_env(module), GOFLAGS='-mod=mod'), cwd=str(ROOT))
+    try:
+        source = json.loads(done.stdout).get('Dir')
+    except ValueError:
+        source = None
+    if done.returncode != 0 or not source:
+        raise SetupError('%s: go mod download failed: %s' % (label, (done.stderr or done.stdout).strip()[-500:]))
+    with tempfile.TemporaryDirectory(prefix='proxtalos-build-') as scratch:
+        tree = os.path.join(scratch, 'module')
+        # the module cache's files are read-only: copy the contents, not the modes
+        shutil.copytree(source, tree, copy_function=shutil.copyfile)
+        for rel in module['module_tree'].get('empty_files', []):
+            path = os.path.join(tree, *rel.split('/'))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if not os.path.exists(path):
+                open(path, 'w', encoding='utf-8').close()  # pylint: disable=consider-using-with
+        for old, new in sorted(module.get('replace', {}).items()):
+            _run_go([go, 'mod', 'edit', '-replace', '%s=%s' % (old, new.replace(' ', '@'))], tree, label, module)
+        out = os.path.join(scratch, 'out', spec['name'])
+        package = './' + module['package'][len(module['module']):].lstrip('/')
+        args = [go, 'build', '-mod=mod'] + BUILD_FLAGS + ['-ldflags=' + ' '.join(BASE_LDFLAGS + list(module.get('ldflags', [])))]
+        if module.get('tags'):
+            args.append('-tags=' + ','.join(module['tags']))
+        # -mod=mod: only for the go.sum lines of the replacements (checked by sum.golang.org); the rest is the module's
+        _run_go(args + ['-o', out, package], tree, label, module)
+        if not os.path.isfile(out):
+            raise SetupError('%s: go build left no %s' % (label, out))
+        _install(spec, lambda staging: shutil.move(out, os.path.join(staging, spec['name'])))
     say('%s: done in %d s' % (label, time.monotonic() - started))
 
 
@@ -311,6 +358,8 @@ def main(argv=None):
         for spec in pending:
             if 'chart' in spec:
                 fetch_chart(spec)
+            elif 'module_tree' in spec.get('go_module', {}):
+                build_module_tree(spec)
             elif 'go_module' in spec:
                 groups.setdefault(_group_key(spec), []).append(spec)
             else:

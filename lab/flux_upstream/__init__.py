@@ -1,4 +1,4 @@
-"""Flux's controllers and the sealed-secrets controller in the lab: the upstream builds, run as processes.
+"""Flux's controllers, flux-operator and the sealed-secrets controller in the lab: the upstream builds, run as processes.
 
 The binaries are the pinned upstream builds scripts/upstream_binaries.py caches (upstream/<name>.json); this package
 applies the controllers' own CRDs, RBAC and Deployments to a lab ControlPlane (lab/k8s_upstream), runs each controller

@@ -57,6 +57,7 @@ FLUX_CONTROLLERS = ('source-controller', 'kustomize-controller', 'helm-controlle
 SEALED_SECRETS = 'sealed-secrets-controller'
 SEALED_SECRETS_CHART = 'helm/sealed-secrets'
 FLUX_NAMESPACE = 'flux-system'
+FLUX_OPERATOR = 'flux-operator'
 SEALED_NAMESPACE = 'kube-system'
 START_TIMEOUT, STOP_TIMEOUT = 120.0, 20.0
 FIELD_MANAGER = 'proxtalos-lab'
@@ -82,6 +83,7 @@ RESOURCES = {
     'Kustomization': ('/apis/kustomize.toolkit.fluxcd.io/v1', 'kustomizations', True),
     'HelmRelease': ('/apis/helm.toolkit.fluxcd.io/v2', 'helmreleases', True),
     'SealedSecret': ('/apis/bitnami.com/v1alpha1', 'sealedsecrets', True),
+    'FluxInstance': ('/apis/fluxcd.controlplane.io/v1', 'fluxinstances', True),
 }
 
 
@@ -208,7 +210,8 @@ class _Process:
 class FluxControllers:  # pylint: disable=too-many-instance-attributes
     """Flux's controllers (and sealed-secrets') for one ControlPlane, their files under workdir."""
 
-    def __init__(self, cp, workdir, controllers=FLUX_CONTROLLERS, sealed_secrets=True, installed=False):  # pylint: disable=too-many-arguments
+    def __init__(self, cp, workdir, controllers=FLUX_CONTROLLERS, sealed_secrets=True, installed=False,  # pylint: disable=too-many-arguments
+                 operator=False):
         unknown = set(controllers) - set(FLUX_CONTROLLERS)
         if unknown:
             raise FluxError('unknown Flux controller(s) %s (known: %s)' % (', '.join(sorted(unknown)), ', '.join(FLUX_CONTROLLERS)))
@@ -219,6 +222,10 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         self.workdir = os.path.abspath(workdir)
         self.controllers = tuple(controllers)
         self.sealed_secrets = sealed_secrets
+        # True: flux-operator, as the collection's operator method installs it (only with installed=True)
+        self.operator = operator
+        if operator and not installed:
+            raise FluxError('flux-operator runs only where its install manifests are applied (installed=True)')
         self.processes = {}
         self.ports = {}
         self.pod_ports = {}  # controller -> {container port: (host, port) where the process listens}
@@ -245,6 +252,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         """The CRD documents a controller's module ships."""
         if name == SEALED_SECRETS:
             paths = sorted(glob.glob(os.path.join(self.module(name), SEALED_SECRETS_CHART, 'crds', '*.yaml')))
+        elif name == FLUX_OPERATOR:
+            paths = sorted(glob.glob(os.path.join(upstream.module_dir(name), 'config', 'crd', 'bases', '*.yaml')))
         else:
             paths = sorted(glob.glob(os.path.join(self.module(name), 'config', 'crd', 'bases', '*.yaml')))
         if not paths:
@@ -308,6 +317,24 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
                 handle.write(text)
         return directory
 
+    def _service_account_kubeconfig(self, name, namespace):
+        """A kubeconfig (0600) for the API server as the ServiceAccount namespace/name: its token from the TokenRequest
+        API and the cluster CA, what a pod of that ServiceAccount authenticates with."""
+        files = self._service_account_files(name, namespace)
+        with open(os.path.join(files, 'token'), encoding='utf-8') as handle:
+            token = handle.read()
+        config = {'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'lab',
+                  'clusters': [{'name': 'lab', 'cluster': {
+                      'server': self.cp.api_url,
+                      'certificate-authority-data': base64.b64encode(self.cp.ca[0].encode()).decode()}}],
+                  'users': [{'name': name, 'user': {'token': token}}],
+                  'contexts': [{'name': 'lab', 'context': {'cluster': 'lab', 'user': name, 'namespace': namespace}}]}
+        path = os.path.join(files, 'kubeconfig')
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
+            yaml.safe_dump(config, handle)
+        return path
+
     # ------------------------------------------------------------------ commands
 
     @property
@@ -349,6 +376,37 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         # controller-runtime's probes: /readyz on --health-addr (each main.go AddReadyzCheck)
         return command, env, 'http://%s:%d/readyz' % (HOST, self.ports[name + '-health'])
 
+    def _operator_command(self):
+        """flux-operator as its upstream Makefile runs it locally (`make run`: out of the cluster, a kubeconfig,
+        --enable-leader-election=false), here with a kubeconfig of its Deployment's ServiceAccount. Its distribution
+        manifests are the module's config/data, what its Dockerfile copies to /data (COPY config/data/ /data/), given as
+        --storage-path (cmd/operator/main.go: default /data). No KUBERNETES_SERVICE_HOST: the image check
+        entitlement.PreflightChecks (internal/entitlement/preflight.go line 54) runs only in a cluster's pod and reads the
+        container's /etc/os-release, which a process on this machine does not have. --web-server-port=0: no web UI server
+        (main.go line 386; the build embeds no UI, upstream/flux-operator.json)."""
+        deployment = self.deployment(FLUX_OPERATOR)
+        container = deployment['spec']['template']['spec']['containers'][0]
+        args = without_flags(list(container.get('args') or []),
+                             ('--storage-path', '--health-addr', '--metrics-addr', '--web-server-port', '--enable-leader-election'))
+        self.ports[FLUX_OPERATOR + '-health'] = free_port()
+        self.ports[FLUX_OPERATOR + '-metrics'] = free_port()
+        storage = os.path.join(upstream.module_dir(FLUX_OPERATOR), 'config', 'data')
+        if not os.path.isfile(os.path.join(storage, 'flux-images', 'VERSION')):
+            raise FluxError('flux-operator: its module has no config/data/flux-images/VERSION (%s)' % storage)
+        args += ['--storage-path=' + storage, '--web-server-port=0', '--enable-leader-election=false',
+                 '--health-addr=%s:%d' % (HOST, self.ports[FLUX_OPERATOR + '-health']),
+                 '--metrics-addr=%s:%d' % (HOST, self.ports[FLUX_OPERATOR + '-metrics'])]
+        tmp = os.path.join(self.workdir, 'tmp', FLUX_OPERATOR)
+        os.makedirs(tmp, exist_ok=True)
+        namespace = deployment['metadata'].get('namespace') or FLUX_NAMESPACE
+        account = deployment['spec']['template']['spec'].get('serviceAccountName') or FLUX_OPERATOR
+        env = {'HOME': tmp, 'TMPDIR': tmp, 'PATH': os.environ.get('PATH', '/usr/bin:/bin'),
+               'KUBECONFIG': self._service_account_kubeconfig(account, namespace),
+               # its Deployment sets RUNTIME_NAMESPACE from the pod's namespace (config/manager/deployment.yaml)
+               'RUNTIME_NAMESPACE': namespace}
+        # controller-runtime's probes: /readyz on --health-addr (its Deployment's readinessProbe)
+        return [upstream.binary(FLUX_OPERATOR)] + args, env, 'http://%s:%d/readyz' % (HOST, self.ports[FLUX_OPERATOR + '-health'])
+
     def _sealed_command(self, deployment):
         container = deployment['spec']['template']['spec']['containers'][0]
         args = list(container.get('command') or [])[1:] + list(container.get('args') or [])
@@ -378,6 +436,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         crds = [crd for name in self.controllers for crd in self.crds(name)]
         if self.sealed_secrets:
             crds += self.crds(SEALED_SECRETS)
+        if self.operator:
+            crds += self.crds(FLUX_OPERATOR)
         if self.installed:
             wait_established(self.cp, [crd['metadata']['name'] for crd in crds], max(1.0, deadline - time.monotonic()))
             return []
@@ -399,6 +459,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         self.ports['source-controller-storage'] = free_port()
         sealed = self.install(timeout)
         commands = {name: self._flux_command(name) for name in self.controllers}
+        if self.operator:
+            commands[FLUX_OPERATOR] = self._operator_command()
         deployments = {}
         if self.sealed_secrets:
             deployment = [self.deployment(SEALED_SECRETS)] if self.installed else [d for d in sealed if d.get('kind') == 'Deployment']

@@ -16,6 +16,11 @@
   is when a kubelet would start the containers - and their CRDs are Established, the controllers run as processes with
   the args and ServiceAccounts of those Deployments (controllers.py, installed=True). They stop with the lab, or at
   `lab reset`.
+- Likewise flux-operator (the collection's operator method, flux_install_method=operator): once the Deployment
+  flux-system/flux-operator has an available replica and its four CRDs are Established, the pinned upstream build runs
+  as a process with a kubeconfig of that Deployment's ServiceAccount and the module's own distribution manifests
+  (config/data, the image's /data) as --storage-path (controllers.py _operator_command). Its FluxInstance then applies
+  Flux's manifests from there, and the Flux controllers start as above once kwok makes those Deployments available.
 - Likewise the sealed-secrets controller: once the Deployment kube-system/sealed-secrets-controller (the lab's tree
   deploys it through Flux) has an available replica and the SealedSecret CRD is Established, the pinned upstream
   controller runs as a process with that Deployment's args and ServiceAccount, and plays its pod on the control
@@ -45,7 +50,7 @@ from lab.flux.mirror import ArtifactMirror
 from lab.k8s_upstream.controlplane import ControlPlaneError
 
 from .faults import GitopsFaults
-from .controllers import FLUX_CONTROLLERS, FLUX_NAMESPACE, SEALED_NAMESPACE, SEALED_SECRETS, FluxControllers, FluxError, get
+from .controllers import FLUX_CONTROLLERS, FLUX_NAMESPACE, FLUX_OPERATOR, SEALED_NAMESPACE, SEALED_SECRETS, FluxControllers, FluxError, get
 from .gitserver import GitServerError, SmartGitServer
 
 LOG = logging.getLogger('lab.flux_upstream')
@@ -125,7 +130,7 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
         if cluster_id in self.controllers or any(key[0] == cluster_id for key in self.watches):
             return
         loop = asyncio.get_running_loop()
-        for what in ('flux', 'sealed-secrets'):
+        for what in ('flux', 'sealed-secrets', FLUX_OPERATOR):
             self.watches[(cluster_id, what)] = loop.create_task(self._run_when_installed(cluster_id, plane, what))
 
     @staticmethod
@@ -143,11 +148,15 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
 
     async def _run_when_installed(self, cluster_id, plane, what):
         """Wait for the cluster's Deployments of what (flux: the Flux controllers, which the collection's flux stage
-        applies; sealed-secrets: the controller the lab's tree deploys through Flux) to be available - kwok runs their
+        applies, or flux-operator from a FluxInstance; sealed-secrets: the controller the lab's tree deploys through
+        Flux; flux-operator: the operator the collection's operator method applies) to be available - kwok runs their
         pods - then run the controllers."""
         if what == 'flux':
             deployments = [(FLUX_NAMESPACE, name) for name in FLUX_CONTROLLERS]
             options = {'sealed_secrets': False}
+        elif what == FLUX_OPERATOR:
+            deployments = [(FLUX_NAMESPACE, FLUX_OPERATOR)]
+            options = {'controllers': (), 'sealed_secrets': False, 'operator': True}
         else:
             deployments = [(SEALED_NAMESPACE, SEALED_SECRETS)]
             options = {'controllers': (), 'sealed_secrets': True}

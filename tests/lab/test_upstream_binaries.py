@@ -6,6 +6,7 @@ import http.server
 import importlib.util
 import io
 import os
+import re
 import socket
 import tarfile
 import threading
@@ -104,6 +105,36 @@ def test_the_kubernetes_binaries_are_one_build_and_etcd_another():
     assert sorted(groups.values()) == [['etcd'], ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler'], ['kwok']]
     assert SCRIPT._binary_name('go.etcd.io/etcd/server/v3') == 'server'  # pylint: disable=protected-access
     assert SCRIPT._binary_name('k8s.io/kubernetes/cmd/kube-apiserver') == 'kube-apiserver'  # pylint: disable=protected-access
+
+
+def test_flux_operator_builds_alone_in_its_module_tree_with_its_own_toolchain_and_fips_setting():
+    specs = upstream.components()
+    operator = specs['flux-operator']['go_module']
+    # its Dockerfile: GOFIPS140=latest (the operator exits when FIPS 140-3 mode is off: cmd/operator/main.go)
+    env = SCRIPT._go_env(operator)  # pylint: disable=protected-access
+    assert env['GOTOOLCHAIN'] == 'go1.27.3' and env['GOFIPS140'] == 'latest'
+    # every other build keeps the installed Go
+    assert SCRIPT._go_env(specs['source-controller']['go_module'])['GOTOOLCHAIN'] == 'local'  # pylint: disable=protected-access
+    assert SCRIPT._go_env(specs['source-controller']['go_module']).get('GOFIPS140') == os.environ.get('GOFIPS140')  # pylint: disable=protected-access
+    assert operator['module_tree'] == {'empty_files': ['web/dist/index.html']}
+
+
+def _operator_spec(**fields):
+    module = dict(upstream.components()['flux-operator']['go_module'], **fields)
+    return {'name': 'flux-operator', 'version': '0.59.0', 'go_module': module}
+
+
+@pytest.mark.parametrize('fields, message', [
+    ({'toolchain': 'latest'}, 'field go_module.toolchain must name a Go release such as go1.27.3'),
+    ({'env': {'GOTOOLCHAIN': 'auto'}}, 'field go_module.env: give the Go toolchain in go_module.toolchain, not GOTOOLCHAIN'),
+    ({'env': {'lower': 'x'}}, 'field go_module.env must map environment variable names to strings'),
+    ({'module_tree': {'empty_files': ['../outside']}}, 'field go_module.module_tree.empty_files: \'../outside\' is not a path inside'),
+    ({'module_tree': ['web/dist']}, 'field go_module.module_tree must be'),
+    ({'package': 'example.com/other/cmd'}, 'field go_module.package must be a package of go_module.module'),
+])
+def test_the_build_extras_of_a_go_module_are_checked_field_by_field(fields, message):
+    with pytest.raises(upstream.UpstreamError, match='flux-operator.json: ' + re.escape(message)):
+        upstream.validate(_operator_spec(**fields), 'flux-operator.json')
 
 
 # ---- charts out of Go modules -----------------------------------------------------------------------------------------
