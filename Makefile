@@ -90,7 +90,7 @@ lab-test: setup
 UPSTREAM_KUBERNETES_TESTS = tests/integration/test_cni_lab.py tests/integration/test_apps_lab.py \
 	tests/integration/test_flux_tree_owned.py
 UPSTREAM_FLUX_TESTS = tests/integration/test_gitops_upstream_flux_lab.py tests/integration/test_gitops_lab.py \
-	tests/integration/test_sealed_lab.py tests/integration/test_interrupted_runs.py
+	tests/integration/test_sealed_lab.py tests/integration/test_interrupted_runs.py tests/integration/test_flux_operator_lab.py
 
 integration: setup
 	$(PY) -m pytest tests/integration -n 2 --dist loadfile --durations=15 \
@@ -106,7 +106,8 @@ integration: setup
 #   with its faults made of real objects (docs/lab-flux.md "Faults in this world": a commit whose Deployment never
 #   rolls out, a commit whose kustomization.yaml lists a missing file, a crash-looping CSI node plugin), and the
 #   flux stage's sealed Secrets unsealed by the upstream controller (a changed value, a controller on another key, a
-#   vault password), and every stage of site.yml killed in its middle and resumed (its kill points in the flux and apps
+#   vault password), the operator install method on the real flux-operator, and every stage of site.yml killed in its
+#   middle and resumed (its kill points in the flux and apps
 #   stages read kube-apiserver's audit log, through the lab's request log).
 integration-upstream: setup
 	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest -n 2 --dist loadfile --durations=10 \
