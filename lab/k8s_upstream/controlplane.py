@@ -672,7 +672,9 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                 'addresses': [{'type': 'InternalIP', 'address': a} for a in addresses] + [{'type': 'Hostname', 'address': name}],
                 'allocatable': {'cpu': '4', 'memory': '8Gi', 'pods': '110'},
                 'capacity': {'cpu': '4', 'memory': '8Gi', 'pods': '110'},
-                # what the kubelet reports; kwok's node-initialize stage fills what is left out (kernel, runtime)
+                # what the kubelet reports; kwok's node-initialize stage fills what is left out (kernel, runtime).
+                # kubeletVersion: the kubelet's own version (pkg/kubelet/nodestatus/setters.go:361), by default the
+                # lab's kube-apiserver's; a Talos node's is its kubelet image's (node_info)
                 'nodeInfo': dict({'architecture': 'amd64', 'operatingSystem': 'linux',
                                   'kubeletVersion': 'v' + upstream.components()['kube-apiserver']['version']},
                                  **(node_info or {})),
@@ -680,6 +682,11 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         }
         created = self.api('POST', '/api/v1/nodes', node, expect=(201, 409))
         if created.get('kind') == 'Status':  # registered before (kubelet ran on it earlier): its kubelet runs again
+            # the kubelet that starts (perhaps another version) writes its nodeInfo on its first status update:
+            # k8s.io/kubernetes@v1.36.3 pkg/kubelet/kubelet_node_status.go:585 setNodeStatus, :595 PatchNodeStatus, the
+            # setters including nodestatus.VersionInfo (:689; setters.go:361 kubeletVersion from its own build version)
+            self.api('PATCH', '/api/v1/nodes/%s/status' % name, {'status': {'nodeInfo': node['status']['nodeInfo']}},
+                     content_type='application/strategic-merge-patch+json')
             return self.start_kubelet(name)
         return created
 

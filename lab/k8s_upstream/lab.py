@@ -17,6 +17,10 @@ this one): with it, a lab cluster's Kubernetes is etcd + kube-apiserver + kube-c
 - a kubelet runs (on_kubelet_running): its Node registers with the Talos hostname, the node address, and the labels
   and taints Talos gives it; a kubelet that stops (Talos reboot, reset, shutdown; VM stop, reset, delete) is let go by
   kwok, so kube-controller-manager's node lifecycle controller marks its Node Unknown when its Lease runs out.
+- the Node reports its config's kubelet version (machine.kubelet.image), and the new one after Talos restarts kubelet
+  for a config that names another image (on_kubelet_restarting); a control plane's kube-apiserver,
+  kube-controller-manager and kube-scheduler are mirror pods with the images of its config (mirror_pod). The processes
+  serving the API stay the lab's one build (v1.36.3) whatever the configs name.
 - a Node is NotReady as its kubelet reports it (NetworkPluginNotReady) until a Ready pod labelled k8s-app=cilium runs
   on it, then Ready (lab/k8s_upstream/kubelet.py).
 - `lab status` shows, per cluster, each process with its pid and health; the lab stopping stops them.
@@ -30,11 +34,13 @@ Not yet: the other kubelet faults (image pull, volume mount), the Flux simulatio
 """
 
 import asyncio
+import hashlib
 import logging
 import os
 import urllib.parse
 
 from ..kubelet_hooks import KubeletVmHooks
+from ..talos import machineconfig
 from ..talos import vip as talos_vip
 from . import manifests as talos_manifests
 from .controlplane import DEFAULT_POD_SUBNET, DEFAULT_SERVICE_SUBNET, ControlPlane, ControlPlaneError, _is_ip
@@ -44,6 +50,8 @@ LOG = logging.getLogger('lab.k8s_upstream')
 API_PORT = 6443
 AUDIT_POLL_SECONDS = 0.1   # how often requests.log gets the API requests of kube-apiserver's audit log
 CONTROL_PLANE_TAINT = 'node-role.kubernetes.io/control-plane'
+# The control-plane components Talos runs as static pods (their mirror pods: mirror_pod)
+STATIC_PODS = ('kube-apiserver', 'kube-controller-manager', 'kube-scheduler')
 
 
 def _text(value):
@@ -79,6 +87,28 @@ def node_taints(config):
     return taints
 
 
+def mirror_pod(component, node_name, image, address):
+    """The mirror pod a control plane's kubelet posts for one of the static pods Talos writes.
+
+    siderolabs/talos v1.13.9 internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go renders
+    kube-apiserver (:344-485), kube-controller-manager (:569-670) and kube-scheduler (:749-865) as static pods in
+    kube-system, labels tier=control-plane and k8s-app=<component>, the image of the component's config
+    (cluster.<component>.image), hostNetwork. The kubelet posts a mirror pod `<pod>-<node>` for each
+    (k8s.io/kubernetes@v1.36.3 pkg/kubelet/pod/mirror_client.go:69-113 CreateMirrorPod: annotation
+    kubernetes.io/config.mirror, the static pod's hash; owned by its Node, :91-97). The lab leaves the pod's other
+    fields out; its config.mirror value is a hash of the image (what changes between the lab's static pods)."""
+    return {
+        'apiVersion': 'v1', 'kind': 'Pod',
+        'metadata': {'name': '%s-%s' % (component, node_name), 'namespace': 'kube-system',
+                     'labels': {'k8s-app': component, 'tier': 'control-plane'},
+                     'annotations': {'kubernetes.io/config.mirror': hashlib.sha256(image.encode()).hexdigest()[:32],
+                                     'kubernetes.io/config.source': 'file'}},
+        'spec': {'nodeName': node_name, 'hostNetwork': True, 'priorityClassName': 'system-cluster-critical',
+                 'tolerations': [{'operator': 'Exists'}],
+                 'containers': [{'name': component, 'image': image}]},
+        'status': {'hostIP': address} if address else {}}
+
+
 class LabUpstreamKubernetes(KubeletVmHooks):
     """Every cluster's upstream control plane, keyed by Talos cluster id."""
 
@@ -91,6 +121,7 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.appliers = {}   # cluster id -> ManifestApplier (its inventory lives as long as the control plane)
         self.crashloop = {}  # node name -> NAMESPACE/DAEMONSET of the fault k8s-crashloop (applied to planes that start later too)
         self.applying = {}   # cluster id -> (config text, the asyncio task applying Talos's manifests from it)
+        self.restarting = {}  # talos node key -> the task stopping its kubelet for a restart (on_kubelet_restarting)
         self.audit_task = None  # follow_audit, from the first control plane's start
         self.endpoints = {}  # cluster id -> the control-plane endpoint host (an address)
         self.control_planes = {}  # cluster id -> {talos node key: address} of the control planes that are up
@@ -264,27 +295,80 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         if plane is None:
             self.waiting.setdefault(node.cluster_id, []).append(node)
             return
+        stopping = self.restarting.pop(node.key, None)
+        if stopping is not None:
+            await stopping  # the stop of the kubelet's previous run lands before this run registers
         name = node.hostname
         config = node.config
         # a Node registered before (the kubelet ran earlier) is taken back by kwok: the kubelet runs again
+        # status.nodeInfo.kubeletVersion: the version of the kubelet the node runs, its machine config's
+        # machine.kubelet.image (Talos v1.13.9 controllers/k8s/kubelet_spec.go:221; kubelet's setters.go:361 VersionInfo)
         await self._blocking(plane.register_node, name, labels=node_labels(config), taints=node_taints(config),
                              addresses=[node.address] if node.address else [],
-                             node_info={'osImage': 'Talos (%s)' % node.running_version})
+                             node_info={'osImage': 'Talos (%s)' % node.running_version,
+                                        'kubeletVersion': machineconfig.image_version(config.kubelet_image)})
         self.nodes[node.key] = (node.cluster_id, name)
         if config.control_plane:
             if node.address:
                 self.control_planes.setdefault(node.cluster_id, {})[node.key] = node.address
                 await self._follow(node.cluster_id)
+            await self._static_pods(node)
             self._apply_manifests(node.cluster_id, config)
 
-    async def _kubelet_gone(self, key):
+    async def on_config_live(self, node):
+        """A config now runs on the node without a reboot (lab/talos/node.py _live_change): its static pods follow the
+        images of its cluster section, while its kubelet runs."""
+        if node.key in self.nodes and node.config is not None and node.config.control_plane:
+            await self._static_pods(node)
+
+    def on_kubelet_restarting(self, node):
+        """kubelet alone restarts (a new machine.kubelet.image): Talos's KubeletServiceController stops the kubelet
+        service and starts it again on a change of its spec (v1.13.9 controllers/k8s/kubelet_service.go:188-197 Stop,
+        :215 Start). kwok lets the Node go until on_kubelet_running registers it again with the new version; the
+        static pods keep running. The stop runs as a task, which on_kubelet_running waits for before it registers."""
+        if node.key in self.nodes:
+            self.restarting[node.key] = asyncio.get_running_loop().create_task(self._kubelet_gone(node.key, restart=True))
+
+    async def _static_pods(self, node):
+        """The mirror pods of a control plane's static pods (mirror_pod), as its running kubelet keeps them: one whose
+        image differs from the config's is deleted (grace 0, the old uid as precondition) and posted anew
+        (k8s.io/kubernetes@v1.36.3 pkg/kubelet/kubelet.go:3472-3503 tryReconcileMirrorPods, mirror_client.go:116-136)."""
+        plane = self.planes.get(node.cluster_id)
+        config = node.config
+        if plane is None or config is None or not config.control_plane:
+            return
+        name = node.hostname
+        for component in STATIC_PODS:
+            image = config.component_image(component)
+            wanted = mirror_pod(component, name, image, node.address)
+            path = '/api/v1/namespaces/kube-system/pods/' + wanted['metadata']['name']
+            try:
+                old = await self._blocking(plane.api, 'GET', path, expect=(200, 404))
+                if old.get('kind') == 'Pod':
+                    if [c.get('image') for c in old['spec'].get('containers') or ()] == [image] \
+                            and not old['metadata'].get('deletionTimestamp'):
+                        continue
+                    await self._blocking(plane.api, 'DELETE', path, {'gracePeriodSeconds': 0,
+                                                                     'preconditions': {'uid': old['metadata']['uid']}},
+                                         expect=(200, 404, 409))
+                owner = await self._blocking(plane.api, 'GET', '/api/v1/nodes/' + name)
+                wanted['metadata']['ownerReferences'] = [{'apiVersion': 'v1', 'kind': 'Node', 'name': name,
+                                                          'uid': owner['metadata']['uid'], 'controller': True}]
+                await self._blocking(plane.api, 'POST', '/api/v1/namespaces/kube-system/pods', wanted, expect=(201,))
+                LOG.info('node %s: mirror pod %s posted (%s)', name, wanted['metadata']['name'], image)
+            except ControlPlaneError as exc:
+                LOG.warning('node %s: mirror pod %s not posted: %s', name, wanted['metadata']['name'], exc)
+
+    async def _kubelet_gone(self, key, restart=False):
         """A node's kubelet stopped (Talos reboot, reset or shutdown; VM stop, reset or delete): kwok lets its Node go,
-        and kube-controller-manager marks it Unknown when its Lease runs out, as with a real kubelet."""
+        and kube-controller-manager marks it Unknown when its Lease runs out, as with a real kubelet. restart=True: the
+        kubelet service alone restarts; the node's etcd, its static pods (kube-apiserver) and so where the API answers
+        and who holds the VIP stay as they are (the VIP follows etcd: Talos v1.13.9 operator/vip.go:154-189)."""
         for waiting in self.waiting.values():
             waiting[:] = [n for n in waiting if n.key != key]
         known = self.nodes.pop(key, None)
         for cluster_id, control_planes in self.control_planes.items():
-            if control_planes.pop(key, None) is not None:
+            if not restart and control_planes.pop(key, None) is not None:
                 await self._follow(cluster_id, gone=key)
         plane = self.planes.get(known[0]) if known else None
         if plane is not None:

@@ -55,6 +55,7 @@ def workspace(tmp_path_factory):
     lab = start_lab(os.path.join(folder, 'lab'), control_planes=3, workers=3)
     try:
         space = Workspace(lab, folder)
+        space.render_cilium_manifest()
         os.makedirs(os.path.join(space.inventory, 'host_vars'), exist_ok=True)
         for host in CONTROL_PLANES + WORKERS:
             with open(os.path.join(space.inventory, 'host_vars', '%s.yml' % host), 'w', encoding='utf-8') as handle:

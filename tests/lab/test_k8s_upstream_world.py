@@ -8,12 +8,15 @@ import os
 import pytest
 from proxmoxer import ProxmoxAPI
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client as talos_client
+
 from lab.cli import render_status
 from lab.k8s_upstream.lab import node_taints
+from lab.talos import testing
 from lab.talos.node import TALOS_VERSION
 from lab.testing import free_net, world_in_thread
 # tests/lab is on sys.path under pytest (rootdir-less test modules): the same cluster bring-up as the lab.k8s tests
-from test_k8s_world import _cluster_up, _ok, wait_until  # pylint: disable=import-error
+from test_k8s_world import _boot_count, _cluster_up, _ok, _static_pod_images, wait_until  # pylint: disable=import-error
 
 pytestmark = pytest.mark.upstream
 kubernetes = pytest.importorskip('kubernetes')
@@ -98,3 +101,50 @@ def test_node_taints_follow_talos():
     assert node_taints(_Config(True, cluster={'allowSchedulingOnControlPlanes': True})) == []
     taints = node_taints(_Config(False, machine={'nodeTaints': {'dedicated': 'db:NoExecute', 'gpu': 'NoSchedule'}}))
     assert taints == [{'key': 'dedicated', 'value': 'db', 'effect': 'NoExecute'}, {'key': 'gpu', 'effect': 'NoSchedule'}]
+
+
+def test_a_config_applied_live_moves_the_kubelet_version_and_the_mirror_pods(tmp_path):
+    """As on lab/k8s (tests/lab/test_k8s_world.py): the Node reports the version of machine.kubelet.image, and the new
+    one once Talos has restarted kubelet for a config applied without a reboot; a control plane's kube-apiserver,
+    kube-controller-manager and kube-scheduler are mirror pods owned by its Node with the images of its config,
+    replaced (a new uid) when the config names another image. The API server itself stays the v1.36.3 binary."""
+    with world_in_thread(tmp_path / 'run', free_net(), extensions=('lab.talos', 'lab.k8s_upstream'), profile='instant') as running:
+        world = running.world
+        api = ProxmoxAPI(world.net.pve_host, user='proxtalos@pve', token_name='proxtalos', token_value=world.token_secret,
+                         verify_ssl=world.ca_path)
+        kept = {}
+        core, _cp_vm, cp_address, worker_address = _cluster_up(running, api, tmp_path, keep=kept)
+        assert core.read_node('worker-1').status.node_info.kubelet_version == 'v1.36.3'
+        old = dict((c, 'registry.k8s.io/%s:v1.36.3' % c) for c in ('kube-apiserver', 'kube-controller-manager', 'kube-scheduler'))
+        wait_until(lambda: (_static_pod_images(core, 'cp-1') == old, _static_pod_images(core, 'cp-1')), 'the mirror pods of cp-1')
+        mirror = core.read_namespaced_pod('kube-apiserver-cp-1', 'kube-system')
+        assert 'kubernetes.io/config.mirror' in mirror.metadata.annotations and mirror.spec.host_network
+        assert [(r.kind, r.name, r.uid) for r in mirror.metadata.owner_references] == [('Node', 'cp-1', core.read_node('cp-1').metadata.uid)]
+        assert not _static_pod_images(core, 'worker-1')
+
+        secrets, endpoint = kept['secrets'], kept['endpoint']
+        credentials = talos_client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
+        kubelet = {'image': 'ghcr.io/siderolabs/kubelet:v1.36.4', 'defaultRuntimeSeccompProfileEnabled': True,
+                   'disableManifestsDirectory': True}
+        boots = _boot_count(running, 'worker-1')
+        with talos_client.TalosClient(worker_address, credentials=credentials, timeout=5) as talos:
+            reply = talos.apply_configuration(testing.render_config(secrets, 'worker', endpoint, hostname='worker-1',
+                                                                    extra_machine={'kubelet': kubelet}))
+        assert 'without a reboot' in str(reply), reply
+        wait_until(lambda: (core.read_node('worker-1').status.node_info.kubelet_version == 'v1.36.4',
+                            core.read_node('worker-1').status.node_info.kubelet_version), "the worker's kubelet on v1.36.4")
+        assert _boot_count(running, 'worker-1') == boots   # no reboot: kubelet alone restarted
+        # kwok runs the Node again after the restart
+        wait_until(lambda: ('kwok.x-k8s.io/node' in (core.read_node('worker-1').metadata.labels or {}),
+                            core.read_node('worker-1').metadata.labels), 'kwok taking worker-1 back')
+
+        new_api = {'image': 'registry.k8s.io/kube-apiserver:v1.36.4', 'certSANs': []}
+        with talos_client.TalosClient(cp_address, credentials=credentials, timeout=5) as talos:
+            talos.apply_configuration(testing.render_config(secrets, 'controlplane', endpoint, hostname='cp-1',
+                                                            extra_cluster={'apiServer': new_api}, vip=world.net.endpoint_host))
+        wait_until(lambda: (_static_pod_images(core, 'cp-1') == dict(old, **{'kube-apiserver': new_api['image']}),
+                            _static_pod_images(core, 'cp-1')), 'kube-apiserver-cp-1 on the new image')
+        assert core.read_namespaced_pod('kube-apiserver-cp-1', 'kube-system').metadata.uid != mirror.metadata.uid
+        assert core.read_node('cp-1').status.node_info.kubelet_version == 'v1.36.3'
+        # the gap: the process serving the API is the one binary the lab builds
+        assert kube_client.VersionApi(core.api_client).get_code().git_version == 'v1.36.3'
