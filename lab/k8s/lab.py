@@ -441,9 +441,7 @@ class LabKubernetes(KubeletVmHooks):
         election = self.elections.get(cluster_id)
         if election is None:
             return None
-        nodes = getattr(getattr(self.world, 'talos', None), 'nodes', {})
-        leader = nodes.get(election.leader) if election.leader is not None else None
-        return {'address': election.address, 'holder': leader.name if leader is not None else None}
+        return election.status(getattr(getattr(self.world, 'talos', None), 'nodes', {}))
 
 
 def _is_ip(host):

@@ -92,3 +92,9 @@ class Election(object):
             if campaigning and key not in self.queue:
                 self.queue.append(key)
         return self.leader
+
+    def status(self, nodes):
+        """{'address', 'holder'} for `lab status`: the VIP and the name of the control plane that holds it (None:
+        nobody). nodes: the lab's Talos nodes by key."""
+        leader = nodes.get(self.leader) if self.leader is not None else None
+        return {'address': self.address, 'holder': leader.name if leader is not None else None}

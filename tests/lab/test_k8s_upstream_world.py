@@ -16,7 +16,7 @@ from lab.talos import testing
 from lab.talos.node import TALOS_VERSION
 from lab.testing import free_net, world_in_thread
 # tests/lab is on sys.path under pytest (rootdir-less test modules): the same cluster bring-up as the lab.k8s tests
-from test_k8s_world import _boot_count, _cluster_up, _ok, _static_pod_images, wait_until  # pylint: disable=import-error
+from test_k8s_world import _cluster_up, _ok, _static_pod_images, _worker_kubelet_to_v1_36_4, wait_until  # pylint: disable=import-error
 
 pytestmark = pytest.mark.upstream
 kubernetes = pytest.importorskip('kubernetes')
@@ -123,17 +123,7 @@ def test_a_config_applied_live_moves_the_kubelet_version_and_the_mirror_pods(tmp
         assert not _static_pod_images(core, 'worker-1')
 
         secrets, endpoint = kept['secrets'], kept['endpoint']
-        credentials = talos_client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
-        kubelet = {'image': 'ghcr.io/siderolabs/kubelet:v1.36.4', 'defaultRuntimeSeccompProfileEnabled': True,
-                   'disableManifestsDirectory': True}
-        boots = _boot_count(running, 'worker-1')
-        with talos_client.TalosClient(worker_address, credentials=credentials, timeout=5) as talos:
-            reply = talos.apply_configuration(testing.render_config(secrets, 'worker', endpoint, hostname='worker-1',
-                                                                    extra_machine={'kubelet': kubelet}))
-        assert 'without a reboot' in str(reply), reply
-        wait_until(lambda: (core.read_node('worker-1').status.node_info.kubelet_version == 'v1.36.4',
-                            core.read_node('worker-1').status.node_info.kubelet_version), "the worker's kubelet on v1.36.4")
-        assert _boot_count(running, 'worker-1') == boots   # no reboot: kubelet alone restarted
+        credentials = _worker_kubelet_to_v1_36_4(running, core, kept, worker_address)
         # kwok runs the Node again after the restart
         wait_until(lambda: ('kwok.x-k8s.io/node' in (core.read_node('worker-1').metadata.labels or {}),
                             core.read_node('worker-1').metadata.labels), 'kwok taking worker-1 back')

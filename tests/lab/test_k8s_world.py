@@ -224,6 +224,24 @@ def _static_pod_images(core, node):
                 if pod.spec.node_name == node)
 
 
+def _worker_kubelet_to_v1_36_4(running, core, kept, worker_address):
+    """Apply worker-1 a config naming kubelet v1.36.4 (kept: _cluster_up's secrets and endpoint): Talos applies it
+    without a reboot and restarts kubelet alone, whose Node then reports v1.36.4. Returns the talosconfig credentials."""
+    secrets, endpoint = kept['secrets'], kept['endpoint']
+    credentials = talos_client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
+    kubelet = {'image': 'ghcr.io/siderolabs/kubelet:v1.36.4', 'defaultRuntimeSeccompProfileEnabled': True,
+               'disableManifestsDirectory': True}
+    boots = _boot_count(running, 'worker-1')
+    with talos_client.TalosClient(worker_address, credentials=credentials, timeout=5) as talos:
+        reply = talos.apply_configuration(testing.render_config(secrets, 'worker', endpoint, hostname='worker-1',
+                                                                extra_machine={'kubelet': kubelet}))
+    assert 'without a reboot' in str(reply), reply
+    wait_until(lambda: (core.read_node('worker-1').status.node_info.kubelet_version == 'v1.36.4',
+                        core.read_node('worker-1').status.node_info.kubelet_version), "the worker's kubelet on v1.36.4")
+    assert _boot_count(running, 'worker-1') == boots   # no reboot: kubelet alone restarted
+    return credentials
+
+
 def test_a_config_applied_live_moves_the_kubelet_and_the_static_pods_to_its_images(running, tmp_path):
     """The kubelet reports the version of machine.kubelet.image and restarts when a config applied without a reboot
     changes it; a control plane's kube-apiserver, kube-controller-manager and kube-scheduler are mirror pods with the
@@ -241,17 +259,7 @@ def test_a_config_applied_live_moves_the_kubelet_and_the_static_pods_to_its_imag
     assert 'kubernetes.io/config.mirror' in mirror.metadata.annotations and mirror.spec.host_network
 
     secrets, endpoint = kept['secrets'], kept['endpoint']
-    credentials = talos_client.TalosCredentials.from_talosconfig(secrets.talosconfig('lab'))
-    kubelet = {'image': 'ghcr.io/siderolabs/kubelet:v1.36.4', 'defaultRuntimeSeccompProfileEnabled': True,
-               'disableManifestsDirectory': True}
-    boots = _boot_count(running, 'worker-1')
-    with talos_client.TalosClient(worker_address, credentials=credentials, timeout=5) as talos:
-        reply = talos.apply_configuration(testing.render_config(secrets, 'worker', endpoint, hostname='worker-1',
-                                                                extra_machine={'kubelet': kubelet}))
-    assert 'without a reboot' in str(reply), reply
-    wait_until(lambda: (core.read_node('worker-1').status.node_info.kubelet_version == 'v1.36.4',
-                        core.read_node('worker-1').status.node_info.kubelet_version), 'the worker\'s kubelet on v1.36.4')
-    assert _boot_count(running, 'worker-1') == boots   # no reboot: kubelet alone restarted
+    credentials = _worker_kubelet_to_v1_36_4(running, core, kept, worker_address)
 
     new_api = {'image': 'registry.k8s.io/kube-apiserver:v1.36.4', 'certSANs': []}
     with talos_client.TalosClient(cp_address, credentials=credentials, timeout=5) as talos:
