@@ -8,15 +8,14 @@ import os
 import pytest
 from proxmoxer import ProxmoxAPI
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client as talos_client
 
 from lab.cli import render_status
 from lab.k8s_upstream.lab import node_taints
-from lab.talos import testing
 from lab.talos.node import TALOS_VERSION
 from lab.testing import free_net, world_in_thread
 # tests/lab is on sys.path under pytest (rootdir-less test modules): the same cluster bring-up as the lab.k8s tests
-from test_k8s_world import _cluster_up, _ok, _static_pod_images, _worker_kubelet_to_v1_36_4, wait_until  # pylint: disable=import-error
+from test_k8s_world import (_api_server_image_to_v1_36_4, _cluster_up, _ok, _static_pod_images,
+                            _worker_kubelet_to_v1_36_4, wait_until)  # pylint: disable=import-error
 
 pytestmark = pytest.mark.upstream
 kubernetes = pytest.importorskip('kubernetes')
@@ -122,18 +121,12 @@ def test_a_config_applied_live_moves_the_kubelet_version_and_the_mirror_pods(tmp
         assert [(r.kind, r.name, r.uid) for r in mirror.metadata.owner_references] == [('Node', 'cp-1', core.read_node('cp-1').metadata.uid)]
         assert not _static_pod_images(core, 'worker-1')
 
-        secrets, endpoint = kept['secrets'], kept['endpoint']
         credentials = _worker_kubelet_to_v1_36_4(running, core, kept, worker_address)
         # kwok runs the Node again after the restart
         wait_until(lambda: ('kwok.x-k8s.io/node' in (core.read_node('worker-1').metadata.labels or {}),
                             core.read_node('worker-1').metadata.labels), 'kwok taking worker-1 back')
 
-        new_api = {'image': 'registry.k8s.io/kube-apiserver:v1.36.4', 'certSANs': []}
-        with talos_client.TalosClient(cp_address, credentials=credentials, timeout=5) as talos:
-            talos.apply_configuration(testing.render_config(secrets, 'controlplane', endpoint, hostname='cp-1',
-                                                            extra_cluster={'apiServer': new_api}, vip=world.net.endpoint_host))
-        wait_until(lambda: (_static_pod_images(core, 'cp-1') == dict(old, **{'kube-apiserver': new_api['image']}),
-                            _static_pod_images(core, 'cp-1')), 'kube-apiserver-cp-1 on the new image')
+        _api_server_image_to_v1_36_4(running, core, kept, cp_address, credentials, old)
         assert core.read_namespaced_pod('kube-apiserver-cp-1', 'kube-system').metadata.uid != mirror.metadata.uid
         assert core.read_node('cp-1').status.node_info.kubelet_version == 'v1.36.3'
         # the gap: the process serving the API is the one binary the lab builds

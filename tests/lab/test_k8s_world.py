@@ -242,6 +242,17 @@ def _worker_kubelet_to_v1_36_4(running, core, kept, worker_address):
     return credentials
 
 
+def _api_server_image_to_v1_36_4(running, core, kept, cp_address, credentials, old):
+    """Apply cp-1 a config naming kube-apiserver v1.36.4 (old: the mirror pods' images before): its mirror pod
+    kube-apiserver-cp-1 takes the new image, the others keep theirs."""
+    new_api = {'image': 'registry.k8s.io/kube-apiserver:v1.36.4', 'certSANs': []}
+    with talos_client.TalosClient(cp_address, credentials=credentials, timeout=5) as talos:
+        talos.apply_configuration(testing.render_config(kept['secrets'], 'controlplane', kept['endpoint'], hostname='cp-1',
+                                                        extra_cluster={'apiServer': new_api}, vip=running.world.net.endpoint_host))
+    wait_until(lambda: (_static_pod_images(core, 'cp-1') == dict(old, **{'kube-apiserver': new_api['image']}),
+                        _static_pod_images(core, 'cp-1')), 'kube-apiserver-cp-1 on the new image')
+
+
 def test_a_config_applied_live_moves_the_kubelet_and_the_static_pods_to_its_images(running, tmp_path):
     """The kubelet reports the version of machine.kubelet.image and restarts when a config applied without a reboot
     changes it; a control plane's kube-apiserver, kube-controller-manager and kube-scheduler are mirror pods with the
@@ -258,15 +269,8 @@ def test_a_config_applied_live_moves_the_kubelet_and_the_static_pods_to_its_imag
     mirror = core.read_namespaced_pod('kube-apiserver-cp-1', 'kube-system')
     assert 'kubernetes.io/config.mirror' in mirror.metadata.annotations and mirror.spec.host_network
 
-    secrets, endpoint = kept['secrets'], kept['endpoint']
     credentials = _worker_kubelet_to_v1_36_4(running, core, kept, worker_address)
-
-    new_api = {'image': 'registry.k8s.io/kube-apiserver:v1.36.4', 'certSANs': []}
-    with talos_client.TalosClient(cp_address, credentials=credentials, timeout=5) as talos:
-        talos.apply_configuration(testing.render_config(secrets, 'controlplane', endpoint, hostname='cp-1',
-                                                        extra_cluster={'apiServer': new_api}, vip=world.net.endpoint_host))
-    wait_until(lambda: (_static_pod_images(core, 'cp-1') == dict(old, **{'kube-apiserver': new_api['image']}),
-                        _static_pod_images(core, 'cp-1')), 'kube-apiserver-cp-1 on the new image')
+    _api_server_image_to_v1_36_4(running, core, kept, cp_address, credentials, old)
     assert core.read_node('cp-1').status.node_info.kubelet_version == 'v1.36.3'
     assert _port_open(cp_address, 6443)
 
