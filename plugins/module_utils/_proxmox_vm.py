@@ -1,13 +1,16 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) proxtalos.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Making Proxmox VE VMs match their options: one VM, or several at once. PRIVATE to the collection.
+"""Making the Proxmox VE VMs of a list match their options, all at once. PRIVATE to the collection.
 
-Used by the module proxmox_vm, in its two forms:
-- one VM (`run`): observe, plan (pure: `plan`), and outside check mode act and converge on the deadline;
-- several VMs (`run_many`): every VM goes through `run` on its own thread of a small pool (proxmoxer is
-  synchronous), all under one deadline, each VM with its own PveClient (its own retry record) over one shared
-  HTTPS session. The outcome names, for every VM that failed, its inventory name, VM id, PVE node and the error.
+Used by the module proxmox_vm (its `vms` list; one VM is a one-element list):
+- `validate_vms`: every item's params (the shared connection and wait options plus the item's own), validated
+  before anything is done;
+- `run_vms`: every VM goes through `run` (observe, plan - pure: `plan` -, and outside check mode act and
+  converge on the deadline) on its own thread of a small pool (proxmoxer is synchronous), all under one deadline,
+  each VM with its own PveClient (its own retry record) over one shared HTTPS session;
+- `vms_result`: the module's result, each VM's part under its inventory name; it names, for every VM that
+  failed, its inventory name, VM id, PVE node and the error.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ LIVE_KEYS = ('name', 'description', 'onboot', 'tags', 'protection', 'startup', N
 CLOUDINIT_KEYS = ('ipconfig0', 'nameserver', 'searchdomain')
 NAME_RE = r'^(?=.{1,63}$)[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*$'
 TAG_RE = r'^[a-zA-Z0-9_][a-zA-Z0-9_+.-]*$'
-# run_many: at most this many VMs are worked on at the same time (threads, and HTTPS connections to PVE).
+# run_vms: at most this many VMs are worked on at the same time (threads, and HTTPS connections to PVE).
 MAX_WORKERS = 16
 
 # ---------------------------------------------------------------------------- validation
@@ -667,9 +670,10 @@ class VmRunner(object):
 
 
 def run(module_params, client, deadline, check_mode, warn, runner=None):
-    """Observe, plan and (outside check mode) act; returns the module result without `diff` trimming.
+    """One VM: observe, plan and (outside check mode) act; returns the VM's part of the result, `diff` included.
 
-    runner: the VmRunner to use (run_many passes its own, to report what was done when the VM then fails).
+    module_params: the VM's params (item_params of its item of `vms`).
+    runner: the VmRunner to use (run_vms passes its own, to report what was done when the VM then fails).
     """
     runner = runner or VmRunner(client, module_params)
     observed = runner.observe()
@@ -708,11 +712,11 @@ def run(module_params, client, deadline, check_mode, warn, runner=None):
     return result
 
 
-# ------------------------------------------------------------------------------ several VMs
+# ------------------------------------------------------------------------------ the list of VMs
 
 
 def item_params(shared, item):
-    """The single form's params of one item of `vms`: the shared (connection, wait) options plus the item's own.
+    """The params of one item of `vms` (what `run` takes): the shared (connection, wait) options plus the item's own.
 
     The item's `name` is the inventory host; the VM's PVE name is its `vm_name`, or that same name.
     """
@@ -723,8 +727,8 @@ def item_params(shared, item):
     return params
 
 
-def validate_many(vms, shared):
-    """The items' single-form params, each validated; a bad item raises ValidationError('vms') naming it."""
+def validate_vms(vms, shared):
+    """[(inventory name, params)] of the items, each validated; a bad item raises ValidationError('vms') naming it."""
     check_vms(vms)
     items = []
     for index, item in enumerate(vms):
@@ -738,7 +742,7 @@ def validate_many(vms, shared):
 
 
 class VmJob(object):
-    """One VM of a several-VM run: its inventory name, params, and how it ended (result or error)."""
+    """One VM of the run: its inventory name, params, and how it ended (result or error)."""
 
     def __init__(self, name, params, client):
         self.name = name
@@ -762,8 +766,8 @@ class VmJob(object):
         return out
 
 
-class ManyOutcome(object):
-    """run_many's outcome: each VM's job, in the order of `vms`, and the largest number worked on at once."""
+class VmsOutcome(object):
+    """run_vms's outcome: each VM's job, in the order of `vms`, and the largest number worked on at once."""
 
     def __init__(self, jobs, workers):
         self.jobs = jobs
@@ -774,10 +778,10 @@ class ManyOutcome(object):
         return [job for job in self.jobs if job.error is not None]
 
 
-def run_many(items, make_client, deadline, check_mode, warn, max_workers=MAX_WORKERS, clock=time.monotonic):
-    """Several VMs in one process: each goes through run() (the single form) on a _fanout.run_each worker, one deadline.
+def run_vms(items, make_client, deadline, check_mode, warn, max_workers=MAX_WORKERS, clock=time.monotonic):
+    """Every VM in one process: each goes through run() on a _fanout.run_each worker, under one deadline.
 
-    items: [(inventory name, single-form params)] from validate_many.
+    items: [(inventory name, params)] from validate_vms.
     make_client(): a PveClient for one VM (its own retry record; the HTTPS session is shared).
     PVE serialises what it must by itself - a VM's config lock, the storage lock of disk allocation - and a
     lock timeout is a transient error that the VM's converge loop rides out, as for concurrent module runs.
@@ -798,13 +802,13 @@ def run_many(items, make_client, deadline, check_mode, warn, max_workers=MAX_WOR
         job.error = outcome.error
         if job.elapsed is None:      # not started: its turn came after the deadline
             job.elapsed = clock() - start
-    return ManyOutcome(jobs, fanout.most_at_once)
+    return VmsOutcome(jobs, fanout.most_at_once)
 
 
-def many_result(outcome, with_diff):
-    """(ok, result dict, message) of run_many's outcome, for exit_json / fail_json.
+def vms_result(outcome, with_diff):
+    """(ok, result dict, message) of run_vms's outcome, for exit_json / fail_json.
 
-    vms: each VM that completed, under its inventory name, with the single form's result (diff in diff mode).
+    vms: each VM that completed, under its inventory name, with its part of the result from run() (diff in diff mode).
     diff (diff mode): before/after of every changed VM, keyed by its inventory name.
     failed_vms: each VM that failed, with its message, the error's details and what was done before.
     retries: every VM's retried errors, each with the VM's inventory name under `vm`.

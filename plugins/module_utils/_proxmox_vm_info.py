@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Reading Proxmox VE VMs and gating on them running with a guest agent address. PRIVATE to the collection.
 
-Used by the module proxmox_vm_info (`gate_many`, `many_result`): the VMs of its `vms` list are read once, or
+Used by the module proxmox_vm_info (`probe_vms`, `vms_result`): the VMs of its `vms` list are read once, or
 waited for (wait_for running/address) until each passes or the deadline passes. Every VM is probed concurrently by
 _fanout.run_each (proxmoxer is synchronous), under one deadline and one poll interval; a round lists the VMs once (/cluster/resources) and probes
   every VM that has not passed yet; a VM that passed is not probed again. A probe reads its VM once, without
@@ -33,7 +33,7 @@ AGENT_HINT = ('Talos runs the QEMU guest agent only when its image has the sider
 TALOS_API_PROBE_TIMEOUT = 2.0
 # At most this many VMs are probed at the same time (threads, and HTTP connections to PVE).
 MAX_WORKERS = 16
-# wait_for=none: how long transient PVE errors are ridden out (gate_many's rounds).
+# wait_for=none: how long transient PVE errors are ridden out (probe_vms's rounds).
 READ_RETRY_SECONDS = 30.0
 # The report's gate name per wait_for (the role's gate task had this name when it ran once per VM).
 GATE_NAMES = {
@@ -80,7 +80,7 @@ class VmProbe(object):
         """The VM's state as a dict (one entry of the module's result `vms`).
 
         resources: the /cluster/resources VM list of the round (one list for every VM).
-        retry: False (gate_many) reads each item once - a transient error is raised at once instead of being
+        retry: False (probe_vms) reads each item once - a transient error is raised at once instead of being
           retried until the module's deadline (the next round reads the VM again, and no pool thread retries, so
           none writes to the progress file or holds up the round).
         """
@@ -199,8 +199,8 @@ class VmWatch(object):
         return '%s (VM %s%s)' % (self.name, self.vm['vmid'], ' on PVE node %s' % node if node else '')
 
 
-class ManyResult(object):
-    """The outcome of gate_many: each VM's watch, the rounds, elapsed seconds, the largest pool used."""
+class VmsOutcome(object):
+    """The outcome of probe_vms: each VM's watch, the rounds, elapsed seconds, the largest pool used."""
 
     def __init__(self, watches, wait_result, workers, started_at=None):
         self.watches = watches
@@ -235,7 +235,7 @@ def round_summary(watches, wait_for):
     return 'VMs not %s yet %d/%d: %s' % (goal, len(waiting), len(watches), '; '.join(parts))
 
 
-def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic, sleep=time.sleep,
+def probe_vms(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic, sleep=time.sleep,
               make_probe=VmProbe):
     """The VMs in one process: read once or wait, one deadline.
 
@@ -243,7 +243,7 @@ def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic
     make_probe(client, vm): the probe of one VM (VmProbe; tests inject others).
     Each VM is read once a round, without request retries (see VmProbe.read): a transient error is "not yet"
     for that VM until the next round; with wait_for=none rounds go on only for such VMs, up to READ_RETRY_SECONDS.
-    Returns a ManyResult; never raises for a VM that did not pass (each watch says why). Errors that are
+    Returns a VmsOutcome; never raises for a VM that did not pass (each watch says why). Errors that are
     about every VM (listing the VMs fails for good) are raised.
     """
     check_vms(vms)
@@ -291,7 +291,7 @@ def gate_many(client, vms, params, max_workers=MAX_WORKERS, clock=time.monotonic
     for watch in watches:
         if watch.elapsed is None:
             watch.elapsed = result.elapsed
-    return ManyResult(watches, result, most_at_once['workers'], started_at)
+    return VmsOutcome(watches, result, most_at_once['workers'], started_at)
 
 
 def failure_text(watch, wait_for):
@@ -331,8 +331,8 @@ def gate_records(outcome, wait_for):
     return records
 
 
-def many_result(outcome, wait_for):
-    """(ok, result dict, message) of gate_many's outcome, for exit_json / fail_json."""
+def vms_result(outcome, wait_for):
+    """(ok, result dict, message) of probe_vms's outcome, for exit_json / fail_json."""
     result = dict(changed=False, vms=dict((w.name, vm_result(w)) for w in outcome.watches if w.passed),
                   elapsed=round(outcome.wait_result.elapsed, 3), attempts=outcome.wait_result.attempts,
                   workers=outcome.workers)

@@ -10,12 +10,20 @@ module: proxmox_vm
 short_description: Create, update, start, stop, reset or delete Proxmox VE VMs, with truthful changed, diff and check mode
 version_added: 0.1.0
 description:
-  - Makes one QEMU VM match the options. It observes the VM (config, pending changes, power state), plans the
-    changes, and applies them. Only the options that are set are managed; every other config key is left alone.
-  - A re-run over a VM that matches reports C(changed=false). Check mode returns the plan without writing. Diff
+  - Makes each QEMU VM of O(vms) match its options, in one module run (a C(run_once) task over every node; one VM
+    is a one-element list). It observes each VM (config, pending changes, power state), plans the changes, and
+    applies them. Only the options that are set are managed; every other config key is left alone.
+  - The VMs are worked on concurrently (a pool of at most 16 threads over one HTTPS session), under one
+    O(wait_timeout) deadline. PVE serialises what it must by itself (a VM's config lock, the storage lock of disk
+    allocation); a lock timeout is a transient error that the VM's own retries ride out. Every item is checked
+    before anything is done; a bad item fails the run naming it and the option. The result has each VM's part
+    under its name (RV(vms)); when some VM fails, the module fails naming every VM that failed (its name, VM id,
+    PVE node and PVE's error), the VMs that completed are still in RV(vms), and the failed ones are in
+    RV(failed_vms).
+  - A re-run over VMs that match reports C(changed=false). Check mode returns the plan without writing. Diff
     mode shows the managed keys before and after.
   - Values PVE normalises are compared by meaning, not text (memory V(2048) and C("2048"), C(agent=1) and
-    C(enabled=1), tag order and case, the generated MAC of C(net0) when O(macaddr) is not set).
+    C(enabled=1), tag order and case, the generated MAC of C(net0) when O(vms[].macaddr) is not set).
   - Written because M(community.proxmox.proxmox_kvm) cannot do this - it has no check mode and reports
     C(changed) on every C(update) - while keeping its connection options and environment fallbacks.
   - PVE tasks are awaited by UPID on the O(wait_timeout) deadline. Transient errors (HTTP 502/503/504/595/596,
@@ -24,271 +32,167 @@ description:
     creates or starts a VM twice. A C(TASK ERROR) fails at once, naming the VM, the PVE node, the operation and
     PVE's message with the end of the task log.
   - Changes PVE cannot apply to a running VM (cores, memory, CPU type and most hardware) are written to the VM's
-    pending config and take effect at its next start. The module reports them in RV(reboot_required) and
-    RV(pending) with a warning; with O(restart_on_change=true) it reboots the VM through PVE to apply them.
-  - Cloud-init values (O(ipconfig0), O(nameserver), O(searchdomain)) of a running VM are written into its
-    config at once by PVE, but the guest reads them from the cloud-init drive, which PVE generates again only
-    at the next start. The module reports such a change in RV(pending) with RV(reboot_required=true), and a
-    drift left by an earlier run, as PVE lists it in C(GET .../cloudinit) (PVE lists a changed C(ipconfig0)
-    there only in the run that made the change). With O(restart_on_change=true) it shuts the VM down before
+    pending config and take effect at its next start. The module reports them in the VM's C(reboot_required) and
+    C(pending) (RV(vms)) with a warning; with O(vms[].restart_on_change=true) it reboots the VM through PVE to
+    apply them.
+  - Cloud-init values (O(vms[].ipconfig0), O(vms[].nameserver), O(vms[].searchdomain)) of a running VM are
+    written into its config at once by PVE, but the guest reads them from the cloud-init drive, which PVE
+    generates again only at the next start. The module reports such a change in the VM's C(pending) with
+    C(reboot_required=true), and a drift left by an earlier run, as PVE lists it in C(GET .../cloudinit) (PVE
+    lists a changed C(ipconfig0) there only in the run that made the change). With
+    O(vms[].restart_on_change=true) it shuts the VM down before
     such a change and starts it after, so that a run ending in between leaves a stopped VM that the next run
     starts.
-  - The VM's disk is only ever grown (PVE C(resize)); a smaller O(disk_size) fails, and so does a different
-    O(disk_storage), since moving a disk is out of scope.
-  - With O(vms) it works on several VMs in one module run (for a C(run_once) task over every node) - each VM is
-    observed, planned and acted on exactly as in the one-VM form, concurrently (a pool of at most 16 threads over
-    one HTTPS session), under one O(wait_timeout) deadline. PVE serialises what it must by itself (a VM's config
-    lock, the storage lock of disk allocation); a lock timeout is a transient error that the VM's own retries ride
-    out, as for several module runs at once. Every item is checked before anything is done; a bad item fails the
-    run naming it and the option. The result has each VM's part under its name (RV(vms)); when some VM fails, the
-    module fails naming every VM that failed (its name, VM id, PVE node and PVE's error), the VMs that completed
-    are still in RV(vms), and the failed ones are in RV(failed_vms).
+  - The VM's disk is only ever grown (PVE C(resize)); a smaller O(vms[].disk_size) fails, and so does a different
+    O(vms[].disk_storage), since moving a disk is out of scope.
+  - A per-VM option at the top level (O(vms[].vmid) given as C(vmid) beside O(vms)...) fails as an unsupported
+    parameter; each VM's options go in its item of O(vms).
 author:
   - proxtalos.cluster contributors (@proxtalos)
 options:
-  vmid:
-    description:
-      - PVE id of the VM. Always given, so that parallel runs never race for the next free id.
-      - Exactly one of O(vmid) (with O(node)) and O(vms) is required.
-    type: int
-  node:
-    description:
-      - PVE node that holds (or will hold) the VM. A VM found on another node is an error, not a migration.
-      - Required with O(vmid).
-    type: str
-  state:
-    description:
-      - V(present) - the VM exists with the given config; its power state is left as it is. A new VM is not started.
-      - V(started) - as V(present), and running.
-      - V(stopped) - as V(present), and stopped (ACPI shutdown, forced off after O(shutdown_timeout)).
-      - V(absent) - the VM does not exist; a running VM is stopped first, and its disks are deleted. With O(name),
-        a VM of that id with another PVE name is not deleted; the task fails naming both names (a wrong id must
-        not delete another VM).
-      - V(reset) - hard reset of a running VM through PVE C(status/reset), for remediation. It always acts when
-        asked (C(changed=true)), never touches the config, and is safe to repeat. A stopped VM is started instead.
-        A missing VM is an error.
-    type: str
-    choices: [present, started, stopped, absent, reset]
-    default: present
-  name:
-    description: VM name (a DNS name). Renamed in place when it differs.
-    type: str
-  cores:
-    description: CPU cores per socket.
-    type: int
-  sockets:
-    description: CPU sockets.
-    type: int
-  cpu:
-    description:
-      - CPU type, for example V(x86-64-v2-AES) or V(host). Talos needs at least x86-64-v2.
-    type: str
-  memory:
-    description: Memory in MiB.
-    type: int
-  bridge:
-    description:
-      - Bridge of the first NIC (C(net0)). When not set, C(net0) is not managed.
-    type: str
-  net_model:
-    description: Model of C(net0). Only used with O(bridge).
-    type: str
-    default: virtio
-  vlan_tag:
-    description: VLAN tag of C(net0). Only used with O(bridge).
-    type: int
-  firewall:
-    description: PVE firewall on C(net0). Only used with O(bridge); not managed when not set.
-    type: bool
-  macaddr:
-    description:
-      - MAC address of C(net0). When not set, PVE generates one at creation and it is kept on every update.
-      - PVE takes only a unicast address (the second hex digit even); a multicast one fails naming this option.
-    type: str
-  disk_storage:
-    description: Storage of the boot disk C(scsi0). Used with O(disk_size).
-    type: str
-  disk_size:
-    description:
-      - Size of C(scsi0) in GiB. A larger value grows the disk; a smaller one fails (PVE cannot shrink disks).
-    type: int
-  scsihw:
-    description: SCSI controller, for example V(virtio-scsi-single).
-    type: str
-  cdrom:
-    description:
-      - Volume in the CD-ROM drive C(ide2), for example V(local:iso/talos-v1.13.9-nocloud-amd64.iso), or V(none)
-        for an empty drive. The file must be on the storage (see M(proxtalos.cluster.proxmox_image)).
-    type: str
-  cloudinit_storage:
-    description:
-      - Storage for a cloud-init drive on C(ide0); PVE generates its content from O(ipconfig0), O(nameserver) and
-        O(searchdomain). Talos' nocloud platform reads its static address from it.
-    type: str
-  ipconfig0:
-    description:
-      - Cloud-init network config of C(net0), for example V(ip=10.20.0.11/24,gw=10.20.0.1). Compared by its parts.
-    type: str
-  nameserver:
-    description: Cloud-init DNS servers, separated by spaces.
-    type: str
-  searchdomain:
-    description: Cloud-init DNS search domain.
-    type: str
-  boot:
-    description: Boot order, for example V(order=scsi0;ide2;net0).
-    type: str
-  agent:
-    description: Enable the QEMU guest agent device (Talos runs the agent when its image has the extension).
-    type: bool
-  serial:
-    description: Add (V(true)) or remove (V(false)) a serial console on C(serial0) (a socket).
-    type: bool
-  ostype:
-    description: Guest OS type, for example V(l26).
-    type: str
-  machine:
-    description: QEMU machine type, for example V(q35).
-    type: str
-  onboot:
-    description: Start the VM when the PVE node boots.
-    type: bool
-  tags:
-    description:
-      - Tags of the VM. Compared as a set, case-insensitive, as PVE stores them. An empty list removes them.
-    type: list
-    elements: str
-  description:
-    description: VM notes. An empty string removes them.
-    type: str
-  restart_on_change:
-    description:
-      - When a change is left pending on a running VM, reboot the VM through PVE (C(status/reboot)) so it takes
-        effect; a cloud-init change is made between a shutdown and a start instead. When V(false), the change
-        waits for the next start and RV(reboot_required) is V(true).
-    type: bool
-    default: false
-  shutdown_timeout:
-    description:
-      - Seconds PVE waits for the guest to power off on an ACPI shutdown (O(state=stopped)) or a reboot before it
-        forces it off.
-    type: int
-    default: 120
   vms:
     description:
-      - Several VMs, made to match their options in one module run (for a C(run_once) task over every node) - the
-        multi-VM form. Each item holds the per-VM options of the one-VM form; the connection and wait options stay
-        top level and are shared, and O(wait_timeout) is one deadline for every VM.
-      - Not with any per-VM option at the top level (O(vmid), O(node), O(state), O(cores)...).
+      - The VMs, each made to match its options, in one module run (a C(run_once) task over every node). One VM is a
+        one-element list. The connection and wait options are top level and shared, and O(wait_timeout) is one
+        deadline for every VM.
       - Names and VM ids must be unique in the list.
     type: list
     elements: dict
+    required: true
     suboptions:
       name:
         description:
           - What the VM is called in the result (its key in RV(vms)) and in messages - the inventory host whose VM it
-            is. It is also the VM's PVE name unless O(vms[].vm_name) is set.
+            is. It is also the VM's PVE name (a DNS name, renamed in place when it differs) unless O(vms[].vm_name)
+            is set.
         type: str
         required: true
       vm_name:
-        description: The VM's PVE name (a DNS name), when it differs from O(vms[].name) - what O(name) is in the one-VM form.
+        description: The VM's PVE name (a DNS name), when it differs from O(vms[].name).
         type: str
       vmid:
-        description: As O(vmid) in the one-VM form.
+        description:
+          - PVE id of the VM. Always given, so that parallel runs never race for the next free id.
         type: int
         required: true
       node:
-        description: As O(node) in the one-VM form.
+        description:
+          - PVE node that holds (or will hold) the VM. A VM found on another node is an error, not a migration.
         type: str
         required: true
       state:
-        description: As O(state) in the one-VM form.
+        description:
+          - V(present) - the VM exists with the given config; its power state is left as it is. A new VM is not started.
+          - V(started) - as V(present), and running.
+          - V(stopped) - as V(present), and stopped (ACPI shutdown, forced off after O(vms[].shutdown_timeout)).
+          - V(absent) - the VM does not exist; a running VM is stopped first, and its disks are deleted. A VM of that
+            id with another PVE name (O(vms[].vm_name), else O(vms[].name)) is not deleted; the task fails naming both
+            names (a wrong id must not delete another VM).
+          - V(reset) - hard reset of a running VM through PVE C(status/reset), for remediation. It always acts when
+            asked (C(changed=true)), never touches the config, and is safe to repeat. A stopped VM is started instead.
+            A missing VM is an error.
         type: str
         choices: [present, started, stopped, absent, reset]
         default: present
       cores:
-        description: As O(cores) in the one-VM form.
+        description: CPU cores per socket.
         type: int
       sockets:
-        description: As O(sockets) in the one-VM form.
+        description: CPU sockets.
         type: int
       cpu:
-        description: As O(cpu) in the one-VM form.
+        description:
+          - CPU type, for example V(x86-64-v2-AES) or V(host). Talos needs at least x86-64-v2.
         type: str
       memory:
-        description: As O(memory) in the one-VM form.
+        description: Memory in MiB.
         type: int
       bridge:
-        description: As O(bridge) in the one-VM form.
+        description:
+          - Bridge of the first NIC (C(net0)). When not set, C(net0) is not managed.
         type: str
       net_model:
-        description: As O(net_model) in the one-VM form.
+        description: Model of C(net0). Only used with O(vms[].bridge).
         type: str
         default: virtio
       vlan_tag:
-        description: As O(vlan_tag) in the one-VM form.
+        description: VLAN tag of C(net0). Only used with O(vms[].bridge).
         type: int
       firewall:
-        description: As O(firewall) in the one-VM form.
+        description: PVE firewall on C(net0). Only used with O(vms[].bridge); not managed when not set.
         type: bool
       macaddr:
-        description: As O(macaddr) in the one-VM form.
+        description:
+          - MAC address of C(net0). When not set, PVE generates one at creation and it is kept on every update.
+          - PVE takes only a unicast address (the second hex digit even); a multicast one fails naming this option.
         type: str
       disk_storage:
-        description: As O(disk_storage) in the one-VM form.
+        description: Storage of the boot disk C(scsi0). Used with O(vms[].disk_size).
         type: str
       disk_size:
-        description: As O(disk_size) in the one-VM form.
+        description:
+          - Size of C(scsi0) in GiB. A larger value grows the disk; a smaller one fails (PVE cannot shrink disks).
         type: int
       scsihw:
-        description: As O(scsihw) in the one-VM form.
+        description: SCSI controller, for example V(virtio-scsi-single).
         type: str
       cdrom:
-        description: As O(cdrom) in the one-VM form.
+        description:
+          - Volume in the CD-ROM drive C(ide2), for example V(local:iso/talos-v1.13.9-nocloud-amd64.iso), or V(none)
+            for an empty drive. The file must be on the storage (see M(proxtalos.cluster.proxmox_image)).
         type: str
       cloudinit_storage:
-        description: As O(cloudinit_storage) in the one-VM form.
+        description:
+          - Storage for a cloud-init drive on C(ide0); PVE generates its content from O(vms[].ipconfig0),
+            O(vms[].nameserver) and O(vms[].searchdomain). Talos' nocloud platform reads its static address from it.
         type: str
       ipconfig0:
-        description: As O(ipconfig0) in the one-VM form.
+        description:
+          - Cloud-init network config of C(net0), for example V(ip=10.20.0.11/24,gw=10.20.0.1). Compared by its parts.
         type: str
       nameserver:
-        description: As O(nameserver) in the one-VM form.
+        description: Cloud-init DNS servers, separated by spaces.
         type: str
       searchdomain:
-        description: As O(searchdomain) in the one-VM form.
+        description: Cloud-init DNS search domain.
         type: str
       boot:
-        description: As O(boot) in the one-VM form.
+        description: Boot order, for example V(order=scsi0;ide2;net0).
         type: str
       agent:
-        description: As O(agent) in the one-VM form.
+        description: Enable the QEMU guest agent device (Talos runs the agent when its image has the extension).
         type: bool
       serial:
-        description: As O(serial) in the one-VM form.
+        description: Add (V(true)) or remove (V(false)) a serial console on C(serial0) (a socket).
         type: bool
       ostype:
-        description: As O(ostype) in the one-VM form.
+        description: Guest OS type, for example V(l26).
         type: str
       machine:
-        description: As O(machine) in the one-VM form.
+        description: QEMU machine type, for example V(q35).
         type: str
       onboot:
-        description: As O(onboot) in the one-VM form.
+        description: Start the VM when the PVE node boots.
         type: bool
       tags:
-        description: As O(tags) in the one-VM form.
+        description:
+          - Tags of the VM. Compared as a set, case-insensitive, as PVE stores them. An empty list removes them.
         type: list
         elements: str
       description:
-        description: As O(description) in the one-VM form.
+        description: VM notes. An empty string removes them.
         type: str
       restart_on_change:
-        description: As O(restart_on_change) in the one-VM form.
+        description:
+          - When a change is left pending on a running VM, reboot the VM through PVE (C(status/reboot)) so it takes
+            effect; a cloud-init change is made between a shutdown and a start instead. When V(false), the change
+            waits for the next start and the VM's C(reboot_required) (RV(vms)) is V(true).
         type: bool
         default: false
       shutdown_timeout:
-        description: As O(shutdown_timeout) in the one-VM form.
+        description:
+          - Seconds PVE waits for the guest to power off on an ACPI shutdown (O(vms[].state=stopped)) or a reboot
+            before it forces it off.
         type: int
         default: 120
 extends_documentation_fragment:
@@ -299,14 +203,13 @@ attributes:
   check_mode:
     support: full
     details:
-      - The plan is computed from the observed VM and returned as C(changed), C(actions) and C(diff); nothing is
-        written. C(reboot_required) is then a prediction from PVE's default hotplug set.
-      - With O(vms), each VM is predicted on its own (RV(vms)), and C(changed) is true when any VM would change.
+      - Each VM's plan is computed from the observed VM and returned under its name in RV(vms) (C(changed),
+        C(actions), C(diff)); nothing is written. Its C(reboot_required) is then a prediction from PVE's default
+        hotplug set. C(changed) is true when any VM would change.
   diff_mode:
     support: full
     details:
-      - Shows the managed keys (and the power state) before and after; with O(vms), those of every changed VM, each
-        under its name.
+      - Shows the managed keys (and the power state) before and after of every changed VM, each under its name.
   idempotent:
     support: partial
     details:
@@ -322,42 +225,6 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: A Talos control plane VM, started
-  proxtalos.cluster.proxmox_vm:
-    api_host: pve.example.com
-    api_user: automation@pve
-    api_token_id: proxtalos
-    api_token_secret: "{{ vault_pve_token_secret }}"
-    ca_path: /etc/ssl/pve-ca.pem
-    vmid: 811
-    node: pve1
-    name: infra-cp-1
-    state: started
-    cores: 4
-    memory: 8192
-    cpu: x86-64-v2-AES
-    bridge: vmbr0
-    disk_storage: local-lvm
-    disk_size: 40
-    scsihw: virtio-scsi-single
-    cdrom: local:iso/talos-v1.13.9-nocloud-amd64.iso
-    boot: order=scsi0;ide2;net0
-    agent: true
-    serial: true
-    cloudinit_storage: local-lvm
-    ipconfig0: ip=10.20.0.11/24,gw=10.20.0.1
-    tags: [talos, infra, controlplane]
-
-- name: Hard reset one VM (remediation)
-  proxtalos.cluster.proxmox_vm:
-    api_host: pve.example.com
-    api_user: automation@pve
-    api_token_id: proxtalos
-    api_token_secret: "{{ vault_pve_token_secret }}"
-    vmid: 814
-    node: pve2
-    state: reset
-
 - name: Every node's VM in one module run (run_once), each VM created or updated and started concurrently
   proxtalos.cluster.proxmox_vm:
     api_host: pve.example.com
@@ -366,7 +233,24 @@ EXAMPLES = r"""
     api_token_secret: "{{ vault_pve_token_secret }}"
     ca_path: /etc/ssl/pve-ca.pem
     vms:
-      - {name: infra-cp-1, vmid: 811, node: pve1, state: started, cores: 4, memory: 8192, bridge: vmbr0}
+      - name: infra-cp-1
+        vmid: 811
+        node: pve1
+        state: started
+        cores: 4
+        memory: 8192
+        cpu: x86-64-v2-AES
+        bridge: vmbr0
+        disk_storage: local-lvm
+        disk_size: 40
+        scsihw: virtio-scsi-single
+        cdrom: local:iso/talos-v1.13.9-nocloud-amd64.iso
+        boot: order=scsi0;ide2;net0
+        agent: true
+        serial: true
+        cloudinit_storage: local-lvm
+        ipconfig0: ip=10.20.0.11/24,gw=10.20.0.1
+        tags: [talos, infra, controlplane]
       - {name: infra-w-1, vmid: 821, node: pve2, state: started, cores: 4, memory: 8192, bridge: vmbr0}
     wait_timeout: 600
   register: all_vms
@@ -376,12 +260,20 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ all_vms.vms[inventory_hostname].actions }}"
 
-- name: Grow the memory of all nodes and apply it at once
+- name: Hard reset one VM (remediation; one VM is a one-element list)
   proxtalos.cluster.proxmox_vm:
-    vmid: "{{ vm_id }}"
-    node: "{{ vm_pve_node }}"
-    memory: 12288
-    restart_on_change: true
+    api_host: pve.example.com
+    api_user: automation@pve
+    api_token_id: proxtalos
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    vms:
+      - {name: infra-w-4, vmid: 814, node: pve2, state: reset}
+
+- name: Grow the memory of two VMs and apply it at once (the connection from the environment)
+  proxtalos.cluster.proxmox_vm:
+    vms:
+      - {name: infra-cp-1, vmid: 811, node: pve1, memory: 12288, restart_on_change: true}
+      - {name: infra-w-1, vmid: 821, node: pve2, memory: 12288, restart_on_change: true}
   environment:
     PROXMOX_HOST: pve.example.com
     PROXMOX_USER: automation@pve
@@ -390,56 +282,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-vmid:
-  description: The VM id.
-  returned: always, in the one-VM form (with O(vmid))
-  type: int
-  sample: 811
-node:
-  description: The PVE node.
-  returned: always, in the one-VM form (with O(vmid))
-  type: str
-  sample: pve1
-status:
-  description: Power state observed at the end (in check mode, at the start); C(absent) when there is no VM.
-  returned: always, in the one-VM form (with O(vmid))
-  type: str
-  sample: running
-actions:
-  description: What was done (in check mode, what would be done), in order.
-  returned: always, in the one-VM form (with O(vmid))
-  type: list
-  elements: str
-  sample: ["update cores, memory", "start"]
-config:
-  description: The managed config keys as observed at the end, in the form the diff shows them.
-  returned: always, in the one-VM form (with O(vmid))
-  type: dict
-  sample: {"cores": 4, "memory": 8192, "net0": {"bridge": "vmbr0", "model": "virtio"}}
-reboot_required:
-  description:
-    - True when changes wait for the VM's next start - in its pending config, or cloud-init values its cloud-init
-      drive does not have yet (see O(restart_on_change)).
-  returned: always, in the one-VM form (with O(vmid))
-  type: bool
-  sample: false
-pending:
-  description:
-    - Config keys whose pending value differs from the running one, and cloud-init keys the running VM's cloud-init
-      drive does not have yet (changed by this run, or listed by PVE's C(GET .../cloudinit)).
-  returned: always, in the one-VM form (with O(vmid))
-  type: list
-  elements: str
-  sample: ["cores"]
-upids:
-  description: UPIDs of the PVE tasks that were started.
-  returned: always, in the one-VM form (with O(vmid))
-  type: list
-  elements: str
 retries:
   description:
-    - Transient errors that were met and retried (what was being done, the error, when).
-    - With O(vms), every VM's, each with the VM's O(vms[].name) under C(vm).
+    - Transient errors that were met and retried (what was being done, the error, when), every VM's, each with the
+      VM's O(vms[].name) under C(vm).
   returned: always
   type: list
   elements: dict
@@ -449,28 +295,42 @@ elapsed:
   type: float
 diff:
   description:
-    - Managed keys before and after.
-    - With O(vms), C(before) and C(after) hold every changed VM's view under its O(vms[].name).
+    - Managed keys (and the power state) before and after - C(before) and C(after) hold every changed VM's view
+      under its O(vms[].name).
   returned: when diff mode is on
   type: dict
 vms:
   description:
-    - With O(vms), each VM that completed under its O(vms[].name) - a dict with the keys the one-VM form returns
-      (changed, vmid, node, status, actions, config, reboot_required, pending, upids, retries, diff in diff mode),
-      elapsed counted from the module's start.
-  returned: with O(vms) (also on failure)
+    - Each VM that completed under its O(vms[].name), with the keys below; C(elapsed) is counted from the module's
+      start.
+    - C(changed) (bool) - Whether this VM was (in check mode, would be) changed.
+    - C(vmid) (int) - The VM id.
+    - C(node) (str) - The PVE node.
+    - C(status) (str) - Power state observed at the end (in check mode, at the start); C(absent) when there is no VM.
+    - C(actions) (list) - What was done (in check mode, what would be done), in order, for example
+      C(["update cores, memory", "start"]).
+    - C(config) (dict) - The managed config keys as observed at the end, in the form the diff shows them.
+    - C(reboot_required) (bool) - True when changes wait for the VM's next start - in its pending config, or
+      cloud-init values its cloud-init drive does not have yet (see O(vms[].restart_on_change)).
+    - C(pending) (list) - Config keys whose pending value differs from the running one, and cloud-init keys the
+      running VM's cloud-init drive does not have yet (changed by this run, or listed by PVE's
+      C(GET .../cloudinit)).
+    - C(upids) (list) - UPIDs of the PVE tasks that were started.
+    - C(retries) (list) - This VM's retried transient errors.
+    - C(diff) (dict) - This VM's managed keys before and after (in diff mode).
+  returned: always (also on failure)
   type: dict
   sample: {"lab-w-1": {"changed": true, "vmid": 1021, "node": "pve1", "status": "running", "actions": ["create", "start"]}}
 failed_vms:
   description:
-    - With O(vms), each VM that failed under its O(vms[].name) - msg (its name, VM id, PVE node and the error), vmid,
+    - Each VM that failed under its O(vms[].name) - msg (its name, VM id, PVE node and the error), vmid,
       node, changed and actions (what was done to it before it failed), upids, retries, elapsed, and the error's
       details (for a task error operation, upid, exitstatus, task_log; for bad input field).
   returned: when some VM of O(vms) failed (on failure)
   type: dict
 workers:
-  description: With O(vms), the most VMs that were worked on at the same time.
-  returned: with O(vms)
+  description: The most VMs that were worked on at the same time.
+  returned: always
   type: int
 """
 
@@ -481,16 +341,17 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _errors, _proxmox, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._proxmox_vm import (
-    MAX_WORKERS, STATES, run as run_vm, many_result, run_many, validate, validate_many)
+    MAX_WORKERS, STATES, run_vms, validate_vms, vms_result)
 
 
 def vm_options():
-    """The per-VM options: the single form's, and the suboptions of each item of `vms` (with name, vm_name)."""
+    """The suboptions of each item of `vms`: the VM's options, named by `name` (and `vm_name`, its PVE name)."""
     return dict(
-        vmid=dict(type='int'),
-        node=dict(type='str'),
+        name=dict(type='str', required=True),
+        vm_name=dict(type='str'),
+        vmid=dict(type='int', required=True),
+        node=dict(type='str', required=True),
         state=dict(type='str', choices=list(STATES), default='present'),
-        name=dict(type='str'),
         cores=dict(type='int'),
         sockets=dict(type='int'),
         cpu=dict(type='str'),
@@ -522,51 +383,24 @@ def vm_options():
 
 
 def argument_spec():
-    item = vm_options()
-    item['vmid']['required'] = True
-    item['node']['required'] = True
-    item['name'] = dict(type='str', required=True)
-    item['vm_name'] = dict(type='str')
     return _argspec.spec(_argspec.PROXMOX_AUTH_SPEC, _argspec.WAIT_SPEC,
-                         vms=dict(type='list', elements='dict', options=item), **vm_options())
+                         vms=dict(type='list', elements='dict', required=True, options=vm_options()))
 
 
-def constraints():
-    """The auth constraints, plus: one form or the other (vmid with node, or vms alone)."""
-    merged = dict(_argspec.PROXMOX_AUTH_CONSTRAINTS)
-    merged['mutually_exclusive'] = list(merged.get('mutually_exclusive', [])) + [
-        ('vms', key) for key in sorted(vm_options())]
-    merged['required_one_of'] = list(merged.get('required_one_of', [])) + [('vmid', 'vms')]
-    merged['required_together'] = list(merged.get('required_together', [])) + [('vmid', 'node')]
-    return merged
-
-
-def run_one(module, params, deadline, interval):
-    """The single form: one VM; raises ProxtalosError."""
-    validate(params)
-    client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn), deadline, interval=interval)
-    result = run_vm(params, client, deadline, module.check_mode, module.warn)
-    diff = result.pop('diff')
-    if module._diff:  # pylint: disable=protected-access
-        result['diff'] = diff
-    result['retries'] = client.retried
-    return True, result, None
-
-
-def run_several(module, params, deadline, interval):
-    """The multi-VM form: every VM of `vms` at once; (ok, result, message). Bad input raises ValidationError."""
-    items = validate_many(params['vms'], params)
+def run_all(module, params, deadline, interval):
+    """Every VM of `vms` at once; (ok, result, message). Bad input raises ValidationError."""
+    items = validate_vms(params['vms'], params)
     shared = _proxmox.SharedApi(lambda: _proxmox.connect(params, module.warn,
                                                          connections=min(len(items), MAX_WORKERS)))
-    outcome = run_many(items, lambda: _proxmox.PveClient(shared, deadline, interval=interval), deadline,
-                       module.check_mode, module.warn)
-    return many_result(outcome, module._diff)  # pylint: disable=protected-access
+    outcome = run_vms(items, lambda: _proxmox.PveClient(shared, deadline, interval=interval), deadline,
+                      module.check_mode, module.warn)
+    return vms_result(outcome, module._diff)  # pylint: disable=protected-access
 
 
 def module_kwargs():
     """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
     return dict(
-        argument_spec=argument_spec(), supports_check_mode=True, **constraints(),
+        argument_spec=argument_spec(), supports_check_mode=True, **_argspec.PROXMOX_AUTH_CONSTRAINTS,
     )
 
 
@@ -580,10 +414,7 @@ def run(module):
         deadline = _wait.Deadline(max(params['wait_timeout'], 0))
         timeout_unused, interval = _argspec.wait_params(params)
         interval = min(interval, _proxmox.FIRST_RETRY)
-        if params['vms'] is None:
-            ok, result, message = run_one(module, params, deadline, interval)
-        else:
-            ok, result, message = run_several(module, params, deadline, interval)
+        ok, result, message = run_all(module, params, deadline, interval)
     except _errors.ProxtalosError as exc:
         failure = dict(exc.details)
         failure.setdefault('elapsed', round(time.monotonic() - started, 3))

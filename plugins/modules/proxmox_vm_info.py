@@ -177,7 +177,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils import _argspec, _errors, _proxmox, _wait
 from ansible_collections.proxtalos.cluster.plugins.module_utils._proxmox_vm_info import (
-    MAX_WORKERS, READ_RETRY_SECONDS, check_vms, gate_many, many_result)
+    MAX_WORKERS, READ_RETRY_SECONDS, check_vms, probe_vms, vms_result)
 
 
 def argument_spec():
@@ -214,7 +214,7 @@ def run(module):
         deadline = _wait.Deadline(max(params['wait_timeout'], 0) if params['wait_for'] != 'none' else READ_RETRY_SECONDS)
         client = _proxmox.PveClient(lambda: _proxmox.connect(params, module.warn, connections=connections), deadline,
                                     interval=min(params['wait_sleep'] or 1.0, _proxmox.FIRST_RETRY))
-        ok, result, message = many_result(gate_many(client, vms, params), params['wait_for'])
+        ok, result, message = vms_result(probe_vms(client, vms, params), params['wait_for'])
         if not ok:
             module.fail_json(msg=message, **result)
     except _errors.ProxtalosError as exc:

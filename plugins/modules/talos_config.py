@@ -7,29 +7,30 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: talos_config
-short_description: Render Talos machine configs (one node or every node in one run) and the cluster's talosconfig
+short_description: Render every node's Talos machine config in one run, and the cluster's talosconfig
 version_added: 0.1.0
 description:
   - Renders what C(talosctl gen config) would, without talosctl, from the secrets bundle kept by
     P(proxtalos.cluster.talos_secrets#module), the cluster values, the node's values and the cluster, group and
     host patches, then checks the result against Talos' own rules (a missing install disk, a worker with CA keys,
     a VIP on a worker... fail naming the config path).
-  - O(dest) - one node's machine config (multi-document YAML), written mode V(0600) when its content changes.
-    The same inputs always give the same bytes, so a re-run is unchanged. In diff mode the diff shows what changed
-    in this node's config since the last render, with every secret value replaced by a placeholder and a short
-    hash (a changed secret still shows as a changed line).
+  - O(nodes) - every node's machine config (multi-document YAML) in one run (a C(run_once) task; one node is a
+    one-element list), each item carrying the node's machine type, values, patches and file (V(machine_type),
+    V(node), V(patches), V(dest)), and its own cluster values when they differ from another node's. The bundle is
+    read, decrypted and its keys parsed once for all of them. Each node's file is written mode V(0600) when its
+    content changes; the same inputs always give the same bytes, so a re-run is unchanged. C(changed) is true when
+    any node's file (or the talosconfig) was or would be written, and RV(nodes) holds each node's result under its
+    name. When any node fails (a patch that does not apply, a config that breaks Talos' rules), the error names the
+    node and the field, and no file is written. In diff mode the diff shows what changed in each node's config
+    since the last render, with every secret value replaced by a placeholder and a short hash (a changed secret
+    still shows as a changed line).
   - O(talosconfig_dest) - a talosconfig usable by talosctl (C(talosctl --talosconfig <file>)) with one context
     named after the cluster, the control planes as endpoints, and an os:admin client certificate from the
     bundle's OS CA. The certificate of an existing file is kept while the OS CA signed it and it has more than
     O(talosconfig_renew_days) left, so a re-run is unchanged.
-  - O(nodes) - the multi-node form - every node's machine config in one run (C(run_once)), each item carrying what
-    the single form takes per node (its O(machine_type), O(node), O(patches), O(dest)..., and its own cluster
-    values when they differ from another node's). The bundle is read,
-    decrypted and its keys parsed once for all of them. Each node's file is written like O(dest) (mode V(0600),
-    same bytes for the same inputs); C(changed) is true when any node's file (or the talosconfig) was or would be
-    written, and RV(nodes) holds each node's result under its name. When any node fails (a patch that does not
-    apply, a config that breaks Talos' rules), the error names the node and the field, and no file is written.
-  - Without O(nodes), run the talosconfig part once (C(run_once)) and the machine config part once per host.
+  - Without O(nodes), only the talosconfig is written (O(talosconfig_dest)).
+  - A per-node option at the top level (C(machine_type), C(node), C(patches) or C(dest) beside O(nodes)) fails as an
+    unsupported parameter; each node's values go in its item of O(nodes).
   - Keys Talos does not know (for example from a patch) are not caught here; the node refuses them when the config
     is applied (see P(proxtalos.cluster.talos_apply#module), whose dry run fails naming the key).
 author:
@@ -48,8 +49,8 @@ attributes:
     support: full
     details:
       - Secrets (keys, tokens, encryption secrets, inline manifest contents) are hidden in the diff.
-      - With O(nodes), the diff is a list with one entry per node whose file changes (its headers name the node and
-        the file), and one for the talosconfig.
+      - The diff is a list with one entry per node whose file changes (its headers name the node and the file), and
+        one for the talosconfig.
 options:
   secrets_path:
     description:
@@ -67,7 +68,7 @@ options:
     type: path
   artifacts_vault_password:
     description:
-      - When given, every file the module writes (the machine configs of O(dest) / O(nodes), whose control-plane
+      - When given, every file the module writes (the machine configs of O(nodes), whose control-plane
         configs hold the cluster's CA keys, and the talosconfig with its client key) is an Ansible Vault envelope
         encrypted with this password, the one C(ansible-vault view) and C(ansible-vault decrypt) open. An existing
         file is read through the vault to compare what it holds, so an unchanged render is not rewritten.
@@ -83,72 +84,50 @@ options:
         V(installer_image), V(installer_schematic), V(install_wipe), V(kubeprism_port),
         V(forward_kube_dns_to_host), V(discovery).
       - An unknown key fails naming it, for example V(cluster.pod_subnet).
-      - With O(nodes), the talosconfig's (its context name) and the values of every node whose item does not set
-        its own V(cluster).
+      - The talosconfig's (its context name) and the values of every node whose item does not set its own
+        V(cluster).
     type: dict
     required: true
   talos_version:
     description:
-      - The Talos release the config is for (its minor version is the config contract; v1.12 and v1.13 are
-        supported).
+      - The Talos release the configs are for (its minor version is the config contract; v1.12 and v1.13 are
+        supported), of every node whose item does not set its own.
     type: str
     default: v1.13.9
   kubernetes_version:
     description:
-      - Kubernetes version of the control-plane images and kubelet; the release's default when not set.
-      - With O(nodes), the version of every node whose item does not set its own.
+      - Kubernetes version of the control-plane images and kubelet, of every node whose item does not set its own;
+        the release's default when not set.
     type: str
-  machine_type:
-    description:
-      - V(controlplane) or V(worker). Required with O(dest).
-      - Mutually exclusive with O(nodes).
-    type: str
-    choices: [controlplane, worker]
-  node:
-    description:
-      - This node's values - V(hostname), V(install_disk) (default V(/dev/sda)), V(ip) with V(prefix) and optional
-        V(gateway) for a static address, V(link) (the network link, default the cluster's V(network_link)).
-        None given means no values (the defaults).
-      - Mutually exclusive with O(nodes).
-    type: dict
-  patches:
-    description:
-      - Config patches in three levels, applied in order - V(cluster), V(group) (per machine type) and V(host),
-        each a list of patches. A patch is a strategic-merge mapping, a list of RFC 6902 operations, or YAML text
-        of either. None given means no patches.
-      - Errors name the patch, for example V(patches.host[0]), and the path.
-      - Mutually exclusive with O(nodes).
-    type: dict
   requires_install:
     description:
       - The node still has to install Talos to its disk (a metal or VM node booted from the ISO), so an install
         disk is required in the config.
-      - With O(nodes), the value of every node whose item does not set its own.
+      - The value of every node whose item does not set its own.
     type: bool
     default: true
-  dest:
-    description:
-      - Where to write the node's machine config.
-      - Mutually exclusive with O(nodes).
-    type: path
   nodes:
     description:
-      - The multi-node form - every node's machine config rendered and written in this one run, from one reading
-        of the bundle. Each item is a mapping with the keys below; a missing or wrong key fails naming the node
-        and the key, for example V(nodes[lab-w-1].machine_type).
+      - Every node's machine config, rendered and written in this one run from one reading of the bundle. One node
+        is a one-element list. Each item is a mapping with the keys below; a missing or wrong key fails naming the
+        node and the key, for example V(nodes[lab-w-1].machine_type), and an empty list fails naming O(nodes).
       - V(name) (required) - the node's name in results and errors (the inventory host name); names are unique.
-      - V(machine_type) (required) - V(controlplane) or V(worker), as O(machine_type).
-      - V(dest) (required) - the node's machine config file, as O(dest); no two items share one.
-      - V(node) - the node's values, as O(node).
-      - V(patches) - the node's V(cluster), V(group) and V(host) patch lists, as O(patches); errors name the node
-        and the patch, for example V(nodes[lab-w-1].patches.host[0]).
+      - V(machine_type) (required) - V(controlplane) or V(worker).
+      - V(dest) (required) - where to write the node's machine config; no two items share one, nor one with
+        O(talosconfig_dest).
+      - V(node) - the node's values - V(hostname), V(install_disk) (default V(/dev/sda)), V(ip) with V(prefix) and
+        optional V(gateway) for a static address, V(link) (the network link, default the cluster's
+        V(network_link)). None given means no values (the defaults).
+      - V(patches) - config patches in three levels, applied in order - V(cluster), V(group) (per machine type) and
+        V(host), each a list of patches. A patch is a strategic-merge mapping, a list of RFC 6902 operations, or
+        YAML text of either. None given means no patches. Errors name the node, the patch and the path, for
+        example V(nodes[lab-w-1].patches.host[0]).
       - V(talos_version), V(kubernetes_version), V(requires_install) - this node's, instead of O(talos_version),
         O(kubernetes_version) and O(requires_install).
       - V(cluster) - this node's cluster values, as O(cluster), instead of O(cluster) (for example a host's own
         V(network_link) or a group's V(installer_schematic)); its V(name) and V(endpoint) must be those of
         O(cluster). Errors name the node, for example V(nodes[lab-w-1].cluster.network_link). Each distinct value
         is checked once, however many nodes share it; the bundle is read once either way.
-      - Mutually exclusive with O(machine_type), O(node), O(patches) and O(dest).
     type: list
     elements: dict
   talosconfig_dest:
@@ -186,7 +165,7 @@ options:
     type: bool
     default: true
 notes:
-  - At least one of O(dest), O(nodes) and O(talosconfig_dest) is required.
+  - At least one of O(nodes) and O(talosconfig_dest) is required.
 seealso:
   - module: proxtalos.cluster.talos_secrets
   - module: proxtalos.cluster.talos_apply
@@ -202,21 +181,6 @@ EXAMPLES = r"""
     talosconfig_dest: "artifacts/{{ cluster_name }}/talosconfig"
     talosconfig_endpoints: "{{ groups['controlplane'] | map('extract', hostvars, 'node_ip') | list }}"
   run_once: true
-
-- name: Render each node's machine config
-  proxtalos.cluster.talos_config:
-    secrets_path: "{{ inventory_dir }}/secrets/talos-secrets.yaml"
-    cluster:
-      name: "{{ cluster_name }}"
-      endpoint: "{{ cluster_endpoint }}"
-    machine_type: "{{ 'controlplane' if inventory_hostname in groups['controlplane'] else 'worker' }}"
-    node:
-      hostname: "{{ inventory_hostname }}"
-      ip: "{{ node_ip | default(omit) }}"
-      prefix: "{{ node_prefix | default(omit) }}"
-    patches:
-      host: "{{ talos_host_patches | default([]) }}"
-    dest: "artifacts/{{ cluster_name }}/{{ inventory_hostname }}.yaml"
 
 - name: Render every node's machine config and the talosconfig in one run
   proxtalos.cluster.talos_config:
@@ -246,22 +210,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-dest:
-  description: The machine config file (when O(dest) is set; empty with O(nodes)).
-  returned: always
-  type: str
-config_sha256:
-  description: SHA-256 (hex) of the rendered machine config; empty without O(dest) (with O(nodes), see RV(nodes)).
-  returned: always
-  type: str
 config_changed:
-  description: Whether the machine config file was (or would be) written; with O(nodes), whether any node's was.
+  description: Whether any node's machine config file was (or would be) written.
   returned: always
   type: bool
 nodes:
   description:
-    - With O(nodes), each node's result under its name - the single form's RV(dest), RV(config_sha256),
-      RV(config_changed) and RV(contract) of that node. Empty without O(nodes).
+    - Each node's result under its name - C(dest) (its machine config file), C(config_sha256) (SHA-256, hex, of
+      its rendered config; empty in check mode before the secrets bundle exists), C(config_changed) (whether its
+      file was or would be written) and C(contract) (the config contract it was rendered for). Empty without
+      O(nodes).
     - A C(run_once) task's registered result is set on every host, so a host reads its own part as
       C(result.nodes[inventory_hostname]).
   returned: always
@@ -307,11 +265,9 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import fi
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import secrets as talos_secrets
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import talosconfig as talos_talosconfig
 
-# The keys of a `nodes` item: what the single form takes per node.
+# The keys of a `nodes` item: what is rendered for one node, and where it is written.
 NODE_ITEM_KEYS = ('name', 'machine_type', 'dest', 'node', 'patches', 'talos_version', 'kubernetes_version',
                   'requires_install', 'cluster')
-# The single form's per-node options, mutually exclusive with `nodes`.
-SINGLE_NODE_OPTIONS = ('machine_type', 'node', 'patches', 'dest')
 
 
 def argument_spec():
@@ -323,11 +279,7 @@ def argument_spec():
         cluster=dict(type='dict', required=True),
         talos_version=dict(type='str', default=talos_config.DEFAULT_TALOS_VERSION),
         kubernetes_version=dict(type='str'),
-        machine_type=dict(type='str', choices=list(talos_config.MACHINE_TYPES)),
-        node=dict(type='dict'),
-        patches=dict(type='dict'),
         requires_install=dict(type='bool', default=True),
-        dest=dict(type='path'),
         nodes=dict(type='list', elements='dict'),
         talosconfig_dest=dict(type='path'),
         talosconfig_endpoints=dict(type='list', elements='str', default=[]),
@@ -347,17 +299,6 @@ def read_bundle(params, password):
 
 
 CLEAR = files.Artifacts()
-
-
-def single_node_spec(params):
-    """The node spec (as node_specs makes them) of the single form's options; None without dest."""
-    if not params['dest']:
-        return None
-    if not params['machine_type']:
-        raise ValidationError('machine_type', 'is required with dest (controlplane or worker)')
-    return dict(name='', machine_type=params['machine_type'], dest=params['dest'], cluster=None, node=params['node'] or {},
-                patches=params['patches'] or {}, talos_version=params['talos_version'],
-                kubernetes_version=params['kubernetes_version'], requires_install=params['requires_install'])
 
 
 def _item_string(item, key, where, required=False):
@@ -441,7 +382,7 @@ def plan_node(spec, cluster, bundle, artifacts=CLEAR):
     text = render_node(spec, cluster, bundle)
     before, encrypted = artifacts.read(spec['dest'])
     write = artifacts.needs_write(spec['dest'], before, encrypted, text)
-    label = '%s: %s' % (spec['name'], spec['dest']) if spec['name'] else spec['dest']
+    label = '%s: %s' % (spec['name'], spec['dest'])
     diff = None
     if write:
         diff = {'before': redact.config_text(before), 'after': redact.config_text(text),
@@ -454,7 +395,7 @@ def plan_node(spec, cluster, bundle, artifacts=CLEAR):
 
 
 def _in_node(spec, exc):
-    """The error of one node of the multi-node form, naming the node: nodes[NAME].FIELD (the single form's field)."""
+    """The error of one node, naming the node: nodes[NAME].FIELD (FIELD as the node's rendering named it)."""
     details = dict((key, value) for key, value in exc.details.items() if key != 'field')
     details.update(node=spec['name'], dest=spec['dest'])
     if isinstance(exc, ValidationError):
@@ -499,7 +440,7 @@ def plan_nodes(specs, cluster, bundle, artifacts=CLEAR):
         try:
             planned.append(plan_node(spec, node_cluster(spec, cluster, checked), bundle, artifacts))
         except ProxtalosError as exc:
-            failures.append(_in_node(spec, exc) if spec['name'] else exc)
+            failures.append(_in_node(spec, exc))
     if len(failures) == 1:
         raise failures[0]
     if failures:
@@ -529,11 +470,8 @@ def plan(params, bundle, specs, artifacts=CLEAR):
     'talosconfig_changed', 'reused'}; a file whose mode is not 0600 is rewritten."""
     decision = {'writes': [], 'talosconfig_changed': False, 'reused': False, 'diffs': [], 'secrets': [], 'nodes': []}
     if specs:
-        if len(specs) == 1 and not specs[0]['name']:
-            decision['nodes'] = [plan_node(specs[0], params['cluster'], bundle, artifacts)]
-        else:
-            # Each distinct cluster value is checked once (the module's here, a node's own in plan_nodes).
-            decision['nodes'] = plan_nodes(specs, talos_config.normalize_cluster(params['cluster']), bundle, artifacts)
+        # Each distinct cluster value is checked once (the module's here, a node's own in plan_nodes).
+        decision['nodes'] = plan_nodes(specs, talos_config.normalize_cluster(params['cluster']), bundle, artifacts)
         for planned in decision['nodes']:
             decision['secrets'].extend(planned['secrets'])
             if planned['write']:
@@ -565,24 +503,12 @@ def predict_without_bundle(params, specs):
                 diffs=[], secrets=[])
 
 
-def merge_diffs(diffs):
-    """One Ansible diff dict (several files are joined under their headers)."""
-    if not diffs:
-        return {'before': '', 'after': ''}
-    if len(diffs) == 1:
-        return diffs[0]
-    before = ''.join('# %s\n%s' % (diff['before_header'], diff['before']) for diff in diffs)
-    after = ''.join('# %s\n%s' % (diff['after_header'], diff['after']) for diff in diffs)
-    return {'before': before, 'after': after}
-
-
 def module_kwargs():
     """The keyword arguments of AnsibleModule for this module (the worker-side facade validates with the same)."""
     return dict(
         argument_spec=argument_spec(), supports_check_mode=True,
-        mutually_exclusive=[('vault_password', 'vault_password_file')]
-        + [('nodes', option) for option in SINGLE_NODE_OPTIONS],
-        required_one_of=[('dest', 'nodes', 'talosconfig_dest')],
+        mutually_exclusive=[('vault_password', 'vault_password_file')],
+        required_one_of=[('nodes', 'talosconfig_dest')],
     )
 
 
@@ -593,14 +519,9 @@ def run(module):
     if not talosyaml.HAS_YAML:
         module.fail_json(msg=missing_required_lib('PyYAML'), exception=str(talosyaml.YAML_IMPORT_ERROR))
     params = module.params
-    multi = params['nodes'] is not None
     try:
         contract = talos_config.contract_of(params['talos_version'])
-        if multi:
-            specs = node_specs(params)
-        else:
-            spec = single_node_spec(params)
-            specs = [spec] if spec else []
+        specs = node_specs(params) if params['nodes'] is not None else []
         # before anything is rendered: an error of any node must not leave a patch's secret in the output
         _secrets.register(module, *redact.patch_secret_values([spec['patches'] for spec in specs]))
         password = files.vault_password(params, module.run_command)
@@ -625,22 +546,19 @@ def run(module):
     except (IOError, OSError) as exc:
         module.fail_json(msg='cannot read or write a Talos config file: %s' % exc, exception=traceback.format_exc())
 
-    single = decision['nodes'][0] if decision['nodes'] and not multi else None
     result = dict(
         changed=changed,
-        dest=single['dest'] if single else '',
-        config_sha256=single['config_sha256'] if single else '',
         config_changed=any(planned['write'] for planned in decision['nodes']),
         nodes=dict((planned['name'], dict(dest=planned['dest'], config_sha256=planned['config_sha256'],
                                           config_changed=planned['write'], contract=planned['contract']))
-                   for planned in decision['nodes']) if multi else {},
+                   for planned in decision['nodes']),
         talosconfig_dest=params['talosconfig_dest'] or '',
         talosconfig_changed=decision['talosconfig_changed'],
         client_certificate_reused=decision['reused'],
         contract=contract,
     )
     if module._diff:
-        result['diff'] = decision['diffs'] if multi else merge_diffs(decision['diffs'])
+        result['diff'] = decision['diffs']
     module.exit_json(**result)
 
 

@@ -337,14 +337,13 @@ def test_the_hard_reset_primitive_resets_a_running_vm_every_time_it_is_asked(cle
         '        api_token_id: "{{ pve_api_token_id }}"',
         '        api_token_secret: "{{ pve_api_token_secret }}"',
         '        ca_path: "{{ pve_ca_path }}"',
-        '        vmid: "{{ vm_id }}"',
-        '        node: "{{ vm_pve_node }}"',
-        '        state: reset',
+        '        vms:',
+        '          - {name: "{{ inventory_hostname }}", vmid: "{{ vm_id }}", node: "{{ vm_pve_node }}", state: reset}',
         '']))
     since = clean_lab.last_seq('events')
     for _attempt in range(2):
         run = converge(clean_lab, playbook=str(playbook))
-        assert run.changed == 1 and run.results('Reset through PVE')[0][2]['actions'] == ['reset']
+        assert run.changed == 1 and run.results('Reset through PVE')[0][2]['vms']['lab-w-3']['actions'] == ['reset']
     resets = [e for e in clean_lab.events(since=since) if e['event'] == 'reset']
     assert [e['name'] for e in resets] == ['lab-w-3', 'lab-w-3']
 

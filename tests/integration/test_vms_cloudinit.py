@@ -18,19 +18,20 @@ def playbook(tmp_path, **options):
              '    - name: %s' % TASK, '      proxtalos.cluster.proxmox_vm:']
     for key in ('api_host', 'api_port', 'api_user', 'api_token_id', 'api_token_secret'):
         lines.append('        %s: "{{ pve_%s }}"' % (key, key))
-    lines += ['        ca_path: "{{ pve_ca_path }}"', '        vmid: "{{ vm_id }}"', '        node: "{{ vm_pve_node }}"',
-              '        state: started']
-    lines += ['        %s: %s' % (key, value) for key, value in options.items()]
+    lines += ['        ca_path: "{{ pve_ca_path }}"', '        vms:', '          - name: "{{ inventory_hostname }}"',
+              '            vmid: "{{ vm_id }}"', '            node: "{{ vm_pve_node }}"', '            state: started']
+    lines += ['            %s: %s' % (key, value) for key, value in options.items()]
     path = tmp_path / ('change-%d.yml' % len(list(tmp_path.iterdir())))
     path.write_text('\n'.join(lines) + '\n')
     return str(path)
 
 
 def result_of(run):
+    """lab-cp-3's VM's part of the task's result."""
     assert run.rc == 0 and run.failed == 0, run.describe()
     found = run.results(TASK)
     assert len(found) == 1, run.describe()
-    return found[0][2]
+    return found[0][2]['vms']['lab-cp-3']
 
 
 def agent_addresses(lab, vmid):
@@ -91,8 +92,9 @@ def ha_playbook(tmp_path, state):
              '    - name: HA VM %s' % state, '      proxtalos.cluster.proxmox_vm:']
     for key in ('api_host', 'api_port', 'api_user', 'api_token_id', 'api_token_secret'):
         lines.append('        %s: "{{ pve_%s }}"' % (key, key))
-    lines += ['        ca_path: "{{ pve_ca_path }}"', '        vmid: "{{ vm_id }}"', '        node: "{{ vm_pve_node }}"',
-              '        state: %s' % state, '        wait_timeout: 30']
+    lines += ['        ca_path: "{{ pve_ca_path }}"', '        vms:',
+              '          - {name: "{{ inventory_hostname }}", vmid: "{{ vm_id }}", node: "{{ vm_pve_node }}", state: %s}' % state,
+              '        wait_timeout: 30']
     path = tmp_path / ('ha-%s.yml' % state)
     path.write_text('\n'.join(lines) + '\n')
     return str(path)

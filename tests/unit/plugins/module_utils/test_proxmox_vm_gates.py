@@ -1,4 +1,4 @@
-"""_proxmox_vm_info.gate_many: several VMs in one run - concurrency, its bound, one deadline, who failed and why.
+"""_proxmox_vm_info.probe_vms: several VMs in one run - concurrency, its bound, one deadline, who failed and why.
 
 The probes here are stand-ins for VmProbe (make_probe is the seam); the module's tests run the real probe
 against fakepve.
@@ -14,7 +14,7 @@ from ansible_collections.proxtalos.cluster.tests.helpers import FakeClock
 
 
 class FakeClient(object):
-    """What gate_many asks of the client directly: the VM list, once a round."""
+    """What probe_vms asks of the client directly: the VM list, once a round."""
 
     def __init__(self):
         self.lists = 0
@@ -67,7 +67,7 @@ def test_every_vm_is_probed_at_the_same_time():
             barrier.wait()
             return reading(self.vm['vmid'], addresses=('10.0.0.%d' % (self.vm['vmid'] - 1000),))
 
-    outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(6), params(), make_probe=lambda client, vm: MeetingProbe(vm))
+    outcome = _proxmox_vm_info.probe_vms(FakeClient(), vms(6), params(), make_probe=lambda client, vm: MeetingProbe(vm))
     assert outcome.failed == [] and outcome.workers == 6 and not barrier.broken
     assert [w.seen['address'] for w in outcome.watches] == ['10.0.0.%d' % i for i in range(6)]
 
@@ -91,7 +91,7 @@ def test_no_more_than_max_workers_probes_run_at_once():
                 state['inside'] -= 1
             return reading(self.vm['vmid'], status='running')
 
-    outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(20), params('running'), max_workers=16,
+    outcome = _proxmox_vm_info.probe_vms(FakeClient(), vms(20), params('running'), max_workers=16,
                                          make_probe=lambda client, vm: CountingProbe(vm))
     assert outcome.failed == [] and state == {'entered': 20, 'inside': 0, 'most': 16} and outcome.workers == 16
 
@@ -105,13 +105,13 @@ def test_one_deadline_a_vm_that_passed_is_not_probed_again_and_only_the_failing_
         1002: ScriptedProbe([reading(1002, agent_error='QEMU guest agent is not running')]),
     }
     client = FakeClient()
-    outcome = _proxmox_vm_info.gate_many(client, vms(3), params(timeout=5), clock=clock, sleep=clock.sleep,
+    outcome = _proxmox_vm_info.probe_vms(client, vms(3), params(timeout=5), clock=clock, sleep=clock.sleep,
                                          make_probe=lambda _client, vm: probes[vm['vmid']])
     # One deadline for all: 5 s at 1 s a round is 6 rounds, the first at 0 s.
     assert outcome.wait_result.ok is False and outcome.wait_result.attempts == 6 and client.lists == 6
     assert [probe.calls for probe in (probes[1000], probes[1001], probes[1002])] == [1, 3, 6]
     assert [w.name for w in outcome.failed] == ['node-2']
-    ok, result, message = _proxmox_vm_info.many_result(outcome, 'address')
+    ok, result, message = _proxmox_vm_info.vms_result(outcome, 'address')
     assert ok is False and sorted(result['vms']) == ['node-0', 'node-1'] and list(result['failed_vms']) == ['node-2']
     assert result['vms']['node-1']['address'] == '10.0.0.11' and result['vms']['node-1']['elapsed'] == 2.0
     assert message.startswith('1 of 3 VMs did not pass: node-2: VM 1002 (vm-1002) on node pve1: not running with its '
@@ -135,10 +135,10 @@ def test_a_permanent_error_ends_only_that_vms_wait_and_transient_errors_are_not_
         1000: ScriptedProbe([transient, reading(1000, status='running')]),
         1001: ScriptedProbe([_errors.ValidationError('node', "VM 1001 (x) is on PVE node 'pve2', not 'pve1'")]),
     }
-    outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(2), params('running'), clock=clock, sleep=clock.sleep,
+    outcome = _proxmox_vm_info.probe_vms(FakeClient(), vms(2), params('running'), clock=clock, sleep=clock.sleep,
                                          make_probe=lambda _client, vm: probes[vm['vmid']])
     assert outcome.wait_result.attempts == 2 and probes[1001].calls == 1
-    ok, result, message = _proxmox_vm_info.many_result(outcome, 'running')
+    ok, result, message = _proxmox_vm_info.vms_result(outcome, 'running')
     assert ok is False and list(result['vms']) == ['node-0']
     assert message == ("1 of 2 VMs did not pass: node-1 (VM 1001 on PVE node pve1): node: VM 1001 (x) is on PVE node "
                        "'pve2', not 'pve1'")
@@ -159,7 +159,7 @@ def test_progress_names_the_vms_still_waiting(monkeypatch):
             lines.append(('end', ok))
 
     monkeypatch.setattr(_wait.Progress, 'from_environment', classmethod(lambda cls, **options: Sink()))
-    outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(2), params('running'), clock=clock, sleep=clock.sleep,
+    outcome = _proxmox_vm_info.probe_vms(FakeClient(), vms(2), params('running'), clock=clock, sleep=clock.sleep,
                                          make_probe=lambda _client, vm: probes[vm['vmid']])
     assert outcome.failed == []
     assert lines == ['VMs not running yet 1/2: node-1 (VM 1001 on PVE node pve1): VM is stopped', ('end', True)]
@@ -207,13 +207,13 @@ def test_a_vm_whose_pve_reads_keep_failing_holds_up_no_round_and_pool_threads_wr
     api = ScriptedPve(script)
     client = _proxmox.PveClient(lambda: api, _wait.Deadline(10, clock=clock), interval=1.0, clock=clock,
                                 sleep=clock.sleep)
-    outcome = _proxmox_vm_info.gate_many(client, vms(3), params('running', timeout=10), clock=clock, sleep=clock.sleep)
+    outcome = _proxmox_vm_info.probe_vms(client, vms(3), params('running', timeout=10), clock=clock, sleep=clock.sleep)
     assert [w.name for w in outcome.failed] == ['node-1']
     assert [(w.name, w.elapsed, w.attempts) for w in outcome.watches if w.passed] == [('node-0', 1.0, 2), ('node-2', 1.0, 2)]
     # one read of 1001's status a round (11 rounds in 10 s at 1 s), none retried inside a round
     assert api.calls.count('nodes/pve1/qemu/1001/status/current') == outcome.wait_result.attempts == 11
     assert client.retried == []
-    ok, _result, message = _proxmox_vm_info.many_result(outcome, 'running')
+    ok, _result, message = _proxmox_vm_info.vms_result(outcome, 'running')
     assert ok is False and message == ('1 of 3 VMs did not pass: node-1: VM 1001 on node pve1: not running after 10 s '
                                        '(last seen: TransientApiError: VM 1001 on node pve1: read status failed: '
                                        'Proxmox VE API answered 503 busy)')
@@ -238,7 +238,7 @@ def test_only_the_round_summary_reaches_the_progress_file_when_a_read_fails_once
     })
     client = _proxmox.PveClient(lambda: api, _wait.Deadline(10, clock=clock), interval=1.0, clock=clock,
                                 sleep=clock.sleep)
-    outcome = _proxmox_vm_info.gate_many(client, vms(1), params('running'), clock=clock, sleep=clock.sleep)
+    outcome = _proxmox_vm_info.probe_vms(client, vms(1), params('running'), clock=clock, sleep=clock.sleep)
     lines = [json.loads(line) for line in progress.read_text().splitlines()]
     assert [(line['event'], line['summary'].split(':')[0]) for line in lines] == [
         ('progress', 'VMs not running yet 1/1'), ('end', 'VMs not running yet 0/1')], lines
@@ -252,11 +252,11 @@ def test_reading_without_waiting_reads_again_only_a_vm_whose_read_met_a_transien
     probes = {1000: ScriptedProbe([reading(1000, status='stopped')]),
               1001: ScriptedProbe([transient, transient, reading(1001, status='stopped')]),
               1002: ScriptedProbe([_errors.TransientApiError('VM 1002: read config failed: Proxmox VE API not reachable')])}
-    outcome = _proxmox_vm_info.gate_many(FakeClient(), vms(3), params('none', sleep=2.0), clock=clock, sleep=clock.sleep,
+    outcome = _proxmox_vm_info.probe_vms(FakeClient(), vms(3), params('none', sleep=2.0), clock=clock, sleep=clock.sleep,
                                          make_probe=lambda _client, vm: probes[vm['vmid']])
     assert [probe.calls for probe in (probes[1000], probes[1001], probes[1002])] == [1, 3, 16]
     assert outcome.wait_result.elapsed == _proxmox_vm_info.READ_RETRY_SECONDS == 30.0
-    ok, result, message = _proxmox_vm_info.many_result(outcome, 'none')
+    ok, result, message = _proxmox_vm_info.vms_result(outcome, 'none')
     assert ok is False and sorted(result['vms']) == ['node-0', 'node-1'] and result['vms']['node-1']['status'] == 'stopped'
     assert message == ('1 of 3 VMs did not pass: node-2 (VM 1002 on PVE node pve1): could not be read (TransientApiError: '
                        'VM 1002: read config failed: Proxmox VE API not reachable)')
@@ -362,8 +362,8 @@ def test_without_the_agent_a_static_vm_passes_when_its_talos_api_answers_at_the_
     try:
         client = AgentlessClient()
         vm = {'name': 'cp-1', 'vmid': 811, 'node': 'pve1', 'expected_address': '127.0.0.1'}
-        outcome = _proxmox_vm_info.gate_many(client, [vm], dict(params(timeout=5), talos_api_port=port))
-        ok, result, message = _proxmox_vm_info.many_result(outcome, 'address')
+        outcome = _proxmox_vm_info.probe_vms(client, [vm], dict(params(timeout=5), talos_api_port=port))
+        ok, result, message = _proxmox_vm_info.vms_result(outcome, 'address')
         assert ok, message
         assert result['vms']['cp-1']['address'] == '127.0.0.1'
         assert result['vms']['cp-1']['address_source'] == 'talos_api'
@@ -381,9 +381,9 @@ def test_without_the_option_or_without_an_answer_the_gate_waits_for_the_agent(tm
         vm = {'name': 'cp-1', 'vmid': 811, 'node': 'pve1', 'expected_address': '127.0.0.1'}
         for options in ({}, {'talos_api_port': _closed_port()}, {'talos_api_port': port}):
             clock = FakeClock()
-            outcome = _proxmox_vm_info.gate_many(AgentlessClient(), [vm], dict(params(timeout=3), **options),
+            outcome = _proxmox_vm_info.probe_vms(AgentlessClient(), [vm], dict(params(timeout=3), **options),
                                                  clock=clock, sleep=clock.sleep)
-            ok, result, message = _proxmox_vm_info.many_result(outcome, 'address')
+            ok, result, message = _proxmox_vm_info.vms_result(outcome, 'address')
             assert not ok, options
             assert 'QEMU guest agent is not running' in message and _proxmox_vm_info.AGENT_HINT in message, message
             assert result['vms'] == {}
@@ -396,8 +396,8 @@ def test_a_vm_without_an_expected_address_never_falls_back(tmp_path):
     try:
         clock = FakeClock()
         vm = {'name': 'w-1', 'vmid': 811, 'node': 'pve1'}
-        outcome = _proxmox_vm_info.gate_many(AgentlessClient(), [vm], dict(params(timeout=3), talos_api_port=port),
+        outcome = _proxmox_vm_info.probe_vms(AgentlessClient(), [vm], dict(params(timeout=3), talos_api_port=port),
                                              clock=clock, sleep=clock.sleep)
-        assert not _proxmox_vm_info.many_result(outcome, 'address')[0]
+        assert not _proxmox_vm_info.vms_result(outcome, 'address')[0]
     finally:
         close()

@@ -1,4 +1,5 @@
-"""proxmox_vm: the pure plan (no I/O), then the module as Ansible runs it against an in-process fakepve."""
+"""proxmox_vm: the pure plan (no I/O), then the module as Ansible runs it on one VM (a one-element vms list) against
+an in-process fakepve."""
 import json
 
 import pytest
@@ -12,8 +13,10 @@ TOKEN_SECRET = 'c0ffee00-5ec2-e7a1-b0b0-123456789abc'
 
 
 def params(**overrides):
-    """Module params as AnsibleModule would hand them over: every option, defaults filled in."""
-    values = dict((name, spec.get('default')) for name, spec in proxmox_vm.argument_spec().items())
+    """One VM's params as the module hands them to the engine (_proxmox_vm.item_params): every top-level option and
+    every option of a `vms` item, defaults filled in."""
+    values = dict((name, spec.get('default')) for name, spec in proxmox_vm.argument_spec().items() if name != 'vms')
+    values.update((name, spec.get('default')) for name, spec in proxmox_vm.vm_options().items() if name != 'vm_name')
     values.update(api_host='pve', api_user='root@pam', api_token_id='t', api_token_secret='s',
                   vmid=101, node='pve1', name='cp-1', state='present', cores=2, memory=2048, cpu='x86-64-v2-AES',
                   bridge='vmbr0', disk_storage='local-lvm', disk_size=10, scsihw='virtio-scsi-single',
@@ -248,7 +251,13 @@ def pve(fakepve):
     return fakepve
 
 
+# The options that stay at the top level, shared by every VM of `vms`; the others are the VM's own.
+SHARED = ('api_host', 'api_port', 'api_user', 'api_token_id', 'api_token_secret', 'ca_path', 'wait_timeout',
+          'wait_sleep')
+
+
 def module_args(pve, cafile, **overrides):
+    """The options of one VM (cp-1) and the connection, flat; run_module puts the VM's own into a `vms` item."""
     args = dict(api_host=pve.host, api_port=pve.port, api_user='root@pam', api_token_id='proxtalos',
                 api_token_secret=TOKEN_SECRET, ca_path=cafile, vmid=101, node='pve1', name='cp-1', state='started',
                 cores=2, memory=2048, bridge='vmbr0', disk_storage='local-lvm', disk_size=10,
@@ -258,7 +267,17 @@ def module_args(pve, cafile, **overrides):
 
 
 def run_module(args, capsys, check_mode=False, diff=False):
-    return run_main(proxmox_vm, args, capsys, check_mode, diff)
+    """Run proxmox_vm on the one VM of `args` (a one-element vms list). Returns (code, view, out): the VM's own part
+    of the result (vms or failed_vms) with the run's keys (changed, failed, msg, workers...) beside it."""
+    shared = dict((key, value) for key, value in args.items() if key in SHARED)
+    item = dict((key, value) for key, value in args.items() if key not in SHARED)
+    code, result, out = run_main(proxmox_vm, dict(shared, vms=[item]), capsys, check_mode, diff)
+    view = dict((key, value) for key, value in result.items() if key not in ('vms', 'failed_vms', 'diff', 'retries'))
+    view.update(result.get('vms', {}).get(item['name'], {}))
+    view.update(result.get('failed_vms', {}).get(item['name'], {}))
+    if 'msg' in result:
+        view['msg'] = result['msg']
+    return code, view, out
 
 
 def writes(pve):
@@ -311,7 +330,8 @@ def test_a_task_error_fails_naming_vm_node_operation_and_pve_message(pve, fakepv
     args = module_args(pve, fakepve_cafile, cdrom='local:iso/missing.iso')
     code, result, _out = run_module(args, capsys)
     assert code == 1 and result['failed']
-    assert result['msg'].startswith('VM 101 (cp-1) on node pve1: create failed on PVE node pve1: TASK ERROR:')
+    assert result['msg'].startswith('1 of 1 VMs failed: cp-1 (VM 101 on PVE node pve1): VM 101 (cp-1) on node pve1: '
+                                    'create failed on PVE node pve1: TASK ERROR:'), result['msg']
     assert 'local:iso/missing.iso does not exist' in result['msg']
     assert result['operation'] == 'create' and result['task_log']
 
@@ -330,7 +350,8 @@ def test_a_held_config_lock_fails_at_the_deadline_with_the_cause(pve, fakepve_ca
     pve.vm(101).lock_holder = 'scenario'
     code, result, _out = run_module(module_args(pve, fakepve_cafile, cores=4, wait_timeout=1), capsys)
     assert code == 1
-    assert result['msg'].startswith('VM 101 (cp-1) on node pve1: gave up after')
+    assert result['msg'].startswith('1 of 1 VMs failed: cp-1 (VM 101 on PVE node pve1): VM 101 (cp-1) on node pve1: '
+                                    'gave up after'), result['msg']
     assert 'got timeout' in result['msg']
 
 

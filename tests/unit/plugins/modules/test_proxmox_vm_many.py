@@ -135,16 +135,30 @@ def test_bad_items_fail_naming_the_item_and_the_field_before_anything_is_done(pv
     assert writes(pve) == []
 
 
-def test_the_two_forms_do_not_mix(pve, fakepve_cafile, capsys):
-    code, result = run_module(module_args(pve, fakepve_cafile, cores=2), capsys)
-    assert code == 1 and 'mutually exclusive: vms|cores' in result['msg']
-    args = module_args(pve, fakepve_cafile, vmid=101)
+@pytest.mark.parametrize('option, value', [('vmid', 101), ('node', 'pve1'), ('cores', 2), ('state', 'reset')])
+def test_a_per_vm_option_at_the_top_level_is_refused_naming_it(pve, fakepve_cafile, capsys, option, value):
+    """The one-VM form is gone: its options beside vms are unsupported parameters, named in the message."""
+    code, result = run_module(module_args(pve, fakepve_cafile, **{option: value}), capsys)
+    assert code == 1 and result['msg'].startswith('Unsupported parameters for (') and (
+        'module: %s.' % option in result['msg']), result['msg']
+    # The whole old form (no vms): Ansible names the first error, the option to use.
+    args = module_args(pve, fakepve_cafile, **{option: value})
     del args['vms']
     code, result = run_module(args, capsys)
-    assert code == 1 and 'required together: vmid, node' in result['msg']
+    assert code == 1 and result['msg'] == 'missing required arguments: vms', result['msg']
+    assert writes(pve) == []
 
 
-def test_run_many_works_on_the_vms_at_the_same_time(monkeypatch):
+def test_each_item_needs_its_vmid_and_node(pve, fakepve_cafile, capsys):
+    for key in ('vmid', 'node'):
+        bad = item('w-1')
+        del bad[key]
+        code, result = run_module(module_args(pve, fakepve_cafile, vms=[item('cp-1'), bad]), capsys)
+        assert code == 1 and result['msg'] == 'missing required arguments: %s found in vms' % key, result['msg']
+    assert writes(pve) == []
+
+
+def test_run_vms_works_on_the_vms_at_the_same_time(monkeypatch):
     """Each VM's run() starts before any other ends: a barrier that every job must reach proves the overlap."""
     barrier = threading.Barrier(3, timeout=5)
 
@@ -162,9 +176,9 @@ def test_run_many_works_on_the_vms_at_the_same_time(monkeypatch):
     monkeypatch.setattr(_proxmox_vm, 'run', fake_run)
     items = [(name, dict(vmid=VMIDS[name], node='pve1', name=name, wait_timeout=5, wait_sleep=1, wait=True))
              for name in NAMES]
-    outcome = _proxmox_vm.run_many(items, Client, deadline=None, check_mode=False, warn=None)
+    outcome = _proxmox_vm.run_vms(items, Client, deadline=None, check_mode=False, warn=None)
     assert outcome.workers == 3
-    ok, result, message = _proxmox_vm.many_result(outcome, with_diff=False)
+    ok, result, message = _proxmox_vm.vms_result(outcome, with_diff=False)
     assert not ok and message == ('1 of 3 VMs failed: w-1 (VM 102 on PVE node pve1): VM 102 (w-1) on node pve1: start '
                                   'failed on PVE node pve1: TASK ERROR: boom')
     assert sorted(result['vms']) == ['cp-1', 'w-2'] and result['failed_vms']['w-1']['operation'] == 'start'

@@ -1,4 +1,5 @@
-"""talos_config: per-node machine configs and a talosctl talosconfig; stable re-runs; diffs without secrets."""
+"""talos_config: every node's machine config (the list nodes) and a talosctl talosconfig; stable re-runs; diffs without
+secrets."""
 import os
 import stat
 
@@ -28,11 +29,12 @@ def secrets_path(tmp_path, bundle):
     return str(path)
 
 
-def node_args(secrets_path, dest, **extra):
-    args = dict(secrets_path=secrets_path, cluster=CLUSTER, machine_type='controlplane', dest=dest,
+def node_args(secrets_path, dest, cluster=None, **item_values):
+    """One node (cp-1), a one-element nodes list; item_values: the item's own keys (patches, machine_type...)."""
+    item = dict(name='cp-1', machine_type='controlplane', dest=dest,
                 node={'hostname': 'cp-1', 'ip': '10.5.0.11', 'prefix': 24, 'gateway': '10.5.0.1'})
-    args.update(extra)
-    return args
+    item.update(item_values)
+    return dict(secrets_path=secrets_path, cluster=cluster or CLUSTER, nodes=[item])
 
 
 def test_renders_once_then_unchanged(capsys, secrets_path, tmp_path, bundle):
@@ -48,7 +50,8 @@ def test_renders_once_then_unchanged(capsys, secrets_path, tmp_path, bundle):
     assert_no_secret(out, bundle.secret_values())
 
     again, _out = run_module(talos_config, capsys, **node_args(secrets_path, dest))
-    assert again['changed'] is False and again['config_sha256'] == result['config_sha256']
+    assert again['changed'] is False and again['nodes']['cp-1']['config_sha256'] == result['nodes']['cp-1']['config_sha256']
+    assert len(result['nodes']['cp-1']['config_sha256']) == 64
 
 
 def test_check_mode_writes_nothing(capsys, secrets_path, tmp_path):
@@ -63,8 +66,9 @@ def test_diff_shows_a_host_patch_change_and_hides_secrets(capsys, secrets_path, 
     run_module(talos_config, capsys, **node_args(secrets_path, dest))
     patched = node_args(secrets_path, dest, patches={'host': [{'machine': {'nodeLabels': {'zone': 'b'}}}]})
     result, out = run_module(talos_config, capsys, _ansible_diff=True, _ansible_check_mode=True, **patched)
-    assert result['changed'] is True
-    diff = result['diff']
+    assert result['changed'] is True and len(result['diff']) == 1
+    diff = result['diff'][0]
+    assert diff['after_header'] == 'cp-1: %s (this render)' % dest
     assert 'zone' not in diff['before'] and "zone: b" in diff['after']
     assert '<hidden> hmac:' in diff['after']
     assert_no_secret(out, bundle.secret_values())
@@ -75,8 +79,8 @@ def test_diff_shows_a_host_patch_change_and_hides_secrets(capsys, secrets_path, 
 
 def test_worker_config(capsys, secrets_path, tmp_path):
     dest = str(tmp_path / 'w-1.yaml')
-    result, _out = run_module(talos_config, capsys, secrets_path=secrets_path, cluster=CLUSTER, machine_type='worker',
-                              dest=dest)
+    result, _out = run_module(talos_config, capsys, secrets_path=secrets_path, cluster=CLUSTER,
+                              nodes=[dict(name='w-1', machine_type='worker', dest=dest)])
     assert result['changed'] is True
     with open(dest) as handle:
         documents = config.validate_machine_config(handle.read(), '1.13')
@@ -89,11 +93,11 @@ def test_bad_inputs_name_the_field(capsys, secrets_path, tmp_path):
     assert result['failed'] is True and result['field'] == 'cluster.pod_subnet'
     result, _out = run_module(talos_config, capsys, **node_args(
         secrets_path, dest, patches={'host': [[{'op': 'replace', 'path': '/machine/nope', 'value': 1}]]}))
-    assert result['failed'] is True and result['field'] == 'patches.host[0]'
+    assert result['failed'] is True and result['field'] == 'nodes[cp-1].patches.host[0]'
     without_type = node_args(secrets_path, dest)
-    del without_type['machine_type']
+    del without_type['nodes'][0]['machine_type']
     result, _out = run_module(talos_config, capsys, **without_type)
-    assert result['failed'] is True and result['field'] == 'machine_type'
+    assert result['failed'] is True and result['field'] == 'nodes[cp-1].machine_type'
     result, _out = run_module(talos_config, capsys, **node_args(str(tmp_path / 'missing.yaml'), dest))
     assert result['failed'] is True and result['field'] == 'secrets_path'
     assert not os.path.exists(dest)
@@ -120,8 +124,10 @@ def test_talosconfig_usable_and_stable(capsys, secrets_path, tmp_path, bundle):
     fewer['talosconfig_endpoints'] = ['10.5.0.11']
     moved, _out = run_module(talos_config, capsys, _ansible_diff=True, **fewer)
     assert moved['changed'] is True and moved['client_certificate_reused'] is True
-    assert '10.5.0.12' in moved['diff']['before'] and '10.5.0.12' not in moved['diff']['after']
-    assert parsed.key_pem_talos.decode() not in moved['diff']['after']
+    assert [diff['after_header'] for diff in moved['diff']] == [dest]
+    assert '10.5.0.12' in moved['diff'][0]['before'] and '10.5.0.12' not in moved['diff'][0]['after']
+    assert parsed.key_pem_talos.decode() not in moved['diff'][0]['after']
+    assert moved['nodes'] == {} and moved['config_changed'] is False
 
 
 def test_check_mode_before_the_bundle_exists_predicts_the_writes(capsys, tmp_path):
@@ -134,7 +140,20 @@ def test_check_mode_before_the_bundle_exists_predicts_the_writes(capsys, tmp_pat
     assert result['failed'] is True and result['field'] == 'secrets_path'
 
 
-# --- the multi-node form (nodes) ---------------------------------------------------------------------------
+@pytest.mark.parametrize('option, value', [
+    ('dest', 'cp-1.yaml'), ('machine_type', 'controlplane'), ('node', {'hostname': 'cp-1'}), ('patches', {}),
+])
+def test_a_per_node_option_beside_nodes_is_refused_naming_it(capsys, secrets_path, tmp_path, option, value):
+    """The single form is gone: its options at the top level are unsupported parameters, named in the message."""
+    args = node_args(secrets_path, str(tmp_path / 'cp-1.yaml'))
+    args[option] = value
+    result, _out = run_module(talos_config, capsys, **args)
+    assert result['failed'] is True
+    assert result['msg'].startswith('Unsupported parameters for (') and 'module: %s.' % option in result['msg'], result
+    assert not os.path.exists(str(tmp_path / 'cp-1.yaml'))
+
+
+# --- several nodes ----------------------------------------------------------------------------------------------
 
 def node_items(tmp_path, **host_patches):
     """Three nodes: a control plane with a static address and two workers; host_patches: {name: [patch, ...]}."""
@@ -162,7 +181,7 @@ def read(path):
         return handle.read()
 
 
-def test_multi_node_renders_what_the_single_form_renders_then_is_unchanged(capsys, secrets_path, tmp_path, bundle):
+def test_multi_node_renders_what_each_node_alone_renders_then_is_unchanged(capsys, secrets_path, tmp_path, bundle):
     result, out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path))
     assert result['changed'] is True and result['config_changed'] is True and result['talosconfig_changed'] is True
     assert sorted(result['nodes']) == ['cp-1', 'w-1', 'w-2']
@@ -172,12 +191,12 @@ def test_multi_node_renders_what_the_single_form_renders_then_is_unchanged(capsy
         assert node_result['dest'] == item['dest'] and node_result['config_changed'] is True
         assert node_result['contract'] == '1.13'
         assert stat.S_IMODE(os.stat(item['dest']).st_mode) == 0o600
-        # The same bytes the single form writes for this node.
+        # The same bytes a run over this node alone (a one-element list) writes.
         single_dest = str(tmp_path / 'single' / ('%s.yaml' % item['name']))
-        single, _out = run_module(talos_config, capsys, secrets_path=secrets_path, cluster=CLUSTER, dest=single_dest,
-                                  **dict((key, value) for key, value in item.items() if key not in ('name', 'dest')))
+        single, _out = run_module(talos_config, capsys, secrets_path=secrets_path, cluster=CLUSTER,
+                                  nodes=[dict(item, dest=single_dest)])
         assert read(single_dest) == read(item['dest'])
-        assert single['config_sha256'] == node_result['config_sha256']
+        assert single['nodes'][item['name']]['config_sha256'] == node_result['config_sha256']
     documents = config.validate_machine_config(read(str(tmp_path / 'artifacts' / 'w-2.yaml')), '1.13')
     assert documents[0]['machine']['kubelet']['image'].endswith(':v1.33.4')
     documents = config.validate_machine_config(read(str(tmp_path / 'artifacts' / 'w-1.yaml')), '1.13')
@@ -241,11 +260,11 @@ def test_multi_node_each_node_renders_with_its_own_cluster_values(capsys, secret
     assert result['changed'] is True and sorted(result['nodes']) == ['cp-1', 'w-1', 'w-2'], result
     assert_no_secret(out, bundle.secret_values())
     for item in items:
-        # The same bytes the single form writes with that node's own cluster values.
+        # The same bytes a run over this node alone writes with that node's own cluster values as the module's.
         single_dest = str(tmp_path / 'single' / ('%s.yaml' % item['name']))
-        run_module(talos_config, capsys, secrets_path=secrets_path, dest=single_dest,
-                   **dict(dict((key, value) for key, value in item.items() if key not in ('name', 'dest', 'cluster')),
-                          cluster=item.get('cluster', CLUSTER)))
+        alone = dict((key, value) for key, value in item.items() if key != 'cluster')
+        run_module(talos_config, capsys, secrets_path=secrets_path, cluster=item.get('cluster', CLUSTER),
+                   nodes=[dict(alone, dest=single_dest)])
         assert read(single_dest) == read(item['dest']), item['name']
     cp1, w1, w2 = (read(str(tmp_path / 'artifacts' / name)) for name in ('cp-1.yaml', 'w-1.yaml', 'w-2.yaml'))
     assert 'enp6s18' in cp1 and 'enp6s18' not in w1 + w2
@@ -334,10 +353,9 @@ def test_multi_node_bad_items_name_the_node_and_the_key(capsys, secrets_path, tm
     assert not os.path.exists(str(tmp_path / 'artifacts'))
 
 
-def test_multi_node_is_exclusive_with_the_single_form(capsys, secrets_path, tmp_path):
-    result, _out = run_module(talos_config, capsys, **multi_args(secrets_path, tmp_path, dest=str(tmp_path / 'x.yaml')))
-    assert result['failed'] is True and 'mutually exclusive' in result['msg'] and 'nodes' in result['msg']
-    assert not os.path.exists(str(tmp_path / 'artifacts'))
+def test_without_nodes_or_a_talosconfig_there_is_nothing_to_do_and_the_message_says_which(capsys, secrets_path):
+    result, _out = run_module(talos_config, capsys, secrets_path=secrets_path, cluster=CLUSTER)
+    assert result['failed'] is True and result['msg'] == 'one of the following is required: nodes, talosconfig_dest'
 
 
 def test_multi_node_check_mode_before_the_bundle_exists_predicts_every_node(capsys, tmp_path):
