@@ -162,7 +162,11 @@ def test_a_node_whose_agent_crash_loops_from_its_start_stays_not_ready_for_its_n
     finally:
         cp.clear_crash_loop('cni-2')
         cp.api('DELETE', '/apis/apps/v1/namespaces/kube-system/daemonsets/lab-agent?propagationPolicy=Foreground', expect=(200, 202, 404))
-    Lab.wait_until(lambda: (pod() is None, pod() and pod()['metadata']['name']), WAIT, what='the lab-agent pod gone')
+
+    def gone():
+        found = pod()  # one read: the pod may go between two
+        return found is None, found and found['metadata']['name']
+    Lab.wait_until(gone, WAIT, what='the lab-agent pod gone')
 
 
 class _FakePlane:
