@@ -209,13 +209,15 @@ def module_dir(name, declarations=DECLARATIONS):
     return go_module_dir(source['module'], source['version'], toolchain=source.get('toolchain', 'local'))
 
 
-def go_module_dir(module, version, toolchain='local'):
-    """The Go module cache directory of module@version (`go mod download -json`; instant once the module is cached).
-    toolchain: the GOTOOLCHAIN (a module whose go.mod asks for a newer Go than the installed one needs that Go)."""
+def go_module_dir(module, version, toolchain='local', go='go', env=None):
+    """The Go module cache directory of module@version (`go mod download -json`, which sum.golang.org verifies; instant
+    once the module is cached). toolchain: the GOTOOLCHAIN (a module whose go.mod asks for a newer Go than the installed
+    one needs that Go); go and env: the go command and its environment (default: `go` on PATH, this process's)."""
     ref = '%s@%s' % (module, version)
+    env = dict(os.environ if env is None else env, GOTOOLCHAIN=toolchain, GOFLAGS='-mod=mod')
     try:
-        done = subprocess.run(['go', 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False, timeout=300,
-                              env=dict(os.environ, GOTOOLCHAIN=toolchain, GOFLAGS='-mod=mod'), cwd=str(ROOT))
+        done = subprocess.run([go, 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False, timeout=300,
+                              env=env, cwd=str(ROOT))
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UpstreamError('go mod download %s: %s (Go is needed; run `make setup`)' % (ref, exc)) from exc
     try:

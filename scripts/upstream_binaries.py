@@ -228,14 +228,11 @@ def build_module_tree(spec):
     say('%s: building in a copy of the module from the Go module proxy' % label)
     started = time.monotonic()
     go = _go()
-    done = subprocess.run([go, 'mod', 'download', '-json', ref], capture_output=True, text=True, check=False,
-                          env=dict(_go_env(module), GOFLAGS='-mod=mod'), cwd=str(ROOT))
     try:
-        source = json.loads(done.stdout).get('Dir')
-    except ValueError:
-        source = None
-    if done.returncode != 0 or not source:
-        raise SetupError('%s: go mod download failed: %s' % (label, (done.stderr or done.stdout).strip()[-500:]))
+        source = upstream.go_module_dir(module['module'], module['version'], toolchain=module.get('toolchain', 'local'),
+                                        go=go, env=_go_env(module))
+    except upstream.UpstreamError as exc:
+        raise SetupError('%s: %s' % (label, exc)) from None
     with tempfile.TemporaryDirectory(prefix='proxtalos-build-') as scratch:
         tree = os.path.join(scratch, 'module')
         # the module cache's files are read-only: copy the contents, not the modes

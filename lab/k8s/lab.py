@@ -23,11 +23,11 @@ Faults:
 """
 
 import asyncio
-import hashlib
 import logging
 import os
 import urllib.parse
 
+from ..k8s_upstream.lab import mirror_pod
 from ..kubelet_hooks import KubeletVmHooks
 from ..talos import machineconfig
 from ..talos import vip as talos_vip
@@ -228,16 +228,9 @@ class LabKubernetes(KubeletVmHooks):
                 continue
             if old is not None:
                 cluster.store.internal_delete(rtype, old)
-            cluster.store.internal_create(rtype, {
-                'apiVersion': 'v1', 'kind': 'Pod',
-                'metadata': {'name': pod_name, 'namespace': 'kube-system',
-                             'labels': {'k8s-app': component, 'tier': 'control-plane'},
-                             'annotations': {'kubernetes.io/config.mirror': hashlib.sha256(image.encode()).hexdigest()[:32],
-                                             'kubernetes.io/config.source': 'file'}},
-                'spec': {'nodeName': name, 'hostNetwork': True, 'priorityClassName': 'system-cluster-critical',
-                         'tolerations': [{'operator': 'Exists'}],
-                         'containers': [{'name': component, 'image': image}]},
-                'status': {'phase': 'Pending', 'hostIP': node.address}})
+            pod = mirror_pod(component, name, image, node.address)
+            pod['status']['phase'] = 'Pending'
+            cluster.store.internal_create(rtype, pod)
         cluster.controllers.kick()
 
     def _apply_manifests(self, cluster_id, config):
