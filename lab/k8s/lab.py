@@ -27,9 +27,9 @@ import logging
 import os
 import urllib.parse
 
-from ..k8s_upstream.lab import mirror_pod
 from ..kubelet_hooks import KubeletVmHooks
 from ..talos import machineconfig
+from ..talos.static_pods import STATIC_PODS, mirror_pod
 from ..talos import vip as talos_vip
 from .cluster import KubeCluster
 from .manifests import ManifestApplier, manifests_by_id, talos_documents
@@ -39,8 +39,6 @@ LOG = logging.getLogger('lab.k8s')
 DEFAULT_PULL_ERROR = ('failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
                       '{image}: not found')
 API_PORT = 6443
-# The control-plane components Talos runs as static pods (their mirror pods: _static_pods).
-STATIC_PODS = ('kube-apiserver', 'kube-controller-manager', 'kube-scheduler')
 DELAY_KINDS = {
     'crashloop_restart': (10.0, 'a crash-looping container restarting again (CrashLoopBackOff)'),
 }
