@@ -92,44 +92,44 @@ def gantt_svg(report, width=980):
     top = 28
     total = max([report['duration']] + [row['end'] for kind, row in rows]) or 1.0
     height = top + row_height * len(rows) + 10
-    pieces = ['<svg xmlns="http://www.w3.org/2000/svg" id="gantt" role="img" width="%d" height="%d" '
+    drawn = ['<svg xmlns="http://www.w3.org/2000/svg" id="gantt" role="img" width="%d" height="%d" '
              'viewBox="0 0 %d %d" aria-label="Gantt chart of stages and gates">' % (width, height, width, height),
              '<title>Timeline of stages and gates</title>']
     for index in range(6):
         seconds = total * index / 5.0
         x = label_width + plot * index / 5.0
-        pieces.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#e3e7ee"/>' % (x, top - 6, x, height - 6))
-        pieces.append('<text x="%.1f" y="%d" font-size="11" fill="#556" text-anchor="middle">%s</text>'
+        drawn.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#e3e7ee"/>' % (x, top - 6, x, height - 6))
+        drawn.append('<text x="%.1f" y="%d" font-size="11" fill="#556" text-anchor="middle">%s</text>'
                      % (x, top - 10, _e(offset_text(seconds) if total >= 5 else '+%.2fs' % seconds)))
     for number, (kind, row) in enumerate(rows):
         y = top + number * row_height
         x, width_px = _x_span(row, label_width, plot, total)
         if kind == 'stage' and shown_parts(row):
             label = row['name']
-            pieces.append('<text x="4" y="%d" font-size="13" font-weight="600" fill="#1d2433">%s</text>'
+            drawn.append('<text x="4" y="%d" font-size="13" font-weight="600" fill="#1d2433">%s</text>'
                          % (y + 15, _e(label)))
-            pieces.append('<rect class="stage-span" x="%.1f" y="%d" width="%.1f" height="2" fill="#adb5bd">'
+            drawn.append('<rect class="stage-span" x="%.1f" y="%d" width="%.1f" height="2" fill="#adb5bd">'
                          '<title>%s: %s, %s to %s</title></rect>'
                          % (x, y + 9, width_px, _e(label), _e(row['status']), _e(offset_text(row['start'])),
                             _e(offset_text(row['end']))))
             for part in shown_parts(row):
                 part_x, part_width = _x_span(part, label_width, plot, total)
-                pieces.append('<rect class="stage-part-bar" x="%.1f" y="%d" width="%.1f" height="16" rx="3" fill="%s">'
+                drawn.append('<rect class="stage-part-bar" x="%.1f" y="%d" width="%.1f" height="16" rx="3" fill="%s">'
                              '<title>%s: %s, %.1f s</title></rect>'
                              % (part_x, y + 2, part_width, STATUS_COLOURS.get(part['status'], '#868e96'),
                                 _e(part['name']), _e(part['status']), part['duration']))
         elif kind == 'stage':
             colour = STATUS_COLOURS.get(row['status'], '#868e96')
             label = row['name']
-            pieces.append('<text x="4" y="%d" font-size="13" font-weight="600" fill="#1d2433">%s</text>'
+            drawn.append('<text x="4" y="%d" font-size="13" font-weight="600" fill="#1d2433">%s</text>'
                          % (y + 15, _e(label)))
-            pieces.append('<rect class="stage-bar" x="%.1f" y="%d" width="%.1f" height="16" rx="3" fill="%s">'
+            drawn.append('<rect class="stage-bar" x="%.1f" y="%d" width="%.1f" height="16" rx="3" fill="%s">'
                          '<title>%s: %s, %.1f s</title></rect>'
                          % (x, y + 2, width_px, colour, _e(label), _e(row['status']), row['duration']))
         elif kind == 'part':
-            pieces.append('<text x="12" y="%d" font-size="12" fill="#1d2433">%s</text>'
+            drawn.append('<text x="12" y="%d" font-size="12" fill="#1d2433">%s</text>'
                          % (y + 14, _e(PART_MARK + row['name'])))
-            pieces.append('<rect class="part-bar" x="%.1f" y="%d" width="%.1f" height="12" rx="2" fill="%s">'
+            drawn.append('<rect class="part-bar" x="%.1f" y="%d" width="%.1f" height="12" rx="2" fill="%s">'
                          '<title>%s: %s, %.1f s</title></rect>'
                          % (x, y + 4, width_px, STATUS_COLOURS.get(row['status'], '#868e96'), _e(row['name']),
                             _e(row['status']), row['duration']))
@@ -138,13 +138,13 @@ def gantt_svg(report, width=980):
             label = '%s (%s)' % (row['name'], row['host'])
             if len(label) > 44:
                 label = label[:43] + '\u2026'
-            pieces.append('<text x="18" y="%d" font-size="11" fill="#334">%s</text>' % (y + 14, _e(label)))
-            pieces.append('<rect class="gate-bar" x="%.1f" y="%d" width="%.1f" height="10" rx="2" fill="%s">'
+            drawn.append('<text x="18" y="%d" font-size="11" fill="#334">%s</text>' % (y + 14, _e(label)))
+            drawn.append('<rect class="gate-bar" x="%.1f" y="%d" width="%.1f" height="10" rx="2" fill="%s">'
                          '<title>%s on %s: %s</title></rect>'
                          % (x, y + 5, width_px, colour, _e(row['name']), _e(row['host']),
                             _e('passed' if row['ok'] else 'FAILED: %s' % row.get('observation'))))
-    pieces.append('</svg>')
-    return ''.join(pieces)
+    drawn.append('</svg>')
+    return ''.join(drawn)
 
 
 def flux_svg(graph, width=980):

@@ -309,14 +309,14 @@ def test_a_gates_task_that_failed_before_any_gate_ran_is_still_a_failed_gate(tas
 # Plays of playbooks/site.yml in their order (docs/README.md, "Plays in execution order"), each a task's tags as
 # ansible-core gives them (the task's own first, then its play's): the bootstrap stage's gates play runs after the
 # kubeconfig, flux (components), sealed_secrets and flux (prepare) plays (ADR 0004, "The play order").
-INTERLEAVED_PLAYS = [
+INTERLEAVED_PLAYS = (
     ('bootstrap_etcd', ['bootstrap', 'bootstrap_etcd'], 10.0, 14.0),
     ('kubeconfig_fetch', ['kubeconfig', 'kubeconfig_fetch'], 14.0, 16.0),
     ('flux_components', ['flux_install', 'flux_install', 'flux_components', 'flux'], 16.0, 20.0),
     ('sealed_secrets_key', ['sealed_secrets', 'sealed_secrets_key'], 20.0, 22.0),
     ('flux_prepare', ['flux_install', 'flux_install', 'flux_prepare', 'flux'], 22.0, 23.0),
     ('bootstrap_gates', ['bootstrap', 'bootstrap_gates'], 23.0, 30.0),
-]
+)
 
 
 def _interleaved(plays=INTERLEAVED_PLAYS):
