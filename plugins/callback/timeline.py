@@ -13,11 +13,16 @@ description:
   - Records each stage of the run (a task's stage is the innermost of its tags that names a stage, as
     C(playbooks/site.yml) tags one play or block per stage), each gate's outcome and observation, and each
     remediation step, recognised by the conventions of the collection's C(docs/report.md).
+  - Each stage has parts, its sub-stages in the order they started, each with its own span and status - a task's
+    sub-stage is its tag that is no stage tag and is C(<stage>_<rest>) for a stage tag among its tags, as the plays of
+    C(playbooks/site.yml) have (C(bootstrap_etcd), C(bootstrap_gates)) - so a stage whose plays ran apart shows
+    when each ran.
   - At the end of the run it writes, per cluster (the C(cluster_name) of the hosts), C(report.json) (schema
     C(docs/report.schema.json)), C(report.html) (a self-contained page with an inline SVG Gantt chart of stages and
     gates, the gate table, the remediation log, the Flux dependency graph from C(proxtalos.cluster.flux_graph) and the
     cluster facts) and C(timeline.md) (the bootstrap timeline table - stage, start offset, status), and prints a
-    summary with the paths.
+    summary with the paths. The summary, C(timeline.md) and the Gantt chart show a stage's parts under it when it has
+    more than one.
   - Files are written with mode 0600. Task arguments are never recorded; a C(no_log) task contributes only its
     name and status. Known secrets are masked in everything written - with ansible-core's C(mask_secrets) where the
     core has it (2.22 and later), and in any case the values of vault-encrypted variables and of variables named

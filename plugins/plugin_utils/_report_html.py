@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ansible_collections.proxtalos.cluster.plugins.plugin_utils._timeline import offset_text
+from ansible_collections.proxtalos.cluster.plugins.plugin_utils._timeline import PART_MARK, offset_text, shown_parts
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px;color:#1d2433;background:#fff}
@@ -63,11 +63,22 @@ def _status_cell(status):
     return '<td class="%s">%s</td>' % (_e(status), _e(status))
 
 
+def _x_span(row, label_width, plot, total):
+    """(x, width) in pixels of a row's start..end on the time axis."""
+    start = float(row['start'])
+    end = max(float(row['end']), start)
+    return label_width + plot * start / total, max(2.0, plot * (end - start) / total)
+
+
 def gantt_svg(report, width=980):
-    """Stages as bars on the run's time axis, each followed by its gates as thinner bars."""
+    """Stages as bars on the run's time axis, each followed by its parts and gates as thinner bars.
+
+    A stage with several parts (site.yml plays apart from each other) is drawn as one bar per part on its own row, over
+    a thin line of its whole span, so the gaps between its parts show; a row per part, named, follows it."""
     rows = []
     for stage in report['stages']:
         rows.append(('stage', stage))
+        rows.extend(('part', part) for part in shown_parts(stage))
         for gate in report['gates']:
             if gate.get('stage') == stage['name']:
                 rows.append(('gate', gate))
@@ -81,41 +92,59 @@ def gantt_svg(report, width=980):
     top = 28
     total = max([report['duration']] + [row['end'] for kind, row in rows]) or 1.0
     height = top + row_height * len(rows) + 10
-    parts = ['<svg xmlns="http://www.w3.org/2000/svg" id="gantt" role="img" width="%d" height="%d" '
+    drawn = ['<svg xmlns="http://www.w3.org/2000/svg" id="gantt" role="img" width="%d" height="%d" '
              'viewBox="0 0 %d %d" aria-label="Gantt chart of stages and gates">' % (width, height, width, height),
              '<title>Timeline of stages and gates</title>']
     for index in range(6):
         seconds = total * index / 5.0
         x = label_width + plot * index / 5.0
-        parts.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#e3e7ee"/>' % (x, top - 6, x, height - 6))
-        parts.append('<text x="%.1f" y="%d" font-size="11" fill="#556" text-anchor="middle">%s</text>'
+        drawn.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#e3e7ee"/>' % (x, top - 6, x, height - 6))
+        drawn.append('<text x="%.1f" y="%d" font-size="11" fill="#556" text-anchor="middle">%s</text>'
                      % (x, top - 10, _e(offset_text(seconds) if total >= 5 else '+%.2fs' % seconds)))
     for number, (kind, row) in enumerate(rows):
         y = top + number * row_height
-        start = float(row['start'])
-        end = max(float(row['end']), start)
-        x = label_width + plot * start / total
-        width_px = max(2.0, plot * (end - start) / total)
-        if kind == 'stage':
+        x, width_px = _x_span(row, label_width, plot, total)
+        if kind == 'stage' and shown_parts(row):
+            label = row['name']
+            drawn.append('<text x="4" y="%d" font-size="13" font-weight="600" fill="#1d2433">%s</text>'
+                         % (y + 15, _e(label)))
+            drawn.append('<rect class="stage-span" x="%.1f" y="%d" width="%.1f" height="2" fill="#adb5bd">'
+                         '<title>%s: %s, %s to %s</title></rect>'
+                         % (x, y + 9, width_px, _e(label), _e(row['status']), _e(offset_text(row['start'])),
+                            _e(offset_text(row['end']))))
+            for part in shown_parts(row):
+                part_x, part_width = _x_span(part, label_width, plot, total)
+                drawn.append('<rect class="stage-part-bar" x="%.1f" y="%d" width="%.1f" height="16" rx="3" fill="%s">'
+                             '<title>%s: %s, %.1f s</title></rect>'
+                             % (part_x, y + 2, part_width, STATUS_COLOURS.get(part['status'], '#868e96'),
+                                _e(part['name']), _e(part['status']), part['duration']))
+        elif kind == 'stage':
             colour = STATUS_COLOURS.get(row['status'], '#868e96')
             label = row['name']
-            parts.append('<text x="4" y="%d" font-size="13" font-weight="600" fill="#1d2433">%s</text>'
+            drawn.append('<text x="4" y="%d" font-size="13" font-weight="600" fill="#1d2433">%s</text>'
                          % (y + 15, _e(label)))
-            parts.append('<rect class="stage-bar" x="%.1f" y="%d" width="%.1f" height="16" rx="3" fill="%s">'
+            drawn.append('<rect class="stage-bar" x="%.1f" y="%d" width="%.1f" height="16" rx="3" fill="%s">'
                          '<title>%s: %s, %.1f s</title></rect>'
                          % (x, y + 2, width_px, colour, _e(label), _e(row['status']), row['duration']))
+        elif kind == 'part':
+            drawn.append('<text x="12" y="%d" font-size="12" fill="#1d2433">%s</text>'
+                         % (y + 14, _e(PART_MARK + row['name'])))
+            drawn.append('<rect class="part-bar" x="%.1f" y="%d" width="%.1f" height="12" rx="2" fill="%s">'
+                         '<title>%s: %s, %.1f s</title></rect>'
+                         % (x, y + 4, width_px, STATUS_COLOURS.get(row['status'], '#868e96'), _e(row['name']),
+                            _e(row['status']), row['duration']))
         else:
             colour = GATE_COLOURS[bool(row['ok'])]
             label = '%s (%s)' % (row['name'], row['host'])
             if len(label) > 44:
                 label = label[:43] + '\u2026'
-            parts.append('<text x="18" y="%d" font-size="11" fill="#334">%s</text>' % (y + 14, _e(label)))
-            parts.append('<rect class="gate-bar" x="%.1f" y="%d" width="%.1f" height="10" rx="2" fill="%s">'
+            drawn.append('<text x="18" y="%d" font-size="11" fill="#334">%s</text>' % (y + 14, _e(label)))
+            drawn.append('<rect class="gate-bar" x="%.1f" y="%d" width="%.1f" height="10" rx="2" fill="%s">'
                          '<title>%s on %s: %s</title></rect>'
                          % (x, y + 5, width_px, colour, _e(row['name']), _e(row['host']),
                             _e('passed' if row['ok'] else 'FAILED: %s' % row.get('observation'))))
-    parts.append('</svg>')
-    return ''.join(parts)
+    drawn.append('</svg>')
+    return ''.join(drawn)
 
 
 def flux_svg(graph, width=980):
@@ -181,9 +210,13 @@ def render(report):
     sections.append(gantt_svg(report))
 
     sections.append('<h2 id="bootstrap-timeline">Bootstrap timeline</h2>')
-    sections.append(_table(['stage', 'start offset', 'status'],
-                           [[_cell(row['stage']), _cell(row['start_offset'], 'num'), _status_cell(row['status'])]
-                            for row in report['bootstrap_timeline']], 'no stage ran'))
+    stages = dict((stage['name'], stage) for stage in report['stages'])
+    timeline_rows = []
+    for row in report['bootstrap_timeline']:
+        timeline_rows.append([_cell(row['stage']), _cell(row['start_offset'], 'num'), _status_cell(row['status'])])
+        timeline_rows.extend([_cell(PART_MARK + part['name']), _cell(offset_text(part['start']), 'num'),
+                              _status_cell(part['status'])] for part in shown_parts(stages.get(row['stage']) or {}))
+    sections.append(_table(['stage', 'start offset', 'status'], timeline_rows, 'no stage ran'))
     sections.append(_table(['stage', 'start', 'end', 'duration', 'tasks', 'ok', 'changed', 'failed', 'skipped', 'hosts'],
                            [[_cell(row['name']), _cell(offset_text(row['start']), 'num'), _cell(offset_text(row['end']), 'num'),
                              _cell(_seconds(row['duration']), 'num'), _cell(row['tasks'], 'num'),

@@ -132,6 +132,26 @@ def stage_of(task_tags, stages=DEFAULT_STAGES):
     return None
 
 
+def sub_stage_tags(task_tags, stages=DEFAULT_STAGES):
+    """The task's tags that name a sub-stage, innermost first: each is no stage itself and is `<stage>_<rest>`, for a
+    stage tag among the task's tags (a play of site.yml tagged [bootstrap, bootstrap_gates] gives bootstrap_gates)."""
+    tags = [str(tag) for tag in task_tags or ()]
+    present = [tag for tag in tags if tag in stages]
+    found = []
+    for tag in tags:
+        if tag in stages or tag in found:
+            continue
+        if any(tag.startswith(stage + '_') and len(tag) > len(stage) + 1 for stage in present):
+            found.append(tag)
+    return found
+
+
+def sub_stage_of(task_tags, stages=DEFAULT_STAGES):
+    """The innermost of the task's sub-stage tags (sub_stage_tags), or None."""
+    found = sub_stage_tags(task_tags, stages)
+    return found[0] if found else None
+
+
 ROLE_PREFIX = re.compile(r'^[A-Za-z0-9_.]+ : ')
 
 
@@ -345,13 +365,14 @@ def _worst(statuses):
 class TaskEvent(object):
     """One task on one host: when it ran and how it ended."""
 
-    __slots__ = ('cluster', 'host', 'task', 'stage', 'play', 'start', 'end', 'status', 'message')
+    __slots__ = ('cluster', 'host', 'task', 'stage', 'part', 'play', 'start', 'end', 'status', 'message')
 
-    def __init__(self, cluster, host, task, stage, play, start, end, status, message):
+    def __init__(self, cluster, host, task, stage, part, play, start, end, status, message):
         self.cluster = cluster
         self.host = host
         self.task = task
         self.stage = stage
+        self.part = part
         self.play = play
         self.start = start
         self.end = end
@@ -424,7 +445,8 @@ class Recorder(object):
             result = {}
         message = None if status in ('ok', 'changed', 'skipped') else clip(
             NO_LOG_TEXT if no_log else result_message(result))
-        self.events.append(TaskEvent(cluster, host, clip(task_name, 300), stage, clip(play_name, 300),
+        part = sub_stage_of(task_tags, self.stages) if stage is not None else None
+        self.events.append(TaskEvent(cluster, host, clip(task_name, 300), stage, part, clip(play_name, 300),
                                      start, end, status, message))
         gates = gates_from_result(task_name, result, status, host)
         for gate_host, gate in gates:
@@ -502,6 +524,38 @@ class Recorder(object):
     def _offset(self, moment):
         return round(max(0.0, moment - self.started), 3)
 
+    def _span(self, events):
+        """(status, start, end) of a stage's or a part's events, the clock readings still absolute.
+
+        The span is that of the tasks that ran: a play whose tasks were all skipped (site.yml's flux play on the side
+        Flux was not handed the repository) does not stretch it. Only events none of which ran span their skipped
+        tasks. The status is failed when a task failed or was unreachable on some host, skipped when none ran."""
+        statuses = set(event.status for event in events)
+        ran = [event for event in events if event.status != 'skipped']
+        start = min(event.start for event in ran or events)
+        end = max(event.end for event in ran or events)
+        status = 'failed' if statuses & {'failed', 'unreachable'} else ('skipped' if not ran else 'ok')
+        return status, start, end
+
+    def _parts(self, events):
+        """A stage's sub-stages (the plays of site.yml it ran in), in the order they started.
+
+        A part whose tasks were all skipped does not count, as for the stage's span; when no part ran anything (the
+        stage was skipped) each is listed, skipped. Tasks with no sub-stage tag belong to no part."""
+        names = []
+        for event in events:
+            if event.part is not None and event.part not in names:
+                names.append(event.part)
+        spans = []
+        for name in names:
+            status, start, end = self._span([event for event in events if event.part == name])
+            spans.append((name, status, start, end))
+        if any(status != 'skipped' for _name, status, _start, _end in spans):
+            spans = [span for span in spans if span[1] != 'skipped']
+        spans.sort(key=lambda span: span[2])
+        return [{'name': name, 'status': status, 'start': self._offset(start), 'end': self._offset(end),
+                 'duration': round(end - start, 3)} for name, status, start, end in spans]
+
     def _stages(self, events):
         rows = []
         order = [stage for stage in self.stages if stage in self.stage_order] + \
@@ -510,22 +564,19 @@ class Recorder(object):
             mine = [event for event in events if event.stage == stage]
             if not mine:
                 continue
-            statuses = set(event.status for event in mine)
-            ran = [event for event in mine if event.status != 'skipped']
-            # A stage's span is that of the tasks that ran: a play whose tasks were all skipped (site.yml's flux play
-            # on the side Flux was not handed the repository) does not stretch it. Only a stage that ran nothing
-            # spans its skipped tasks.
-            start = min(event.start for event in ran or mine)
-            end = max(event.end for event in ran or mine)
+            # The flux stage has a play before the cni stage's gates and one after the apps stage, and one of them
+            # skips all its tasks: it does not count (_span).
+            status, start, end = self._span(mine)
             rows.append({
                 'name': stage,
-                'status': 'failed' if statuses & {'failed', 'unreachable'} else ('skipped' if not ran else 'ok'),
+                'status': status,
                 'start': self._offset(start),
                 'end': self._offset(end),
                 'duration': round(end - start, 3),
                 'tasks': len(set(event.task for event in mine)),
-                'results': dict((status, sum(1 for event in mine if event.status == status)) for status in STATUS_ORDER),
+                'results': dict((result, sum(1 for event in mine if event.status == result)) for result in STATUS_ORDER),
                 'hosts': sorted(set(event.host for event in mine)),
+                'parts': self._parts(mine),
             })
         # In the order they started (the flux stage comes before or after apps, by flux_handoff); a stage's place in
         # the configured list breaks ties.
@@ -581,13 +632,25 @@ class Recorder(object):
         }
 
 
+PART_MARK = '\u21b3 '   # "↳ ": a stage's part, under the stage, in timeline.md and report.html
+
+
+def shown_parts(stage):
+    """The parts of a stage row the summary, timeline.md and report.html show under it: none unless it has two or more."""
+    parts = stage.get('parts') or []
+    return parts if len(parts) > 1 else []
+
+
 def timeline_markdown(report):
-    """The bootstrap timeline as a Markdown table: stage, start offset, status."""
+    """The bootstrap timeline as a Markdown table: stage, start offset, status; a stage's parts under it when it has several."""
     lines = ['# Bootstrap timeline: %s' % report['cluster'], '',
              'Run started %s, %s after %.1f s.' % (report['started'], report['status'], report['duration']), '',
              '| stage | start offset | status |', '|---|---|---|']
+    stages = dict((stage['name'], stage) for stage in report.get('stages') or [])
     for row in report['bootstrap_timeline']:
         lines.append('| %s | %s | %s |' % (row['stage'], row['start_offset'], row['status']))
+        for part in shown_parts(stages.get(row['stage']) or {}):
+            lines.append('| %s%s | %s | %s |' % (PART_MARK, part['name'], offset_text(part['start']), part['status']))
     return '\n'.join(lines) + '\n'
 
 
@@ -622,10 +685,15 @@ def terminal_summary(report, paths):
     lines = ['proxtalos run report: cluster %s, %s in %.1f s' % (report['cluster'], report['status'].upper(),
                                                                  report['duration'])]
     if report['stages']:
-        lines.append('  %-16s %-12s %-10s %s' % ('stage', 'start', 'duration', 'status'))
+        # the name column fits the longest part name, indented two more (16 wide when no stage shows parts)
+        width = max([16] + [len(part['name']) + 3 for stage in report['stages'] for part in shown_parts(stage)])
+        lines.append('  %-*s %-12s %-10s %s' % (width, 'stage', 'start', 'duration', 'status'))
         for row in report['stages']:
-            lines.append('  %-16s %-12s %-10s %s' % (row['name'], offset_text(row['start']),
-                                                     '%.1fs' % row['duration'], row['status']))
+            lines.append('  %-*s %-12s %-10s %s' % (width, row['name'], offset_text(row['start']),
+                                                    '%.1fs' % row['duration'], row['status']))
+            for part in shown_parts(row):
+                lines.append('    %-*s %-12s %-10s %s' % (width - 2, part['name'], offset_text(part['start']),
+                                                          '%.1fs' % part['duration'], part['status']))
     gates = report['gates']
     if gates:
         passed = sum(1 for gate in gates if gate['ok'])

@@ -8,15 +8,23 @@
 3. docs/README.md's table "Plays in execution order" lists the plays of site.yml, in order, with their tags, role
    entry points and page (both parsed here).
 4. The check that fails a node without an address knows every tag that selects a play after the vms stage.
+5. The run report's sub-stage rule (_timeline.sub_stage_tags) gives every task of a stage play of site.yml, with the
+   tags Ansible gives it (its own, its blocks', its role's, its play's: ansible-playbook --list-tasks), exactly its
+   play's sub-stage tag, and no more than one sub-stage to any task of playbooks/*.yml.
 """
+import functools
 import os
 import re
+import subprocess
 
+import pytest
 import yaml
 
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _timeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ANSIBLE_PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+PLAYBOOKS = os.path.join(ROOT, 'playbooks')
 SITE = os.path.join(ROOT, 'playbooks', 'site.yml')
 DOCS = os.path.join(ROOT, 'docs', 'README.md')
 PREFLIGHT_VARS = os.path.join(ROOT, 'roles', 'preflight', 'vars', 'main.yml')
@@ -150,3 +158,90 @@ def test_a_node_without_an_address_fails_for_every_tag_that_selects_a_play_after
             after.update(play['tags'])
     assert sorted(listed) == sorted(after)
     assert len(listed) == len(set(listed))
+
+
+LISTED_PLAYBOOK = re.compile(r'^playbook: (?P<path>.*)$')
+LISTED_PLAY = re.compile(r'^  play #[0-9]+ \(.*?\): (?P<name>.*)\tTAGS: \[(?P<tags>[^\]]*)\]$')
+LISTED_TASK = re.compile(r'^      (?P<name>.*)\tTAGS: \[(?P<tags>[^\]]*)\]$')
+
+
+def _tag_list(text):
+    return [tag.strip() for tag in text.split(',') if tag.strip()]
+
+
+@functools.lru_cache(maxsize=1)
+def listed_tasks():
+    """{playbook file name: [(play name, play tags, task name, task tags)]} of every task ansible-playbook --list-tasks
+    lists for each playbook of playbooks/ (one run for all of them).
+
+    Its task tags are the ones the task runs with: its own, its blocks', its role's and its play's (ansible-core lists
+    them sorted); a dynamic include's tasks are not listed (the include is, with the tags it passes on)."""
+    names = sorted(name for name in os.listdir(PLAYBOOKS) if name.endswith('.yml'))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1')
+    run = subprocess.run([ANSIBLE_PLAYBOOK, '-i', 'localhost,', '--list-tasks'] + [os.path.join(PLAYBOOKS, name) for name in names],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    listed = {}
+    tasks = play = None
+    for line in run.stdout.splitlines():
+        match = LISTED_PLAYBOOK.match(line)
+        if match:
+            tasks = listed.setdefault(os.path.basename(match.group('path')), [])
+            play = None
+            continue
+        match = LISTED_PLAY.match(line)
+        if match:
+            play = (match.group('name'), _tag_list(match.group('tags')))
+            continue
+        match = LISTED_TASK.match(line)
+        if match:
+            assert tasks is not None and play is not None, line
+            tasks.append(play + (match.group('name'), _tag_list(match.group('tags'))))
+    assert sorted(listed) == names, (sorted(listed), names)
+    return listed
+
+
+def test_the_sub_stage_rule_and_what_it_does_not_take():
+    stages = _timeline.DEFAULT_STAGES
+    assert _timeline.sub_stage_tags(['bootstrap', 'bootstrap_gates'], stages) == ['bootstrap_gates']
+    # a task's own tag that is a stage (remediate, flux_install) is no sub-stage; its play's sub-stage tag still is
+    assert _timeline.sub_stage_tags(['remediate', 'cni', 'cni_remediate', 'remediate'], stages) == ['cni_remediate']
+    assert _timeline.sub_stage_tags(['flux_install', 'flux_components', 'flux'], stages) == ['flux_components']
+    # a tag named after a stage that is not among the task's tags, or after no stage, is none
+    assert _timeline.sub_stage_tags(['upgrade_kubernetes', 'flux_resume'], stages) == []
+    assert _timeline.sub_stage_tags(['cni', 'gates_cni'], stages) == []
+    assert _timeline.sub_stage_tags(['cni', 'cni_'], stages) == []
+    # two are two (the test below fails a play that has them); the innermost is the task's
+    assert _timeline.sub_stage_tags(['cni_gates', 'cni', 'cni_cilium'], stages) == ['cni_gates', 'cni_cilium']
+    assert _timeline.sub_stage_of(['cni_gates', 'cni', 'cni_cilium'], stages) == 'cni_gates'
+    assert _timeline.sub_stage_of(['always'], stages) is None
+
+
+@pytest.mark.skipif(not os.access(ANSIBLE_PLAYBOOK, os.X_OK), reason='no ansible-playbook in .venv (make setup)')
+def test_every_task_of_a_stage_play_of_site_yml_has_its_plays_sub_stage_and_no_other():
+    expected = dict((play['name'], play['tags'][1]) for play in stage_plays())
+    seen = set()
+    tasks = listed_tasks()['site.yml']
+    assert tasks
+    for play_name, play_tags, task_name, task_tags in tasks:
+        found = _timeline.sub_stage_tags(task_tags, _timeline.DEFAULT_STAGES)
+        if play_tags == ['always']:
+            assert found == [], (play_name, task_name, task_tags)
+            continue
+        assert found == [expected[play_name]], (play_name, task_name, task_tags, found)
+        assert _timeline.stage_of(task_tags, _timeline.DEFAULT_STAGES) is not None, (play_name, task_name, task_tags)
+        seen.add(play_name)
+    assert seen == set(expected)   # every stage play listed tasks
+
+
+@pytest.mark.skipif(not os.access(ANSIBLE_PLAYBOOK, os.X_OK), reason='no ansible-playbook in .venv (make setup)')
+def test_no_task_of_a_playbook_has_two_sub_stages():
+    listed = listed_tasks()
+    assert 'upgrade_kubernetes.yml' in listed
+    site_sub_stages = set(play['tags'][1] for play in stage_plays())
+    for name, tasks in sorted(listed.items()):
+        assert tasks, name
+        for play_name, _play_tags, task_name, task_tags in tasks:
+            found = _timeline.sub_stage_tags(task_tags, _timeline.DEFAULT_STAGES)
+            # a sub-stage outside site.yml would be a play of its own that docs/README.md's table does not list
+            assert len(found) <= 1 and set(found) <= site_sub_stages, (name, play_name, task_name, task_tags, found)

@@ -1,6 +1,7 @@
 """The report's data model: conventions for gates and remediation, stages, masking, the HTML."""
 import json
 import os
+import re
 
 import jsonschema
 import pytest
@@ -303,3 +304,138 @@ def test_a_gates_task_that_failed_before_any_gate_ran_is_still_a_failed_gate(tas
     other.set_cluster('cp-1', 'lab')
     other.task_result('cp-1', 'Read every node', ['report'], 'p', 'x', 1.0, 2.0, 'ok', {'gates': []})
     assert other.build('lab')['gates'] == []
+
+
+# Plays of playbooks/site.yml in their order (docs/README.md, "Plays in execution order"), each a task's tags as
+# ansible-core gives them (the task's own first, then its play's): the bootstrap stage's gates play runs after the
+# kubeconfig, flux (components), sealed_secrets and flux (prepare) plays (ADR 0004, "The play order").
+INTERLEAVED_PLAYS = (
+    ('bootstrap_etcd', ['bootstrap', 'bootstrap_etcd'], 10.0, 14.0),
+    ('kubeconfig_fetch', ['kubeconfig', 'kubeconfig_fetch'], 14.0, 16.0),
+    ('flux_components', ['flux_install', 'flux_install', 'flux_components', 'flux'], 16.0, 20.0),
+    ('sealed_secrets_key', ['sealed_secrets', 'sealed_secrets_key'], 20.0, 22.0),
+    ('flux_prepare', ['flux_install', 'flux_install', 'flux_prepare', 'flux'], 22.0, 23.0),
+    ('bootstrap_gates', ['bootstrap', 'bootstrap_gates'], 23.0, 30.0),
+)
+
+
+def _interleaved(plays=INTERLEAVED_PLAYS):
+    recorder = _timeline.Recorder(started=0.0)
+    recorder.set_cluster('cp-1', 'lab')
+    recorder.task_result('cp-1', 'Node addresses', ['always'], 'Node addresses', 'ansible.builtin.add_host', 0.5, 1.0, 'ok', {})
+    for part, tags, start, end in plays:
+        # two tasks per play, with a moment between them
+        middle = (start + end) / 2.0
+        recorder.task_result('cp-1', '%s : first' % part, tags, 'Stage %s' % part, 'x', start, middle - 0.5, 'ok', {})
+        recorder.task_result('cp-1', '%s : second' % part, tags, 'Stage %s' % part, 'x', middle, end, 'changed', {})
+    return recorder
+
+
+def test_a_stage_whose_plays_are_apart_has_a_part_per_play_with_its_own_span():
+    report = _interleaved().build('lab')
+    jsonschema.validate(report, SCHEMA)
+    stages = dict((stage['name'], stage) for stage in report['stages'])
+    assert [stage['name'] for stage in report['stages']] == ['bootstrap', 'kubeconfig', 'flux_install', 'sealed_secrets']
+    # the stage still spans its first to its last task; its parts show the two stretches and the gap between them
+    assert (stages['bootstrap']['start'], stages['bootstrap']['end']) == (10.0, 30.0)
+    assert stages['bootstrap']['parts'] == [
+        {'name': 'bootstrap_etcd', 'status': 'ok', 'start': 10.0, 'end': 14.0, 'duration': 4.0},
+        {'name': 'bootstrap_gates', 'status': 'ok', 'start': 23.0, 'end': 30.0, 'duration': 7.0}]
+    # flux (components) and flux (prepare) are the flux_install stage's (their innermost stage tag), around sealed_secrets
+    assert [(part['name'], part['start'], part['end']) for part in stages['flux_install']['parts']] == [
+        ('flux_components', 16.0, 20.0), ('flux_prepare', 22.0, 23.0)]
+    assert stages['kubeconfig']['parts'] == [
+        {'name': 'kubeconfig_fetch', 'status': 'ok', 'start': 14.0, 'end': 16.0, 'duration': 2.0}]
+
+
+def test_the_summary_and_timeline_md_show_the_parts_of_a_stage_that_has_several_under_it():
+    report = _interleaved().build('lab')
+    lines = _timeline.terminal_summary(report, [])
+    # the name column widens to the longest part shown (bootstrap_gates, 15 characters, indented two)
+    assert lines[1:10] == [
+        '  stage              start        duration   status',
+        '  bootstrap          +0:10        20.0s      ok',
+        '    bootstrap_etcd   +0:10        4.0s       ok',
+        '    bootstrap_gates  +0:23        7.0s       ok',
+        '  kubeconfig         +0:14        2.0s       ok',
+        '  flux_install       +0:16        7.0s       ok',
+        '    flux_components  +0:16        4.0s       ok',
+        '    flux_prepare     +0:22        1.0s       ok',
+        '  sealed_secrets     +0:20        2.0s       ok',
+    ]
+    markdown = _timeline.timeline_markdown(report)
+    rows = [line for line in markdown.splitlines() if line.startswith('| ')]
+    assert rows == ['| stage | start offset | status |',
+                    '| bootstrap | +0:10 | ok |',
+                    '| \u21b3 bootstrap_etcd | +0:10 | ok |',
+                    '| \u21b3 bootstrap_gates | +0:23 | ok |',
+                    '| kubeconfig | +0:14 | ok |',
+                    '| flux_install | +0:16 | ok |',
+                    '| \u21b3 flux_components | +0:16 | ok |',
+                    '| \u21b3 flux_prepare | +0:22 | ok |',
+                    '| sealed_secrets | +0:20 | ok |']
+
+
+def test_the_gantt_chart_draws_each_part_of_a_stage_that_has_several_so_the_gap_shows():
+    report = _interleaved().build('lab')
+    svg = _report_html.gantt_svg(report)
+    # one-part stages keep their one bar; bootstrap and flux_install get a bar per part on their row, a thin line of
+    # their whole span, and a named row per part
+    assert svg.count('class="stage-bar"') == 2
+    assert svg.count('class="stage-span"') == 2
+    assert svg.count('class="stage-part-bar"') == 4
+    assert svg.count('class="part-bar"') == 4
+    label_width, plot = 300, 980 - 300 - 20
+    total = report['duration']
+    bars = re.findall(r'<rect class="stage-part-bar" x="([0-9.]+)" y="[0-9]+" width="([0-9.]+)"[^>]*><title>([a-z_]+):', svg)
+    spans = dict((name, (float(x), float(x) + float(width))) for x, width, name in bars)
+    # the bootstrap row's two bars: etcd ends where kubeconfig starts, the gates start at +23 s, with nothing between
+    assert spans['bootstrap_etcd'] == pytest.approx((label_width + plot * 10 / total, label_width + plot * 14 / total), abs=0.1)
+    assert spans['bootstrap_gates'] == pytest.approx((label_width + plot * 23 / total, label_width + plot * 30 / total), abs=0.1)
+    assert '\u21b3 bootstrap_gates</text>' in svg
+    page = _report_html.render(report)
+    assert '<td>\u21b3 flux_prepare</td><td class="num">+0:22</td>' in page
+
+
+def test_with_only_the_bootstrap_gates_play_the_stage_shows_that_one_part_and_no_more():
+    # --tags bootstrap_gates: the always plays and that play run
+    report = _interleaved([play for play in INTERLEAVED_PLAYS if play[0] == 'bootstrap_gates']).build('lab')
+    jsonschema.validate(report, SCHEMA)
+    assert [(stage['name'], stage['start'], stage['end']) for stage in report['stages']] == [('bootstrap', 23.0, 30.0)]
+    assert report['stages'][0]['parts'] == [
+        {'name': 'bootstrap_gates', 'status': 'ok', 'start': 23.0, 'end': 30.0, 'duration': 7.0}]
+    # a one-part stage looks as a stage did before parts
+    lines = _timeline.terminal_summary(report, [])
+    assert lines[1:3] == ['  stage            start        duration   status',
+                          '  bootstrap        +0:23        7.0s       ok']
+    assert [line for line in _timeline.timeline_markdown(report).splitlines() if line.startswith('| ')] == [
+        '| stage | start offset | status |', '| bootstrap | +0:23 | ok |']
+    svg = _report_html.gantt_svg(report)
+    assert svg.count('class="stage-bar"') == 1 and 'part-bar' not in svg and 'stage-span' not in svg
+
+
+def test_a_part_that_skipped_all_its_tasks_is_no_part_unless_the_whole_stage_skipped():
+    recorder = _timeline.Recorder(started=0.0)
+    recorder.set_cluster('cp-1', 'lab')
+    # the flux stage: its play before the releases skips (the hand-off comes after them), the one after runs and fails
+    recorder.task_result('cp-1', 'flux : handoff', ['flux', 'flux_before_apps'], 'p', 'x', 5.0, 5.1, 'skipped', {})
+    recorder.task_result('cp-1', 'apps : release', ['apps', 'apps_releases'], 'p', 'x', 6.0, 9.0, 'ok', {})
+    recorder.task_result('cp-1', 'flux : source', ['flux', 'flux_after_apps'], 'p', 'x', 10.0, 12.0, 'ok', {})
+    recorder.task_result('cp-1', 'flux : gate', ['flux', 'flux_after_apps'], 'p', 'x', 12.0, 13.0, 'failed', {'msg': 'no'})
+    # a stage that ran nothing lists its parts, skipped, on their skipped tasks' spans
+    recorder.task_result('cp-1', 'gitops : a', ['gitops', 'gitops_gates'], 'p', 'x', 14.0, 14.5, 'skipped', {})
+    recorder.task_result('cp-1', 'gitops : b', ['gitops', 'gitops_other'], 'p', 'x', 15.0, 15.5, 'skipped', {})
+    # a task of a stage with no sub-stage tag (a playbook of one's own) belongs to no part
+    recorder.task_result('cp-1', 'report : read', ['report'], 'p', 'x', 16.0, 17.0, 'ok', {})
+    report = recorder.build('lab')
+    jsonschema.validate(report, SCHEMA)
+    stages = dict((stage['name'], stage) for stage in report['stages'])
+    assert stages['flux']['parts'] == [
+        {'name': 'flux_after_apps', 'status': 'failed', 'start': 10.0, 'end': 13.0, 'duration': 3.0}]
+    assert (stages['flux']['start'], stages['flux']['status']) == (10.0, 'failed')
+    assert [(part['name'], part['status'], part['start'], part['end']) for part in stages['gitops']['parts']] == [
+        ('gitops_gates', 'skipped', 14.0, 14.5), ('gitops_other', 'skipped', 15.0, 15.5)]
+    assert stages['report']['parts'] == []
+    lines = _timeline.terminal_summary(report, [])
+    assert '    gitops_gates   +0:14        0.5s       skipped' in lines
+    assert not any('flux_after_apps' in line or 'flux_before_apps' in line for line in lines)
