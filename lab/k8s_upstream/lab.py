@@ -30,7 +30,13 @@ this one): with it, a lab cluster's Kubernetes is etcd + kube-apiserver + kube-c
   with its backoff until a pass has no errors (a custom resource waits for its CRD).
 - fault k8s-crashloop (node; workload NAMESPACE/DAEMONSET): that pod crash-loops as kubelet reports it
   (lab/k8s_upstream/kubelet.py CrashLoops).
-Not yet: the other kubelet faults (image pull, volume mount), the Flux simulation (which works on lab/k8s's store).
+- faults k8s-image-pull (NAMESPACE/WORKLOAD) and k8s-pending (NAMESPACE/DEPLOYMENT): a MutatingAdmissionPolicy in the
+  cluster changes the workload's new pods (lab/k8s_upstream/policies.py): kwok leaves an image-pull pod Pending and the
+  kubelet stand-in reports ErrImagePull, then ImagePullBackOff (kubelet.py ImagePulls); a pending pod asks for more cpu
+  than any Node has and the real kube-scheduler leaves it Unschedulable, `Insufficient cpu`.
+- fault k8s-api-flap (mode refuse only): every forward closes for the second half of each period, so connections to
+  the API are refused, as when kube-apiserver restarts; mode 503 is refused (no HTTP answer is made up inside TLS).
+Not yet: the kubelet volume fault, the Flux simulation (which works on lab/k8s's store).
 """
 
 import asyncio
