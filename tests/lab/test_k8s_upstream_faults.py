@@ -179,7 +179,7 @@ def test_the_api_flap_refuses_connections_in_the_down_half_and_refuses_mode_503(
     net = free_net()
     address = '%s.10' % net
     endpoints = []
-    world = types.SimpleNamespace(add_endpoint=lambda *a: endpoints.append(a[0]), remove_endpoint=lambda name: endpoints.remove(name),
+    world = types.SimpleNamespace(add_endpoint=lambda *a: endpoints.append(a[0]), remove_endpoint=endpoints.remove,
                                   run_dir=str(tmp_path))
 
     async def scenario():
@@ -214,3 +214,39 @@ def test_the_api_flap_refuses_connections_in_the_down_half_and_refuses_mode_503(
     seen = asyncio.run(scenario())
     name = 'k8s-api-%s' % address
     assert seen == ['open', 'ConnectionRefusedError', [], 'open', [name], 'open']
+
+
+def test_the_upstream_world_registers_the_kubernetes_faults_under_lab_k8s_names_and_checks_targets():
+    """The fault matrix and the tests name a fault the same way on either world."""
+    from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
+    registered = {}
+
+    class Registry:  # pylint: disable=too-few-public-methods
+        @staticmethod
+        def register(name, _description, target_kind, _apply, _clear, params=()):
+            registered[name] = (target_kind, [(p.name, p.default) for p in params])
+
+    k8s = upstream_lab.LabUpstreamKubernetes(types.SimpleNamespace())
+    k8s.register_faults(Registry())
+    assert registered == {
+        'k8s-crashloop': ('node', [('workload', 'kube-system/cilium')]),
+        'k8s-pending': ('namespace/deployment', []),
+        'k8s-api-flap': (None, [('period', 4.0), ('mode', 'refuse')]),
+        'k8s-image-pull': ('namespace/workload', [('message', kubelet.DEFAULT_PULL_ERROR)]),
+    }
+
+    async def scenario():
+        with pytest.raises(FaultError, match="fault k8s-image-pull: target: workload must be NAMESPACE/NAME .* got 'web'"):
+            await k8s.fault_image_pull('web')
+        with pytest.raises(FaultError, match="fault k8s-pending: target: workload must be NAMESPACE/NAME .* got ''"):
+            await k8s.fault_pending('')
+        with pytest.raises(FaultError, match="mode must be refuse on upstream Kubernetes, got 'drop'"):
+            await k8s.fault_flap(mode='drop')
+        # no control plane yet: kept for the ones that start (on_etcd_bootstrapped applies them)
+        await k8s.fault_image_pull('kube-system/kube-proxy', message='gone')
+        await k8s.fault_pending('kube-system/cilium-operator')
+        assert k8s.image_pull == {'kube-system/kube-proxy': 'gone'} and k8s.pending == {'kube-system/cilium-operator'}
+        await k8s.clear_image_pull('kube-system/kube-proxy')
+        await k8s.clear_pending('kube-system/cilium-operator')
+        assert not k8s.image_pull and not k8s.pending
+    asyncio.run(scenario())
