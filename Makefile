@@ -92,7 +92,8 @@ UPSTREAM_KUBERNETES_TESTS = tests/integration/test_cni_lab.py tests/integration/
 UPSTREAM_FLUX_TESTS = tests/integration/test_gitops_upstream_flux_lab.py tests/integration/test_gitops_lab.py \
 	tests/integration/test_sealed_lab.py tests/integration/test_interrupted_runs.py tests/integration/test_flux_operator_lab.py \
 	tests/integration/test_remediation_lab.py tests/integration/test_report_stage.py tests/integration/test_cluster_lead_lab.py \
-	tests/integration/test_talos_stages.py tests/integration/test_talos_v112.py tests/integration/test_vip_lab.py
+	tests/integration/test_talos_stages.py tests/integration/test_talos_v112.py tests/integration/test_vip_lab.py \
+	tests/integration/test_upgrade_kubernetes_lab.py
 
 integration: setup
 	$(PY) -m pytest tests/integration -n 2 --dist loadfile --durations=15 \
@@ -111,7 +112,8 @@ integration: setup
 #   vault password), the operator install method on the real flux-operator, and every stage of site.yml killed in its
 #   middle and resumed (its kill points in the flux and apps
 #   stages read kube-apiserver's audit log, through the lab's request log); the remediation of a kubelet stuck on its
-#   volume, the report stage, the cluster-level plays on the lead, the Talos stages (v1.13 and v1.12) and the VIP.
+#   volume, the report stage, the cluster-level plays on the lead, the Talos stages (v1.13 and v1.12), the VIP, and the Kubernetes upgrade
+#   (kube-proxy's new pods stuck in ImagePullBackOff by the fault k8s-image-pull).
 integration-upstream: setup
 	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest -n 2 --dist loadfile --durations=10 \
 		$(UPSTREAM_FLUX_TESTS) $(PYTEST_ARGS)

@@ -34,7 +34,7 @@ from lab.cli import log_tail
 from lab.k8s import pki
 from lab.k8s.testing import write_kubeconfig
 
-from . import kubelet
+from . import kubelet, policies
 from .podnet import UNIX_PATH_MAX, PodNetwork, egress_selector_configuration
 
 HOST = '127.0.0.1'
@@ -64,9 +64,10 @@ KWOK_NODE_LABEL = ('kwok.x-k8s.io/node', 'fake')
 # pkg/kwokctl/runtime/cluster.go:185-209, getDefaultNodeStages/getDefaultPodStages 297-336), with the lease heartbeat
 # (kubelet's own: a Lease renewed in kube-node-lease) and its 40 s lease; read from the kwok module itself.
 KWOK_NODE_INITIALIZE = 'kustomize/stage/node/fast/node-initialize.yaml'
+KWOK_POD_READY = 'kustomize/stage/pod/fast/pod-ready.yaml'
 KWOK_STAGE_FILES = (KWOK_NODE_INITIALIZE,
                     'kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml',
-                    'kustomize/stage/pod/fast/pod-ready.yaml',
+                    KWOK_POD_READY,
                     'kustomize/stage/pod/fast/pod-complete.yaml',
                     'kustomize/stage/pod/fast/pod-delete.yaml')
 # kubelet's default nodeLeaseDurationSeconds (k8s.io/kubernetes v1.36.3 pkg/kubelet/apis/config/v1beta1/defaults.go:151-153);
@@ -91,6 +92,7 @@ AUDIT_POLICY = {'apiVersion': 'audit.k8s.io/v1', 'kind': 'Policy', 'omitStages':
 AUDIT_VERB_METHODS = {'create': 'POST', 'get': 'GET', 'list': 'GET', 'watch': 'GET', 'update': 'PUT', 'patch': 'PATCH',
                       'delete': 'DELETE', 'deletecollection': 'DELETE'}
 START_TIMEOUT, STOP_TIMEOUT = 120.0, 20.0
+POLICY_TIMEOUT = 30.0   # how long a workload fault waits for kube-apiserver to apply its admission policy
 
 
 class ControlPlaneError(Exception):
@@ -189,6 +191,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         self.nodes_wait_for_cni = nodes_wait_for_cni
         self._cni = None
         self._crashloops = None  # lab/k8s_upstream/kubelet.py CrashLoops, started with the first crash-loop fault
+        self._image_pulls = None  # lab/k8s_upstream/kubelet.py ImagePulls, started with the first image-pull fault
         self._cilium_nodes = None  # lab/k8s_upstream/kubelet.py CiliumNodes, with nodes_wait_for_cni
         self._csi = None  # lab/k8s_upstream/kubelet.py CsiRegistrations, with kwok
         self.pki_dir = os.path.join(self.workdir, 'pki')
@@ -319,6 +322,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                 text = handle.read()
             if self.nodes_wait_for_cni and rel == KWOK_NODE_INITIALIZE:
                 text = kubelet.network_not_ready_stage(text)
+            if rel == KWOK_POD_READY:
+                text = kubelet.pod_ready_stage(text)   # a pod whose image cannot be pulled does not run
             documents.append(text.strip() + '\n')
         with open(self._path('kwok-stages.yaml'), 'w', encoding='utf-8') as handle:
             handle.write('---\n'.join(documents))
@@ -551,10 +556,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM every process (the reverse order), wait for each with a deadline, SIGKILL what is left."""
-        watchers = [w for w in (self._cni, self._crashloops, self._cilium_nodes, self._csi) if w is not None]
+        watchers = [w for w in (self._cni, self._crashloops, self._image_pulls, self._cilium_nodes, self._csi) if w is not None]
         for watcher in watchers:
             watcher.signal_stop()  # their open watches end when kube-apiserver does, below
-        self._cni = self._crashloops = self._cilium_nodes = self._csi = None
+        self._cni = self._crashloops = self._image_pulls = self._cilium_nodes = self._csi = None
         for name in reversed(self.ORDER):
             proc = self.processes.get(name)
             if proc is None or not proc.running:
@@ -717,6 +722,86 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
     def clear_crash_loop(self, node):
         if self._crashloops is not None:
             self._crashloops.clear(node)
+
+    # ------------------------------------------------------------------ workload faults (lab/k8s_upstream/policies.py)
+
+    def image_pull(self, workload, message=kubelet.DEFAULT_PULL_ERROR, timeout=POLICY_TIMEOUT):
+        """The pods workload's controller creates from now on (NAMESPACE/NAME of a Deployment, DaemonSet or
+        StatefulSet) cannot pull their image, as their kubelet reports it, until clear_image_pull (kubelet.py
+        ImagePulls); message: the registry's error, {image} standing for the container's image. Pods that run keep
+        running."""
+        namespace, name = self._workload(workload, 'Deployment, DaemonSet or StatefulSet')
+        if self._image_pulls is None:
+            self._image_pulls = kubelet.ImagePulls(self).start()
+        self._image_pulls.set('%s/%s' % (namespace, name), message)
+        self._put_policy('image-pull', namespace, name, policies.image_pull_mutation(), policies.IMAGE_PULL_LABEL, timeout)
+
+    def clear_image_pull(self, workload):
+        """New pods pull their image again; the ones waiting for it run (their kubelet's next pull succeeds)."""
+        namespace, name = self._workload(workload, 'Deployment, DaemonSet or StatefulSet')
+        self._delete_policy('image-pull', namespace, name, policies.IMAGE_PULL_LABEL)
+        if self._image_pulls is not None:
+            self._image_pulls.clear('%s/%s' % (namespace, name))
+
+    def pending(self, workload, timeout=POLICY_TIMEOUT):
+        """The pods workload's controller creates from now on (NAMESPACE/NAME of a Deployment or StatefulSet) ask for
+        more cpu than any Node has, so kube-scheduler leaves them Pending, Unschedulable (`Insufficient cpu`), until
+        clear_pending."""
+        namespace, name = self._workload(workload, 'Deployment or StatefulSet')
+        self._put_policy('pending', namespace, name, policies.pending_mutation(), policies.PENDING_LABEL, timeout)
+
+    def clear_pending(self, workload):
+        """New pods are created as their template says; the ones the fault left unscheduled are deleted, so that the
+        workload's controller creates them anew (a pod's resources cannot be changed back)."""
+        namespace, name = self._workload(workload, 'Deployment or StatefulSet')
+        self._delete_policy('pending', namespace, name, policies.PENDING_LABEL)
+        for pod in self.api('GET', '/api/v1/namespaces/%s/pods?labelSelector=%s' % (namespace, policies.PENDING_LABEL))['items']:
+            if kubelet.workload_of(pod) == '%s/%s' % (namespace, name) and not pod['spec'].get('nodeName'):
+                self.api('DELETE', '/api/v1/namespaces/%s/pods/%s' % (namespace, pod['metadata']['name']), expect=(200, 404))
+
+    @staticmethod
+    def _workload(text, kinds):
+        try:
+            return policies.parse_workload(text, kinds)
+        except ValueError as exc:
+            raise ControlPlaneError(str(exc)) from None
+
+    def _put_policy(self, kind, namespace, name, mutation, label, timeout):
+        """Create (or replace) the fault's MutatingAdmissionPolicy and its binding, then wait until kube-apiserver
+        applies it: a dryRun=All create of a pod as the workload's controller makes one comes back with label."""
+        for document, plural in zip(policies.policy(kind, namespace, name, mutation),
+                                    ('mutatingadmissionpolicies', 'mutatingadmissionpolicybindings')):
+            path = policies.API + plural
+            found = self.api('GET', path + '/' + document['metadata']['name'], expect=(200, 404))
+            if found.get('kind') == 'Status':
+                self.api('POST', path, document, expect=(201,))
+            else:
+                document['metadata']['resourceVersion'] = found['metadata']['resourceVersion']
+                self.api('PUT', path + '/' + document['metadata']['name'], document, expect=(200,))
+        self._wait_policy(kind, namespace, name, label, True, timeout)
+
+    def _wait_policy(self, kind, namespace, name, label, applied, timeout):
+        """Wait until kube-apiserver applies the fault's policy (applied=True) or no longer does (its policy cache
+        follows the objects through a watch): a dryRun=All create of a pod as the workload's controller makes one comes
+        back with label, or without it."""
+        def probe():
+            answer = self.api('POST', '/api/v1/namespaces/%s/pods?dryRun=All' % namespace, policies.probe_pod(name),
+                              expect=(201, 400, 403, 404, 422, 500))
+            if answer.get('kind') == 'Status':
+                # no such namespace: no pod can be created there, so the policy changes none
+                return answer.get('code') == 404 and not applied, answer.get('message')
+            labels = answer['metadata'].get('labels') or {}
+            return (label in labels) == applied, 'the probe pod came back with labels %s' % labels
+        result = _wait.wait_for(probe, timeout, interval=0.1, backoff=1.5, max_interval=1.0, progress=None)
+        if not result.ok:
+            raise ControlPlaneError('the admission policy of fault %s on %s/%s did not %s within %.0f s: %s'
+                                    % (kind, namespace, name, 'take effect' if applied else 'end', timeout, result.observation))
+
+    def _delete_policy(self, kind, namespace, name, label, timeout=POLICY_TIMEOUT):
+        pname = policies.policy_name(kind, namespace, name)
+        for plural in ('mutatingadmissionpolicybindings', 'mutatingadmissionpolicies'):
+            self.api('DELETE', policies.API + plural + '/' + pname, expect=(200, 404))
+        self._wait_policy(kind, namespace, name, label, False, timeout)
 
     def expose_pod(self, namespace, name, ports, timeout=60.0):
         """The process listening at ports {container port: (host, port)} plays pod namespace/name: once kwok has given

@@ -37,6 +37,8 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 
 from lab import upstream
 
+from . import policies
+
 LOG = logging.getLogger('lab.k8s_upstream.kubelet')
 
 NETWORK_NOT_READY = ('container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady '
@@ -308,6 +310,112 @@ class CrashLoops(_Watcher):
         for status in pod['status'].get('containerStatuses') or ():
             statuses.append(dict(status, ready=True, started=True, state={'running': {'startedAt': now}}))
         self._patch(pod, {'conditions': _pod_ready_conditions(True, now), 'containerStatuses': statuses})
+
+
+# What containerd reports when the registry does not have the image (a tag never pushed, a typo); the text lab/k8s
+# reports too. Not read at containerd's source (not in the lab's module cache): the shape containerd's CRI PullImage
+# error takes for a reference the registry answers 404 for.
+DEFAULT_PULL_ERROR = ('failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
+                      '{image}: not found')
+
+
+def pod_ready_stage(pod_ready_text):
+    """kwok's pod-ready Stage (its YAML text) with one more selector condition: a pod the k8s-image-pull fault marked
+    (policies.IMAGE_PULL_LABEL) is not made Ready, since its kubelet cannot start its containers (ImagePulls)."""
+    stage = yaml.safe_load(pod_ready_text)
+    stage['spec']['selector']['matchExpressions'].append(
+        {'key': '.metadata.labels["%s"]' % policies.IMAGE_PULL_LABEL, 'operator': 'DoesNotExist'})
+    return yaml.safe_dump(stage, sort_keys=False, width=1 << 16)
+
+
+def workload_of(pod):
+    """NAMESPACE/NAME of the DaemonSet, StatefulSet or Deployment (through its ReplicaSet `<name>-<pod-template-hash>`)
+    that owns pod, or None."""
+    meta = pod['metadata']
+    template_hash = (meta.get('labels') or {}).get('pod-template-hash')
+    for ref in meta.get('ownerReferences') or ():
+        name = ref.get('name') or ''
+        if ref.get('kind') in ('DaemonSet', 'StatefulSet'):
+            return '%s/%s' % (meta['namespace'], name)
+        if ref.get('kind') == 'ReplicaSet' and template_hash and name.endswith('-' + template_hash):
+            return '%s/%s' % (meta['namespace'], name[:-len(template_hash) - 1])
+    return None
+
+
+class ImagePulls(_Watcher):
+    """Fault k8s-image-pull: the new pods of a workload cannot pull their image, as their kubelet reports it.
+
+    The pods are the ones the fault's admission policy marked (policies.IMAGE_PULL_LABEL); kwok leaves them Pending
+    (pod_ready_stage). kubelet's image manager, k8s.io/kubernetes@v1.36.3 pkg/kubelet/images/image_manager.go:
+    a failed pull returns the runtime's error as the message with ErrImagePull (:412, evalCRIPullErr's fallback;
+    pkg/kubelet/images/types.go:35) and keeps `<ErrImagePull>: <message>` for the back-off (:368); the next sync
+    within the back-off returns ImagePullBackOff (types.go:29) with `Back-off pulling image "<image>": ErrImagePull:
+    <message>` (:338-347). The container waits with that reason and message; the pod is Pending, Ready and
+    ContainersReady False with reason ContainersNotReady (pkg/kubelet/status/generate.go:103, 111). Written as a patch
+    of pods/<name>/status, the first failure, then on the next event the back-off. Cleared: the label is taken off the
+    pods, kwok's pod-ready stage runs them (the pull succeeds on kubelet's next try). Left out: init containers, and
+    the back-off's own timing (the second step follows at once).
+    """
+
+    def __init__(self, plane):
+        super().__init__(plane)
+        self.faults = {}   # NAMESPACE/NAME -> the registry's error ({image}: the container's image)
+
+    def paths(self):
+        return ('/api/v1/pods?labelSelector=' + policies.IMAGE_PULL_LABEL,)
+
+    def set(self, workload, message):
+        with self._lock:
+            self.faults[workload] = message
+        self.reconcile()
+
+    def clear(self, workload):
+        with self._lock:
+            self.faults.pop(workload, None)
+        self.reconcile()
+
+    def reconcile(self):
+        with self._lock:
+            for pod in self.plane.api('GET', '/api/v1/pods?labelSelector=' + policies.IMAGE_PULL_LABEL)['items']:
+                if pod['metadata'].get('deletionTimestamp'):
+                    continue
+                message = self.faults.get(workload_of(pod))
+                if message is None:
+                    self._pull_works(pod)
+                elif pod['spec'].get('nodeName') and (pod.get('status') or {}).get('phase') == 'Pending':
+                    self._pull_fails(pod, message)
+
+    def _pull_works(self, pod):
+        meta = pod['metadata']
+        self.plane.api('PATCH', '/api/v1/namespaces/%s/pods/%s' % (meta['namespace'], meta['name']),
+                       {'metadata': {'labels': {policies.IMAGE_PULL_LABEL: None}}}, content_type='application/merge-patch+json')
+        LOG.info('pod %s/%s: its image pulls again (fault k8s-image-pull cleared)', meta['namespace'], meta['name'])
+
+    def _pull_fails(self, pod, message):
+        meta = pod['metadata']
+        previous = {c['name']: ((c.get('state') or {}).get('waiting') or {}).get('reason')
+                    for c in (pod.get('status') or {}).get('containerStatuses') or ()}
+        containers = pod['spec']['containers']
+        if all(previous.get(c['name']) == 'ImagePullBackOff' for c in containers):
+            return  # reported already
+        statuses = []
+        for container in containers:
+            image = container.get('image', '')
+            error = message.replace('{image}', image)
+            if previous.get(container['name']) in ('ErrImagePull', 'ImagePullBackOff'):
+                waiting = {'reason': 'ImagePullBackOff', 'message': 'Back-off pulling image "%s": ErrImagePull: %s' % (image, error)}
+            else:
+                waiting = {'reason': 'ErrImagePull', 'message': error}
+            statuses.append({'name': container['name'], 'image': image, 'imageID': '', 'ready': False, 'started': False,
+                             'restartCount': 0, 'state': {'waiting': waiting}})
+        now = _now()
+        unready = 'containers with unready status: [%s]' % ' '.join(c['name'] for c in containers)
+        conditions = [dict(c, reason='ContainersNotReady', message=unready) for c in _pod_ready_conditions(False, now)]
+        conditions.append({'type': 'Initialized', 'status': 'True', 'lastTransitionTime': now})
+        self.plane.api('PATCH', '/api/v1/namespaces/%s/pods/%s/status' % (meta['namespace'], meta['name']),
+                       {'status': {'phase': 'Pending', 'conditions': conditions, 'containerStatuses': statuses}},
+                       content_type='application/strategic-merge-patch+json')
+        LOG.info('pod %s/%s: %s (fault k8s-image-pull)', meta['namespace'], meta['name'], statuses[0]['state']['waiting']['reason'])
 
 
 CILIUM_NODE_CRD_FILE = 'pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnodes.yaml'

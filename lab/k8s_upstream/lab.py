@@ -30,7 +30,13 @@ this one): with it, a lab cluster's Kubernetes is etcd + kube-apiserver + kube-c
   with its backoff until a pass has no errors (a custom resource waits for its CRD).
 - fault k8s-crashloop (node; workload NAMESPACE/DAEMONSET): that pod crash-loops as kubelet reports it
   (lab/k8s_upstream/kubelet.py CrashLoops).
-Not yet: the other kubelet faults (image pull, volume mount), the Flux simulation (which works on lab/k8s's store).
+- faults k8s-image-pull (NAMESPACE/WORKLOAD) and k8s-pending (NAMESPACE/DEPLOYMENT): a MutatingAdmissionPolicy in the
+  cluster changes the workload's new pods (lab/k8s_upstream/policies.py): kwok leaves an image-pull pod Pending and the
+  kubelet stand-in reports ErrImagePull, then ImagePullBackOff (kubelet.py ImagePulls); a pending pod asks for more cpu
+  than any Node has and the real kube-scheduler leaves it Unschedulable, `Insufficient cpu`.
+- fault k8s-api-flap (mode refuse only): every forward closes for the second half of each period, so connections to
+  the API are refused, as when kube-apiserver restarts; mode 503 is refused (no HTTP answer is made up inside TLS).
+Not yet: the kubelet volume fault, the Flux simulation (which works on lab/k8s's store).
 """
 
 import asyncio
@@ -42,7 +48,9 @@ from ..kubelet_hooks import KubeletVmHooks
 from ..talos import machineconfig
 from ..talos.static_pods import STATIC_PODS, mirror_pod
 from ..talos import vip as talos_vip
+from . import kubelet
 from . import manifests as talos_manifests
+from . import policies
 from .controlplane import DEFAULT_POD_SUBNET, DEFAULT_SERVICE_SUBNET, ControlPlane, ControlPlaneError, _is_ip
 from .forward import AddressForward
 
@@ -96,6 +104,11 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.plane_listeners = []  # async fn(cluster_id, plane) after a control plane started (lab.flux_upstream)
         self.appliers = {}   # cluster id -> ManifestApplier (its inventory lives as long as the control plane)
         self.crashloop = {}  # node name -> NAMESPACE/DAEMONSET of the fault k8s-crashloop (applied to planes that start later too)
+        self.image_pull = {}  # NAMESPACE/WORKLOAD -> registry error of the fault k8s-image-pull (planes that start later too)
+        self.pending = set()  # NAMESPACE/DEPLOYMENT of the fault k8s-pending (planes that start later too)
+        self.flap = None      # (period, mode) of the fault k8s-api-flap
+        self.flap_task = None  # _flap_loop while the fault is on
+        self.api_down = False  # True in the down half of a flap period: the API answers nowhere
         self.applying = {}   # cluster id -> (config text, the asyncio task applying Talos's manifests from it)
         self.restarting = {}  # talos node key -> the task stopping its kubelet for a restart (on_kubelet_restarting)
         self.audit_task = None  # follow_audit, from the first control plane's start
@@ -151,6 +164,13 @@ class LabUpstreamKubernetes(KubeletVmHooks):
             self.vip_operators[cluster_id] = asyncio.ensure_future(self._vip_operator(cluster_id))
         for target, workload in self.crashloop.items():
             plane.crash_loop(target, workload)
+        try:
+            for workload, message in self.image_pull.items():
+                await self._blocking(plane.image_pull, workload, message)
+            for workload in self.pending:
+                await self._blocking(plane.pending, workload)
+        except ControlPlaneError as exc:
+            LOG.error('cluster %s: a workload fault was not applied: %s', cluster_id, exc)
         self.appliers[cluster_id] = talos_manifests.ManifestApplier(plane)
         self._apply_manifests(cluster_id, config)
         for waiting in self.waiting.pop(cluster_id, []):
@@ -190,7 +210,7 @@ class LabUpstreamKubernetes(KubeletVmHooks):
 
     def _answering(self, cluster_id, gone=None):
         """The addresses where the cluster's kube-apiserver should answer now."""
-        if cluster_id not in self.planes:
+        if cluster_id not in self.planes or self.api_down:
             return set()
         wanted = set(a for key, a in self.control_planes.get(cluster_id, {}).items() if key != gone and a)
         if self._vip_held(cluster_id, gone=gone):
@@ -378,11 +398,107 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         for plane in self.planes.values():
             plane.clear_crash_loop(target)
 
+    async def _each_plane(self, fault, method, *args):
+        from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
+        for plane in list(self.planes.values()):
+            try:
+                await self._blocking(getattr(plane, method), *args)
+            except ControlPlaneError as exc:
+                raise FaultError('fault %s: %s' % (fault, exc)) from None
+
+    async def fault_image_pull(self, target, message=kubelet.DEFAULT_PULL_ERROR):
+        """New pods of the workload cannot pull their image: a MutatingAdmissionPolicy marks them, kwok leaves them
+        Pending and the kubelet stand-in reports ErrImagePull, then ImagePullBackOff (lab/k8s_upstream/kubelet.py
+        ImagePulls, policies.py)."""
+        from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
+        try:
+            policies.parse_workload(target, 'Deployment, DaemonSet or StatefulSet')
+        except ValueError as exc:
+            raise FaultError('fault k8s-image-pull: target: %s' % exc) from None
+        self.image_pull[target] = message
+        await self._each_plane('k8s-image-pull', 'image_pull', target, message)
+        return 'new pods of %s cannot pull their image (ImagePullBackOff)' % target
+
+    async def clear_image_pull(self, target):
+        self.image_pull.pop(target, None)
+        await self._each_plane('k8s-image-pull', 'clear_image_pull', target)
+
+    async def fault_pending(self, target):
+        """New pods of the Deployment ask for more cpu than any Node has (a MutatingAdmissionPolicy): the real
+        kube-scheduler leaves them Pending, Unschedulable, `Insufficient cpu` (policies.py)."""
+        from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
+        try:
+            policies.parse_workload(target, 'Deployment or StatefulSet')
+        except ValueError as exc:
+            raise FaultError('fault k8s-pending: target: %s' % exc) from None
+        self.pending.add(target)
+        await self._each_plane('k8s-pending', 'pending', target)
+        return 'new pods of %s stay Pending (Insufficient cpu)' % target
+
+    async def clear_pending(self, target):
+        self.pending.discard(target)
+        await self._each_plane('k8s-pending', 'clear_pending', target)
+
+    async def fault_flap(self, target=None, period=4.0, mode='refuse'):
+        """The API flaps: for the second half of every period no address answers (the forwards close: connections
+        are refused, open ones cut), as when kube-apiserver restarts. mode 503 is refused: kube-apiserver has no switch
+        to answer 503, and the forwards carry TLS end to end, so a 503 would have to be made up inside the TLS session
+        (lab/k8s answers it from its own server)."""
+        from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
+        del target
+        if period <= 0:
+            raise FaultError('fault k8s-api-flap: period must be more than 0 seconds, got %r' % period)
+        if mode == '503':
+            raise FaultError('fault k8s-api-flap: mode=503 is not offered on upstream Kubernetes: kube-apiserver answers '
+                             'through lab forwards that carry TLS end to end, and the lab does not make up an HTTP answer '
+                             'inside it; use mode=refuse (the lab/k8s world has 503)')
+        if mode != 'refuse':
+            raise FaultError('fault k8s-api-flap: mode must be refuse on upstream Kubernetes, got %r' % mode)
+        await self.clear_flap()
+        self.flap = (period, mode)
+        self.flap_task = asyncio.get_running_loop().create_task(self._flap_loop(period))
+        return 'the API refuses connections for the second half of every %.2f s' % period
+
+    async def _flap_loop(self, period):
+        while True:
+            await asyncio.sleep(period / 2)  # the fault's own clock: up for the first half of the period
+            await self._set_api_down(True)
+            await asyncio.sleep(period / 2)
+            await self._set_api_down(False)
+
+    async def _set_api_down(self, down):
+        self.api_down = down
+        for cluster_id in list(self.planes):
+            await self._follow(cluster_id)
+
+    async def clear_flap(self, target=None):
+        del target
+        task, self.flap_task, self.flap = self.flap_task, None, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self.api_down:
+            await self._set_api_down(False)
+
     def register_faults(self, registry):
         from lab.faults import Param  # pylint: disable=import-outside-toplevel
         registry.register('k8s-crashloop', 'a DaemonSet pod (default: the Cilium agent) crash-loops on one node: CrashLoopBackOff '
                           'as kubelet reports it, not Ready', 'node', self.fault_crashloop, self.clear_crashloop,
                           params=[Param('workload', str, 'kube-system/cilium', 'NAMESPACE/DAEMONSET whose pod crash-loops')])
+        registry.register('k8s-pending', 'a Deployment\'s new pods stay Pending: an admission policy makes them ask for more cpu '
+                          'than any Node has, and kube-scheduler says PodScheduled=False, Unschedulable, Insufficient cpu; '
+                          'cleared, the Pending ones are deleted so the controller makes them anew', 'namespace/deployment',
+                          self.fault_pending, self.clear_pending)
+        registry.register('k8s-api-flap', 'the Kubernetes API flaps: for the second half of every period no address answers '
+                          '(connections refused); mode=503 is not offered on this world', None, self.fault_flap, self.clear_flap,
+                          params=[Param('period', float, 4.0, 'real seconds of one up+down cycle'),
+                                  Param('mode', str, 'refuse', 'refuse: connections refused (503 exists on lab/k8s only)')])
+        registry.register('k8s-image-pull', 'new pods of a Deployment, DaemonSet or StatefulSet cannot pull their image: Pending, '
+                          'containers waiting ErrImagePull then ImagePullBackOff (\'Back-off pulling image "IMAGE": '
+                          'ErrImagePull: ...\'), as kubelet reports it; running pods keep running; cleared, the waiting pods run',
+                          'namespace/workload', self.fault_image_pull, self.clear_image_pull,
+                          params=[Param('message', str, kubelet.DEFAULT_PULL_ERROR, 'the registry error after "ErrImagePull: " '
+                                        '({image} is the container\'s image)')])
 
     def drain_audit(self):
         """Every control plane's audit log into the lab's request log, as source k8s (what lab/k8s logs of each request
@@ -399,6 +515,7 @@ class LabUpstreamKubernetes(KubeletVmHooks):
             await asyncio.sleep(interval)
 
     async def close(self):
+        await self.clear_flap()
         if self.audit_task is not None:
             self.audit_task.cancel()
             self.audit_task = None
