@@ -4,6 +4,10 @@
 of site.yml once at -vvv with the default stdout callback - the output a user sees - kept in its logs folder with
 a copy of that run's report files. The fault matrix injects faults into it afterwards (each row restores it), and
 the secrets hygiene test scans everything every run against it printed or wrote.
+
+`lab` (session) and `lab_factory` are lab/testing.py's, started with k8s_stages_lab's start_rendered_lab: a lab of the
+upstream world names an inline Cilium manifest in its run dir that preflight wants there (lab/world.py
+_inventory_vars), so it is rendered once after the lab starts, as a user renders it (nothing to do on lab/k8s).
 """
 
 import os
@@ -15,8 +19,42 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reliability_lab import PLAYBOOK_BIN, Workspace  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
-# the lab fixtures (lab, clean_lab, lab_factory) of lab/testing.py, and start_lab for the converged cluster below
-from lab.testing import clean_lab, lab, lab_factory, start_lab  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
+from k8s_stages_lab import start_rendered_lab  # noqa: E402  pylint: disable=wrong-import-position,import-error
+# clean_lab of lab/testing.py (it takes the `lab` below), and start_lab for the converged cluster below
+from lab.testing import clean_lab, start_lab  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
+
+
+@pytest.fixture(scope='session')
+def lab(tmp_path_factory):
+    """One lab for the test session (lab/testing.py's `lab`), its inline Cilium manifest rendered on upstream."""
+    handle = start_rendered_lab(str(tmp_path_factory.mktemp('lab') / 'run'))
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture
+def lab_factory(tmp_path_factory):
+    """lab/testing.py's lab_factory: lab_factory(**start_lab options) starts a lab (its inline Cilium manifest rendered
+    on upstream) that stops when the test ends."""
+    started = []
+
+    def make(**options):
+        handle = start_rendered_lab(str(tmp_path_factory.mktemp('lab') / 'run'), **options)
+        started.append(handle)
+        return handle
+    try:
+        yield make
+    finally:
+        errors = []
+        for handle in started:
+            try:
+                handle.stop()
+            except RuntimeError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise RuntimeError('; '.join(errors))
 
 
 @pytest.fixture(scope='session')

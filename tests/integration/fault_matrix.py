@@ -17,7 +17,12 @@ A row:
              `converged` (site.yml done), `scaled` (a 1-node lab of its own at time scale 0.05: the fault needs time)
   before     steps before the fault: ('stop_vm', host)
   after      steps after the fault, before the run: ('power_cycle', host) (PVE stop + start: the node boots again),
-             ('delete_pods', namespace, label selector) (the controller makes new ones), ('reconcile', kustomization)
+             ('delete_pods', namespace, label selector) (the controller makes new ones), ('reconcile', kustomization),
+             ('flux_reason', kustomization, reason): wait until the Kustomization's Ready condition has that reason, so
+             that a gate with a short deadline judges the state the fault leads to (upstream kustomize-controller
+             reconciles a dependent Kustomization of a new revision only after its dependencies did and its
+             --requeue-dependency interval, 30 s by default, passed: v1.9.5 main.go:116,
+             internal/controller/kustomization_controller.go:258-262)
   during     ('clear_after', source, path end, count): clear the fault once the lab has answered that many such
              requests in the run (count 2: the first attempt met the fault and was retried; what follows shows whether
              the run rides it out)
@@ -219,11 +224,12 @@ ROWS = [
     # ---------------------------------------------------------------- Flux
     row('flux-healthcheck-fail', 'Flux', 'flux-healthcheck-fail', 'gitops', 'converged', 'gitops', 'failed',
         ['flux-system/proxmox-csi', 'HealthCheckFailed', 'Deployment/csi-proxmox/'], 'names the blocker, its reason '
-        'and the object its health check waits for', target='flux-system/proxmox-csi', after=[('reconcile', 'proxmox-csi')], extra_vars=GITOPS_SHORT),
+        'and the object its health check waits for', target='flux-system/proxmox-csi',
+        after=[('reconcile', 'proxmox-csi'), ('flux_reason', 'proxmox-csi', 'HealthCheckFailed')], extra_vars=GITOPS_SHORT),
     row('flux-build-fail', 'Flux', 'flux-build-fail', 'gitops', 'converged', 'gitops', 'failed',
         ['flux-system/proxmox-csi', 'BuildFailed', "accumulating resources from 'missing.yaml'"], 'names the Kustomization '
         'and kustomize\'s error (the file the commit lacks); what it applied before stays', target='flux-system/proxmox-csi',
-        extra_vars=GITOPS_SHORT),
+        after=[('flux_reason', 'proxmox-csi', 'BuildFailed')], extra_vars=GITOPS_SHORT),
     row('flux-source-not-ready', 'Flux', 'flux-source-not-ready', 'flux', 'converged', 'flux', 'failed',
         ['GitRepository flux-system/flux-system', 'GitOperationFailed', 'status code: 503'],
         'the source gate names the GitRepository and the Git error', target='flux-system/flux-system',

@@ -34,6 +34,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow,
 
 HOST_VMID = {'lab-cp-1': 1011, 'lab-cp-2': 1012, 'lab-cp-3': 1013, 'lab-w-1': 1021, 'lab-w-2': 1022, 'lab-w-3': 1023}
 RESTORE_TIMEOUT = 60
+# a flux_reason step: a new revision through the dependency chain above proxmox-csi (two tiers, each up to
+# kustomize-controller's 30 s --requeue-dependency), then the health check's progress deadline (10 s)
+FLUX_REASON_TIMEOUT = 150
 ADDRESS = re.compile(r'\{addr:([^}]+)\}')
 # On the upstream Flux world a Kustomization whose dependency is not Ready is looked at again only after
 # kustomize-controller's --requeue-dependency (30 s by default: github.com/fluxcd/kustomize-controller@v1.9.5, the
@@ -168,6 +171,15 @@ def step(workspace, action):
         client.CustomObjectsApi(workspace.k8s()).patch_namespaced_custom_object(
             'kustomize.toolkit.fluxcd.io', 'v1', 'flux-system', 'kustomizations', args[0],
             {'metadata': {'annotations': {'reconcile.fluxcd.io/requestedAt': stamp}}})
+    elif name == 'flux_reason':
+        from kubernetes import client  # pylint: disable=import-outside-toplevel
+        objects = client.CustomObjectsApi(workspace.k8s())
+
+        def reached():
+            item = objects.get_namespaced_custom_object('kustomize.toolkit.fluxcd.io', 'v1', 'flux-system', 'kustomizations', args[0])
+            ready = [c for c in (item.get('status') or {}).get('conditions') or [] if c.get('type') == 'Ready']
+            return bool(ready) and ready[0].get('reason') == args[1], ready
+        wait_until(reached, 'Kustomization flux-system/%s Ready with reason %s' % tuple(args), timeout=FLUX_REASON_TIMEOUT)
     else:
         raise AssertionError('unknown step %r' % (action,))
 
