@@ -64,6 +64,13 @@ FIELD_MANAGER = 'proxtalos-lab'
 
 # sealed-secrets v0.40.0 pkg/controller/server.go:21-22: the defaults of --listen-addr and --listen-metrics-addr
 SEALED_LISTEN_DEFAULTS = {'--listen-addr': ':8080', '--listen-metrics-addr': ':8081'}
+# How often kustomize-controller and helm-controller look again at an object whose dependency (spec.dependsOn) is not
+# Ready: their flag --requeue-dependency, default 30 s (kustomize-controller v1.9.5 main.go:116, used at
+# kustomization_controller.go:258-262; helm-controller v1.6.4 main.go:122). Nothing wakes a waiting object when its
+# dependency turns Ready, so each level of a tree waits up to that long. A user may set the flag (a kustomize patch of
+# the controller's args); the lab sets this shorter value when the Deployment does not set one, so a three-level tree
+# is not a minute and a half of every test that builds a cluster. The gates' deadlines stay sized for the default.
+LAB_REQUEUE_DEPENDENCY = '5s'
 
 # kind -> (API path prefix, plural, namespaced) of the objects the lab applies
 RESOURCES = {
@@ -358,6 +365,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
     def _flux_command(self, name):
         args = list(self.deployment(name)['spec']['template']['spec']['containers'][0].get('args') or [])
         kept = without_flags(args, ('--storage-path', '--storage-adv-addr', '--events-addr'))  # in-cluster; set below
+        if name != 'source-controller' and not any(arg.startswith('--requeue-dependency') for arg in kept):
+            kept.append('--requeue-dependency=' + LAB_REQUEUE_DEPENDENCY)
         self.ports[name + '-health'] = free_port()
         self.ports[name + '-metrics'] = free_port()
         kept += ['--health-addr=%s:%d' % (HOST, self.ports[name + '-health']),
