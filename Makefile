@@ -85,38 +85,27 @@ unit: setup
 lab-test: setup
 	$(PY) -m pytest tests/lab $(PYTEST_ARGS)
 
-# The test files that run on the upstream world only (integration-upstream, below): they pass there whole, so the
-# default lab/k8s world no longer runs them.
+# Integration tests, by the Kubernetes world their labs run on (python -m lab up --kubernetes/--flux; docs/lab.md):
+# - LAB_K8S_TESTS, on the lab's own lab/k8s API server and Flux simulation, which are being retired: the files that do
+#   not pass whole on the upstream world yet (docs/lab-kubernetes.md, "What still runs on lab/k8s, and why").
+# - UPSTREAM_KUBERNETES_TESTS, on upstream Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+#   kwok) without Flux's controllers: the cni stage's suite on the upstream Cilium chart (3+3 and a single control
+#   plane, a crash-looping agent), the apps stage's suite (Pod Security admission refuses privileged pods as on
+#   Talos), a GitOps tree that manages flux-system itself.
+# - every other file, on upstream Kubernetes with Flux's upstream controllers and the upstream sealed-secrets
+#   controller (docs/lab-flux.md): the whole of site.yml, its faults made of real objects, day two, upgrades,
+#   remediation, the report, interrupted runs. Files that start no lab run here too.
+# Each group runs two files at a time (each file its own lab).
+LAB_K8S_TESTS = tests/integration/test_fault_matrix.py tests/integration/test_templates_lab.py
 UPSTREAM_KUBERNETES_TESTS = tests/integration/test_cni_lab.py tests/integration/test_apps_lab.py \
 	tests/integration/test_flux_tree_owned.py
-UPSTREAM_FLUX_TESTS = tests/integration/test_gitops_upstream_flux_lab.py tests/integration/test_gitops_lab.py \
-	tests/integration/test_sealed_lab.py tests/integration/test_interrupted_runs.py tests/integration/test_flux_operator_lab.py \
-	tests/integration/test_remediation_lab.py tests/integration/test_report_stage.py tests/integration/test_cluster_lead_lab.py \
-	tests/integration/test_talos_stages.py tests/integration/test_talos_v112.py tests/integration/test_vip_lab.py \
-	tests/integration/test_upgrade_kubernetes_lab.py
 
 integration: setup
-	$(PY) -m pytest tests/integration -n 2 --dist loadfile --durations=15 \
-		$(addprefix --ignore=,$(UPSTREAM_KUBERNETES_TESTS) $(UPSTREAM_FLUX_TESTS)) $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile --durations=10 $(LAB_K8S_TESTS) $(PYTEST_ARGS)
 
-# On the upstream Kubernetes world (python -m lab up --kubernetes upstream; docs/lab-kubernetes.md), two files at a
-# time (each file its own lab):
-# - UPSTREAM_KUBERNETES_TESTS: the cni stage's suite on the upstream Cilium chart, the real DaemonSet controller and
-#   kwok Nodes (3+3 and a single control plane, a crashlooping agent); the apps stage's suite on kube-apiserver (Pod
-#   Security admission refuses privileged pods as on Talos); a GitOps tree that manages flux-system itself.
-# - UPSTREAM_FLUX_TESTS, also on Flux's upstream controllers and the upstream sealed-secrets controller
-#   (PROXTALOS_LAB_FLUX=upstream, docs/lab-flux.md): the GitOps hand-off (two whole site.yml runs), test_gitops_lab.py
-#   with its faults made of real objects (docs/lab-flux.md "Faults in this world": a commit whose Deployment never
-#   rolls out, a commit whose kustomization.yaml lists a missing file, a crash-looping CSI node plugin), and the
-#   flux stage's sealed Secrets unsealed by the upstream controller (a changed value, a controller on another key, a
-#   vault password), the operator install method on the real flux-operator, and every stage of site.yml killed in its
-#   middle and resumed (its kill points in the flux and apps
-#   stages read kube-apiserver's audit log, through the lab's request log); the remediation of a kubelet stuck on its
-#   volume, the report stage, the cluster-level plays on the lead, the Talos stages (v1.13 and v1.12), the VIP, and the Kubernetes upgrade
-#   (kube-proxy's new pods stuck in ImagePullBackOff by the fault k8s-image-pull).
 integration-upstream: setup
-	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest -n 2 --dist loadfile --durations=10 \
-		$(UPSTREAM_FLUX_TESTS) $(PYTEST_ARGS)
+	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration -n 2 --dist loadfile \
+		--durations=15 $(addprefix --ignore=,$(LAB_K8S_TESTS) $(UPSTREAM_KUBERNETES_TESTS)) $(PYTEST_ARGS)
 	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest -n 2 --dist loadfile --durations=10 \
 		$(UPSTREAM_KUBERNETES_TESTS) $(PYTEST_ARGS)
 
@@ -134,7 +123,8 @@ $(OLDEST_CORE_STAMP): requirements.txt requirements-dev.txt constraints-oldest-c
 
 oldest-core: setup $(OLDEST_CORE_STAMP)
 	$(OLDEST_CORE_VENV)/bin/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
-	PROXTALOS_ANSIBLE_PLAYBOOK=$(OLDEST_CORE_VENV)/bin/ansible-playbook $(PY) -m pytest tests/integration/test_oldest_core.py $(PYTEST_ARGS)
+	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream PROXTALOS_ANSIBLE_PLAYBOOK=$(OLDEST_CORE_VENV)/bin/ansible-playbook \
+		$(PY) -m pytest tests/integration/test_oldest_core.py $(PYTEST_ARGS)
 
 molecule: setup
 	$(BIN)/molecule test --all
