@@ -121,6 +121,7 @@ branch:
 import base64
 import contextlib
 import os
+import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -181,6 +182,15 @@ def changed_paths(porcelain):
     return out
 
 
+# The user:password@ part of a URL (RFC 3986 userinfo), which a remote's URL may carry and git's errors repeat
+URL_USERINFO = re.compile(r'(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@')
+
+
+def without_userinfo(text):
+    """text with the credentials of every URL in it taken out: a failed push names the remote, not its password."""
+    return URL_USERINFO.sub(r'\1', text)
+
+
 class Git(object):
     """git in one repository through module.run_command (argument lists, a fixed environment)."""
 
@@ -193,7 +203,7 @@ class Git(object):
         check = kwargs.pop('check', True)
         rc, out, err = self.module.run_command(['git', '-C', self.top] + list(args), environ_update=self.environment, **kwargs)
         if check and rc != 0:
-            raise ProxtalosError('git %s failed in %s (rc %d): %s' % (args[0], self.top, rc, (err or out).strip()), rc=rc)
+            raise ProxtalosError('git %s failed in %s (rc %d): %s' % (args[0], self.top, rc, without_userinfo((err or out).strip())), rc=rc)
         return rc, out, err
 
 

@@ -92,6 +92,19 @@ def test_credentials_go_to_git_through_the_environment_and_are_masked(capsys, re
     assert 's3cret-token' not in out and base64.b64encode(b'flux:s3cret-token').decode() not in out
 
 
+def test_a_failed_push_names_the_remote_and_gits_error_without_the_urls_credentials(capsys, repos):
+    work, dummy = repos
+    # nothing listens on port 9 (discard) of loopback: git cannot connect
+    git(work, 'remote', 'add', 'unreachable', 'https://flux:s3cret-in-url@127.0.0.1:9/proxtalos/tree.git')
+    write(str(work / 'e.yaml'), 'x\n')
+    result, out = run(capsys, repo_dir=str(work), paths=['e.yaml'], commit_message='e', push=True, remote='unreachable')
+    assert result['failed'] and result['msg'].startswith('git ls-remote failed in %s (rc 128): ' % work)
+    assert '127.0.0.1' in result['msg'] and 's3cret-in-url' not in out
+    assert gitops_commit.without_userinfo("fatal: unable to access 'https://u:p@git.example:8443/r.git/': 503") == \
+        "fatal: unable to access 'https://git.example:8443/r.git/': 503"
+    assert gitops_commit.without_userinfo('ssh://git@host/r.git and git@host:r.git') == 'ssh://host/r.git and git@host:r.git'
+
+
 def test_bad_input_is_named(capsys, repos, tmp_path):
     work, dummy = repos
     result, dummy = run(capsys, repo_dir=str(tmp_path / 'nowhere'), paths=['a'], commit_message='m')
