@@ -374,7 +374,6 @@ def test_condition_gate_missing_object():
     assert outcome.headline() == 'Kustomization flux-system/apps not found'
 
 
-
 FLUX_INSTANCE = dict(gate='condition', api_version='fluxcd.controlplane.io/v1', kind='FluxInstance')
 
 
@@ -442,6 +441,7 @@ def test_flux_instance_gate_without_sync_adds_nothing():
     kube.add(flux_instance())
     outcome = run(params(name='flux', namespace='flux-system', **FLUX_INSTANCE), kube, clock, timeout=0)
     assert len(gates.explain(outcome, kube).splitlines()) == 2
+
 
 # --- API -------------------------------------------------------------------------------------------
 
