@@ -468,9 +468,12 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         self.ports['source-controller-storage'] = free_port()
         sealed = self.install(timeout)
         commands = {name: self._flux_command(name) for name in self.controllers}
+        deployments = {}
         if self.operator:
             commands[FLUX_OPERATOR] = self._operator_command()
-        deployments = {}
+            # the process plays its Deployment's pod (followed: a new pod starts it again, replay), with no ports on
+            # the pod network - nothing calls into flux-operator there
+            deployments[FLUX_OPERATOR] = self.deployment(FLUX_OPERATOR)
         if self.sealed_secrets:
             deployment = [self.deployment(SEALED_SECRETS)] if self.installed else [d for d in sealed if d.get('kind') == 'Deployment']
             if len(deployment) != 1:
@@ -540,11 +543,13 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
 
     def _expose(self, name, deployment, deadline):
         """The controller's process plays the pod of its Deployment: the pod's address and container ports go to it on
-        the control plane's pod network (a pod kwok runs; without one, kube-apiserver could not reach the process)."""
+        the control plane's pod network (a pod kwok runs; without one, kube-apiserver could not reach the process).
+        A controller with no ports there (flux-operator) only plays the pod: the pod is followed, not exposed."""
         found = self._wait_pod(name, deployment, deadline)
         namespace = deployment['metadata'].get('namespace') or SEALED_NAMESPACE
-        self.cp.expose_pod(namespace, found[0], self.pod_ports[name])
-        self.pod_ips[name] = found[1]
+        if self.pod_ports.get(name):
+            self.cp.expose_pod(namespace, found[0], self.pod_ports[name])
+            self.pod_ips[name] = found[1]
         self.pods[name] = (namespace, found[0])
         self.deployments[name] = deployment
 

@@ -21,6 +21,7 @@
   as a process with a kubeconfig of that Deployment's ServiceAccount and the module's own distribution manifests
   (config/data, the image's /data) as --storage-path (controllers.py _operator_command). Its FluxInstance then applies
   Flux's manifests from there, and the Flux controllers start as above once kwok makes those Deployments available.
+  The process plays the Deployment's pod: when a new pod replaces it, the process starts again (_follow_pod).
 - Likewise the sealed-secrets controller: once the Deployment kube-system/sealed-secrets-controller (the lab's tree
   deploys it through Flux) has an available replica and the SealedSecret CRD is Established, the pinned upstream
   controller runs as a process with that Deployment's args and ServiceAccount, and plays its pod on the control

@@ -16,11 +16,19 @@ The template is copied as a user copies it, and only what the lab must change is
 The files the guide has a user add are added as a user adds them: files/pve-root-ca.pem (the lab's CA) and
 group_vars/all/vault.yml with every variable the guide's vault.yml template names.
 
-- flux_git_url: the lab's Git server (git.lab.internal, ssh:// as the templates have it; it checks that an identity
-  and known_hosts are given, so the vault file's Flux values are placeholders). The repository it serves gets the
+- flux_git_url: the lab's Git server. On lab/flux (the default world) the simulated one, git.lab.internal, ssh:// as
+  the templates have it (it checks that an identity and known_hosts are given, so the vault file's Flux values are
+  placeholders). With Flux's upstream controllers (PROXTALOS_LAB_FLUX=upstream) the smart-HTTPS server the lab names
+  in its hosts.yml (lab_git_url): source-controller really fetches, and has no SSH server to reach, so the Git
+  credentials become that server's (user flux, the password the lab writes to <run_dir>/git-token, read with a lookup
+  as inventories/lab does, and its private CA as flux_git_ca_cert). The repository it serves gets the
   template's cluster folder (clusters/<cluster_name>) from the GitOps skeleton (docs/gitops-skeleton), without the
   Proxmox CCM and CSI Kustomizations, as its README says for gitops_csi_enabled: false (the templates' setting); the
-  infrastructure folders are the lab's (lab/gitops, checked against the skeleton by test_gitops_skeleton).
+  infrastructure folders are the lab's (lab/gitops, checked against the skeleton by test_gitops_skeleton). On the
+  upstream world that commit is pushed, as a user pushes it, before site.yml runs: flux-operator's FluxInstance waits
+  for the sync GitRepository it applies to be Ready (flux-operator v0.59.0 internal/controller/
+  fluxinstance_controller.go:570-581, 5 minutes by default: api/v1/fluxinstance_types.go:494-507), which it cannot be
+  while its URL is unreachable or its path missing.
 
 Not run against the lab today, said here and in the report: the apps stage. The templates' charts come from
 charts.jetstack.io and ghcr.io, which the lab cannot reach; the flux stage's hand-off decision also renders them, and
@@ -28,6 +36,7 @@ records that failure (rescued: the run goes on) - the test checks that those are
 runs the templates' flux_install_method operator path with the flux role's install artifacts as they are on this
 branch (another branch replaces them with pinned upstream ones).
 """
+import base64
 import ipaddress
 import json
 import os
@@ -47,6 +56,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow,
 NOT_AGAINST_THE_LAB = 'apps'
 UNREACHABLE_CHART_HOSTS = ('charts.jetstack.io', 'ghcr.io')
 LAB_GIT_URL = 'ssh://git@git.lab.internal/proxtalos/lab-gitops.git'
+LAB_GIT_USER = 'flux'  # the upstream world's Git server (lab/flux_upstream/lab.py GIT_USER)
 LAB_CHART = os.path.join(ROOT, 'inventories', 'lab', 'files', 'charts', 'cilium')
 
 
@@ -125,10 +135,22 @@ def overlay(name, folder, lab):
         'cni_helm_chart_version': '',
         # the lab's Git server
         'flux_git_url': LAB_GIT_URL,
+    }
+    if lab_vars.get('lab_git_url'):
+        # the upstream world's smart-HTTPS Git server (see the module docstring): HTTP basic auth and its CA, no SSH
+        lab_overrides.update({
+            'flux_git_url': lab_vars['lab_git_url'],
+            'flux_git_ssh_identity': '',
+            'flux_git_ssh_known_hosts': '',
+            'flux_git_username': LAB_GIT_USER,
+            'flux_git_password': "{{ lookup('ansible.builtin.file', '%s') }}" % os.path.join(lab.run_dir, 'git-token'),
+            'flux_git_ca_cert': "{{ lookup('ansible.builtin.file', '%s') }}" % lab_vars['lab_git_ca_file'],
+        })
+    lab_overrides.update({
         # no raw.githubusercontent.com: the lab's mirror of the same pinned upstream files, and its CA
         'flux_artifacts_base_url': open(os.path.join(lab.run_dir, 'artifact-mirror.url'), encoding='utf-8').read().strip(),
         'flux_artifacts_ca_path': os.path.join(lab.run_dir, 'artifact-mirror-ca.crt'),
-    }
+    })
     # the template's VIP lands on the lab's endpoint address (lab/addresses.py: .10 of the net, as in both templates)
     assert lab_overrides['cluster_endpoint_host'] == lab.cluster_endpoint, (lab_overrides, lab.cluster_endpoint)
     # Loaded after the template's files of group_vars/all (Ansible reads a folder's files in sorted order).
@@ -138,9 +160,23 @@ def overlay(name, folder, lab):
     return inventory, values
 
 
-def gitops_repository(lab, values):
+def _push(lab, repo, env, ca_file):
+    """Push main of the upstream world's working copy to its Git server, trusting the server's CA (GIT_SSL_CAINFO,
+    which outranks the clone's http.sslCAInfo when the environment sets it), with HTTP basic auth given through git's
+    environment configuration (never on a command line that an error would print)."""
+    with open(os.path.join(lab.run_dir, 'git-token'), encoding='utf-8') as handle:
+        token = base64.b64encode(('%s:%s' % (LAB_GIT_USER, handle.read().strip())).encode()).decode()
+    env = dict(env, GIT_SSL_CAINFO=ca_file, GIT_TERMINAL_PROMPT='0', GIT_CONFIG_COUNT='1', GIT_CONFIG_KEY_0='http.extraHeader',
+               GIT_CONFIG_VALUE_0='Authorization: Basic %s' % token)
+    pushed = subprocess.run(['git', 'push', '--quiet', 'origin', 'main'], cwd=repo, env=env, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert pushed.returncode == 0, pushed.stderr
+
+
+def gitops_repository(lab, values, lab_vars):
     """The lab's GitOps repository gets clusters/<cluster_name> from the skeleton, CCM and CSI left out while
-    gitops_csi_enabled is false (the skeleton's README), committed on main as a user would push it."""
+    gitops_csi_enabled is false (the skeleton's README), committed on main as a user would push it (and pushed, on
+    the upstream world, whose Git server serves what is pushed to it)."""
     assert values['flux_git_path'] == './clusters/%s' % values['cluster_name'], values['flux_git_path']
     assert values.get('gitops_csi_enabled') is False
     repo = os.path.join(lab.run_dir, 'gitops')
@@ -156,6 +192,8 @@ def gitops_repository(lab, values):
                GIT_COMMITTER_EMAIL='user@example.invalid')
     for command in (['git', 'add', '-A'], ['git', 'commit', '-q', '-m', 'clusters/%s from the skeleton' % values['cluster_name']]):
         subprocess.run(command, cwd=repo, env=env, check=True, capture_output=True, timeout=60)
+    if lab_vars.get('lab_git_push'):
+        _push(lab, repo, env, lab_vars['lab_git_ca_file'])
     return [doc['metadata']['name'] for doc in (_load(os.path.join(target, name)) for name in root['resources'])]
 
 
@@ -200,7 +238,7 @@ def test_the_template_brings_a_cluster_up_against_the_lab(name, tmp_path):
     try:
         lab.fault('pve-storage-full', 'local-lvm', free=1000.0)
         inventory, values = overlay(name, folder, lab)
-        tree = gitops_repository(lab, values)
+        tree = gitops_repository(lab, values, _load(lab.inventory)['cluster']['vars'])
         if values.get('cni_mode', 'inline') == 'inline':
             rendered = render_cilium(folder, inventory)
             assert rendered.rc == 0, rendered.explain()
@@ -220,7 +258,8 @@ def test_the_template_brings_a_cluster_up_against_the_lab(name, tmp_path):
             assert vms[host]['status'] == 'running', vms[host]
             assert vms[host]['vmid'] == host_values['vm_id'] and vms[host]['node'] == host_values['vm_pve_node'], vms[host]
         # the lab answers on the endpoint only while a control plane holds it as the VIP of its Layer2VIPConfig
-        served = next(iter(lab.status()['k8s'].values()))['api']
+        status = lab.status()
+        served = next(iter((status.get('k8s') or status['k8s_upstream']).values()))['api']  # lab/k8s or upstream's
         assert '%s:6443' % lab.cluster_endpoint in served, served
         # Flux follows the template's cluster folder: every Kustomization of it Ready (the gitops stage's gate passed)
         report = _load(os.path.join(artifacts, 'report.json'))

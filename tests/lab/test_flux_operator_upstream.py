@@ -105,3 +105,21 @@ def test_a_fluxinstance_is_made_ready_from_the_modules_own_distribution_manifest
         assert {entry['name'] for entry in controllers.status() if entry['healthy']} == set(flux.FLUX_CONTROLLERS)
     finally:
         controllers.stop()
+
+
+def test_a_new_pod_of_flux_operator_starts_its_process_again(operator_world):
+    """What the kubelet does when the ReplicaSet replaces a deleted pod: the new pod's container starts anew. The
+    process plays the pod of its Deployment (followed, with no ports on the pod network); once the pod is gone and kwok
+    runs the new one, replay starts the process again, healthy, playing the new pod."""
+    plane, operator = operator_world
+    namespace, old_pod = operator.pods[flux.FLUX_OPERATOR]
+    old_pid = operator.processes[flux.FLUX_OPERATOR].popen.pid
+    assert flux.FLUX_OPERATOR not in operator.pod_ips
+    assert operator.played_pod_gone(flux.FLUX_OPERATOR)[0] is False
+    plane.api('DELETE', '/api/v1/namespaces/%s/pods/%s' % (namespace, old_pod))
+    Lab.wait_until(lambda: operator.played_pod_gone(flux.FLUX_OPERATOR), WAIT, what='the played pod gone')
+    operator.replay(flux.FLUX_OPERATOR, timeout=WAIT)
+    assert operator.pods[flux.FLUX_OPERATOR][1] != old_pod
+    process = operator.processes[flux.FLUX_OPERATOR]
+    assert process.running and process.popen.pid != old_pid
+    assert [entry['name'] for entry in operator.status() if entry['running'] and entry['healthy']] == [flux.FLUX_OPERATOR]

@@ -27,6 +27,11 @@ NOT_READY_TAINT = 'node.kubernetes.io/not-ready'
 MAX_NODE_LINES = 8
 GATE_KINDS = ('nodes', 'workload', 'pods', 'crds', 'condition', 'api')
 WORKLOAD_KINDS = ('DaemonSet', 'Deployment', 'StatefulSet')
+# A FluxInstance's spec.sync.kind -> the apiVersion of the source flux-operator writes for it (v0.59.0
+# internal/builder/templates.go:413-425 syncTmpl: GitRepository always source.toolkit.fluxcd.io/v1; OCIRepository and
+# Bucket the distribution's source API version, v1 from Flux 2.6.0 on: internal/builder/semver.go:174-192).
+FLUX_SYNC_SOURCES = {'GitRepository': 'source.toolkit.fluxcd.io/v1', 'OCIRepository': 'source.toolkit.fluxcd.io/v1',
+                     'Bucket': 'source.toolkit.fluxcd.io/v1'}
 
 # Options each gate reads; any other gate-specific option set to a non-default value is an
 # error, so a misplaced option is reported instead of silently ignored.
@@ -371,6 +376,44 @@ class ConditionGate(Gate):
             if item.get('generation') is not None:
                 text += ' (generation %s, observedGeneration %s)' % (item.get('generation'), item.get('observed_generation'))
             lines.append(text)
+            if self.resource_kind == 'FluxInstance' and self.api_version.startswith('fluxcd.controlplane.io/'):
+                lines.extend(self._flux_instance_sync(client, item['name']))
+        return lines
+
+    def _flux_instance_sync(self, client, qualified_name):
+        """Why a FluxInstance's sync objects are not Ready, one line each. flux-operator applies the sync source and
+        Kustomization with Flux's components and marks the FluxInstance Ready only once all it applied are Ready
+        (v0.59.0 internal/controller/fluxinstance_controller.go:570-581, for up to 5 minutes:
+        api/v1/fluxinstance_types.go:494-507); meanwhile the FluxInstance's own Ready says only that the
+        reconciliation is in progress, and its observedGeneration stays unset. The sync objects are named after
+        spec.sync.name, else the FluxInstance's namespace (fluxinstance_controller.go:394-398)."""
+        namespace, dummy, name = qualified_name.rpartition('/')
+        try:
+            instance = client.get(self.api_version, self.resource_kind, name, namespace or None)
+        except k8s_client.NotServed:
+            return []
+        sync = objects.spec(instance or {}).get('sync') or {}
+        if not sync.get('kind'):
+            return []
+        sync_name = sync.get('name') or namespace
+        lines = []
+        for api_version, kind in ((FLUX_SYNC_SOURCES.get(sync['kind']), sync['kind']),
+                                  ('kustomize.toolkit.fluxcd.io/v1', 'Kustomization')):
+            label = 'sync %s %s/%s' % (kind, namespace, sync_name)
+            if api_version is None:
+                continue
+            try:
+                obj = client.get(api_version, kind, sync_name, namespace)
+            except k8s_client.NotServed:
+                lines.append('%s: its kind is not served (Flux CRDs not installed yet)' % label)
+                continue
+            if obj is None:
+                lines.append('%s: not created yet' % label)
+                continue
+            obj.setdefault('kind', kind)
+            met = predicates.condition_met(obj)
+            if not met['ok']:
+                lines.append('%s: %s' % (label, met['reason']))
         return lines
 
 

@@ -374,6 +374,75 @@ def test_condition_gate_missing_object():
     assert outcome.headline() == 'Kustomization flux-system/apps not found'
 
 
+FLUX_INSTANCE = dict(gate='condition', api_version='fluxcd.controlplane.io/v1', kind='FluxInstance')
+
+
+def flux_instance(sync=None):
+    """A FluxInstance as flux-operator v0.59.0 leaves it while it waits for what it applied to be Ready: Ready Unknown
+    Progressing, Reconciling True, both conditions of the current generation (fluxcd/pkg/runtime conditions/setter.go
+    sets observedGeneration on each); its status has no observedGeneration field."""
+    obj = {'apiVersion': 'fluxcd.controlplane.io/v1', 'kind': 'FluxInstance',
+           'metadata': {'name': 'flux', 'namespace': 'flux-system', 'generation': 1},
+           'spec': {'distribution': {'version': '2.x'}},
+           'status': {'conditions': [
+               {'type': 'Ready', 'status': 'Unknown', 'reason': 'Progressing', 'message': 'Reconciliation in progress',
+                'observedGeneration': 1},
+               {'type': 'Reconciling', 'status': 'True', 'reason': 'Progressing', 'message': 'Reconciliation in progress',
+                'observedGeneration': 1}]}}
+    if sync is not None:
+        obj['spec']['sync'] = sync
+    return obj
+
+
+def flux_object(api_version, kind, name, ready):
+    return {'apiVersion': api_version, 'kind': kind, 'metadata': {'name': name, 'namespace': 'flux-system', 'generation': 1},
+            'status': {'observedGeneration': 1, 'conditions': [dict(type='Ready', **ready)]}}
+
+
+def test_flux_instance_gate_timeout_names_its_sync_objects_that_are_not_ready():
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    kube.serve('fluxcd.controlplane.io/v1', 'FluxInstance', 'fluxinstances')
+    kube.serve('source.toolkit.fluxcd.io/v1', 'GitRepository', 'gitrepositories')
+    kube.serve('kustomize.toolkit.fluxcd.io/v1', 'Kustomization', 'kustomizations')
+    kube.add(flux_instance({'kind': 'GitRepository', 'url': 'ssh://git@git.example.invalid/gitops.git', 'ref': 'refs/heads/main',
+                            'path': './clusters/infra'}),
+             flux_object('source.toolkit.fluxcd.io/v1', 'GitRepository', 'flux-system',
+                         {'status': 'False', 'reason': 'GitOperationFailed',
+                          'message': 'failed to checkout and determine revision: no such host'}),
+             flux_object('kustomize.toolkit.fluxcd.io/v1', 'Kustomization', 'flux-system',
+                         {'status': 'True', 'reason': 'ReconciliationSucceeded', 'message': 'Applied revision: main@sha1:1'}))
+    outcome = run(params(name='flux', namespace='flux-system', **FLUX_INSTANCE), kube, clock, timeout=4)
+    assert not outcome.passed
+    lines = gates.explain(outcome, kube).splitlines()
+    assert lines[1:] == [
+        '- flux-system/flux: Ready=Unknown Progressing: Reconciliation in progress (generation 1, observedGeneration None)',
+        '- sync GitRepository flux-system/flux-system: Ready=False GitOperationFailed: failed to checkout and determine '
+        'revision: no such host'], lines
+
+
+def test_flux_instance_gate_names_a_sync_object_not_created_yet_under_spec_sync_name():
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    kube.serve('fluxcd.controlplane.io/v1', 'FluxInstance', 'fluxinstances')
+    kube.serve('source.toolkit.fluxcd.io/v1', 'GitRepository', 'gitrepositories')
+    kube.add(flux_instance({'kind': 'GitRepository', 'url': 'https://git.example.invalid/gitops.git', 'ref': 'refs/heads/main',
+                            'path': './', 'name': 'gitops'}))
+    outcome = run(params(name='flux', namespace='flux-system', **FLUX_INSTANCE), kube, clock, timeout=0)
+    lines = gates.explain(outcome, kube).splitlines()
+    assert lines[2:] == ['- sync GitRepository flux-system/gitops: not created yet',
+                         '- sync Kustomization flux-system/gitops: its kind is not served (Flux CRDs not installed yet)'], lines
+
+
+def test_flux_instance_gate_without_sync_adds_nothing():
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    kube.serve('fluxcd.controlplane.io/v1', 'FluxInstance', 'fluxinstances')
+    kube.add(flux_instance())
+    outcome = run(params(name='flux', namespace='flux-system', **FLUX_INSTANCE), kube, clock, timeout=0)
+    assert len(gates.explain(outcome, kube).splitlines()) == 2
+
+
 # --- API -------------------------------------------------------------------------------------------
 
 def test_api_gate_until_ready():
