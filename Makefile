@@ -96,12 +96,12 @@ lab-test: setup
 #   controller (docs/lab-flux.md): the whole of site.yml, its faults made of real objects, day two, upgrades,
 #   remediation, the report, interrupted runs. Files that start no lab run here too.
 # Each group runs two files at a time (each file its own lab).
-LAB_K8S_TESTS = tests/integration/test_fault_matrix.py tests/integration/test_templates_lab.py
+LAB_K8S_TESTS = tests/integration/test_fault_matrix.py
 UPSTREAM_KUBERNETES_TESTS = tests/integration/test_cni_lab.py tests/integration/test_apps_lab.py \
 	tests/integration/test_flux_tree_owned.py
 
 integration: setup
-	$(PY) -m pytest -n 2 --dist loadfile --durations=10 $(LAB_K8S_TESTS) $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=10 $(LAB_K8S_TESTS) $(PYTEST_ARGS)
 
 integration-upstream: setup
 	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration -n 2 --dist loadfile \
