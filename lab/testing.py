@@ -224,13 +224,14 @@ def clean_lab(lab):  # pylint: disable=redefined-outer-name
     return lab
 
 
-@pytest.fixture
-def lab_factory(tmp_path_factory):
-    """Start extra labs inside a test: lab_factory(**start_lab options); they stop when the test ends."""
+def labs_stopped_at_the_end(start, tmp_path_factory):
+    """The body of a lab_factory fixture (`yield from` it): yields make(**options), which starts a lab with
+    start(a new temporary folder, **options); every lab it started stops when the test ends, and the errors of
+    those stops are raised together."""
     started = []
 
     def make(**options):
-        handle = start_lab(str(tmp_path_factory.mktemp('lab')), **options)
+        handle = start(str(tmp_path_factory.mktemp('lab')), **options)
         started.append(handle)
         return handle
     try:
@@ -244,6 +245,12 @@ def lab_factory(tmp_path_factory):
                 errors.append(str(exc))
         if errors:
             raise RuntimeError('; '.join(errors))
+
+
+@pytest.fixture
+def lab_factory(tmp_path_factory):
+    """Start extra labs inside a test: lab_factory(**start_lab options); they stop when the test ends."""
+    yield from labs_stopped_at_the_end(start_lab, tmp_path_factory)
 
 
 # ------------------------------------------------------------------------ in-process world

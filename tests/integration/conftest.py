@@ -21,7 +21,7 @@ from reliability_lab import PLAYBOOK_BIN, Workspace  # noqa: E402  pylint: disab
 
 from k8s_stages_lab import start_rendered_lab  # noqa: E402  pylint: disable=wrong-import-position,import-error
 # clean_lab of lab/testing.py (it takes the `lab` below), and start_lab for the converged cluster below
-from lab.testing import clean_lab, start_lab  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
+from lab.testing import clean_lab, labs_stopped_at_the_end, start_lab  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
 
 
 @pytest.fixture(scope='session')
@@ -38,23 +38,8 @@ def lab(tmp_path_factory):
 def lab_factory(tmp_path_factory):
     """lab/testing.py's lab_factory: lab_factory(**start_lab options) starts a lab (its inline Cilium manifest rendered
     on upstream) that stops when the test ends."""
-    started = []
-
-    def make(**options):
-        handle = start_rendered_lab(str(tmp_path_factory.mktemp('lab') / 'run'), **options)
-        started.append(handle)
-        return handle
-    try:
-        yield make
-    finally:
-        errors = []
-        for handle in started:
-            try:
-                handle.stop()
-            except RuntimeError as exc:
-                errors.append(str(exc))
-        if errors:
-            raise RuntimeError('; '.join(errors))
+    yield from labs_stopped_at_the_end(lambda folder, **options: start_rendered_lab(os.path.join(folder, 'run'), **options),
+                                       tmp_path_factory)
 
 
 @pytest.fixture(scope='session')
