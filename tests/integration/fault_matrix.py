@@ -35,6 +35,9 @@ A row:
              Ansible puts before a failure does not count); `{addr:HOST}` stands for the address of HOST's Talos node in
              this run (a worker's comes from DHCP). For `recovered`: the evidence
   note       what the collection does about it, in a few words
+  worlds     what differs on a world of the lab: {world: {'stage': ..., 'names': ..., 'note': ...}}, world one of WORLDS; a test run
+             checks (and this page shows) the expectation of the world the row ran on. Only for what the world itself
+             changes: e.g. on the upstream world the lab's Git server is real smart HTTP and the flux stage pushes to it
 """
 
 import collections
@@ -49,7 +52,16 @@ BEGIN = '<!-- fault-matrix:begin (rendered by tests/integration/fault_matrix.py;
 END = '<!-- fault-matrix:end -->'
 
 Row = collections.namedtuple('Row', 'id layer fault target params stage start before after during run extra_vars env expect names note '
-                                    'attempts playbook')
+                                    'attempts playbook worlds')
+
+# The worlds a row can run on (tests/integration/test_fault_matrix.py: current_world), as the results name them.
+WORLDS = {
+    'lab': 'the lab world (lab/k8s and lab/flux, the default)',
+    'upstream': 'the upstream world (`PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream`: upstream Kubernetes '
+                "and Flux's controllers, docs/lab-kubernetes.md)",
+    'upstream-kubernetes': 'upstream Kubernetes with lab/flux (`PROXTALOS_LAB_KUBERNETES=upstream`)',
+}
+WORLD_OVERRIDES = ('stage', 'names', 'note')
 
 # Short deadlines, so that a failing row fails in seconds (each stage's defaults are minutes).
 VMS_SHORT = {'proxmox_vms_timeout': 4, 'proxmox_vms_address_timeout': 4, 'proxmox_vms_image_timeout': 4,
@@ -69,11 +81,28 @@ REMEDIATE = {'cni_remediate_detect_timeout': 3, 'cni_remediate_wait_timeout': 10
 
 
 def row(id, layer, fault, stage, start, run, expect, names, note, target=None, params=None, before=(), after=(),  # pylint: disable=redefined-builtin
-        during=None, extra_vars=None, env=None, attempts=1, playbook=None):
+        during=None, extra_vars=None, env=None, attempts=1, playbook=None, worlds=None):
     """attempts: for a fault that comes and goes on its own clock (a flap), how many runs may converge without
-    meeting it before the row fails for showing no sign of it (the fault stays on between them)."""
+    meeting it before the row fails for showing no sign of it (the fault stays on between them). worlds: {world:
+    {'stage': ..., 'names': [...], 'note': '...'}}, the expectation on that world where it differs."""
+    worlds = dict(worlds or {})
+    for world, overrides in worlds.items():
+        if world not in WORLDS:
+            raise ValueError('row %s: worlds: unknown world %r (one of %s)' % (id, world, ', '.join(WORLDS)))
+        unknown = sorted(set(overrides) - set(WORLD_OVERRIDES))
+        if unknown:
+            raise ValueError('row %s: worlds[%s]: only %s may differ, got %s' % (id, world, ', '.join(WORLD_OVERRIDES), unknown))
+        if 'names' in overrides:
+            worlds[world] = dict(overrides, names=tuple(overrides['names']))
     return Row(id, layer, fault, target, params or {}, stage, start, tuple(before), tuple(after), during, run,
-               extra_vars or {}, env or {}, expect, tuple(names), note, attempts, playbook)
+               extra_vars or {}, env or {}, expect, tuple(names), note, attempts, playbook, worlds)
+
+
+def for_world(r, world):
+    """The row as it is expected to go on world (its worlds entry applied), without its worlds."""
+    if world is not None and world not in WORLDS:
+        raise ValueError('row %s: unknown world %r (one of %s)' % (r.id, world, ', '.join(WORLDS)))
+    return r._replace(worlds={}, **r.worlds.get(world, {}))
 
 
 ROWS = [
@@ -230,10 +259,21 @@ ROWS = [
         ['flux-system/proxmox-csi', 'BuildFailed', "accumulating resources from 'missing.yaml'"], 'names the Kustomization '
         'and kustomize\'s error (the file the commit lacks); what it applied before stays', target='flux-system/proxmox-csi',
         after=[('flux_reason', 'proxmox-csi', 'BuildFailed')], extra_vars=GITOPS_SHORT),
+    # The fault makes the lab's Git server answer 503 for the repository. On lab/flux nothing but the GitRepository
+    # reads it (the lab inventory does not push: lab_git_push is unset), so the source gate meets it. On the upstream
+    # world the inventory pushes the sealed Secrets to that server (lab/flux_upstream: lab_git_push), and gitops_commit
+    # asks the remote (git ls-remote) on every run before it pushes: a Git server that is down fails that task first,
+    # before the source gate - what a user whose server is down sees. That task is in the flux stage's prepare play,
+    # whose first tag is flux_install (site.yml), so the failure's stage is that.
     row('flux-source-not-ready', 'Flux', 'flux-source-not-ready', 'flux', 'converged', 'flux', 'failed',
         ['GitRepository flux-system/flux-system', 'GitOperationFailed', 'status code: 503'],
-        'the source gate names the GitRepository and the Git error', target='flux-system/flux-system',
-        extra_vars=FLUX_SHORT),
+        'the source gate names the GitRepository and the Git error (an inventory that pushes meets the 503 at the push '
+        'first: the upstream world)', target='flux-system/flux-system', extra_vars=FLUX_SHORT,
+        worlds={'upstream': {
+            'stage': 'flux_install',
+            'names': ['git ls-remote failed', '/proxtalos/lab-gitops.git', 'The requested URL returned error: 503'],
+            'note': 'the push of the sealed Secrets meets the Git server first: the commit task names the remote and '
+                    "git's error, before the source gate (lab/flux, which has no push, fails at the source gate)"}}),
 ]
 
 
@@ -282,17 +322,39 @@ def _fault_call(r):
     return '`%s`' % ' '.join(str(p) for p in parts)
 
 
+def result_worlds(rows, results):
+    """{world: [row ids]} of the rows that have a result, by the world the result was measured on (None: not recorded)."""
+    worlds = collections.OrderedDict()
+    for r in rows:
+        if r.id in results:
+            worlds.setdefault(results[r.id].get('world'), []).append(r.id)
+    return worlds
+
+
+def _world_text(world):
+    return WORLDS.get(world, 'a world not recorded (results older than the record of worlds)') if world else \
+        'a world not recorded (results older than the record of worlds)'
+
+
 def render_table(rows=None, results=None):
+    """The table of rows with their latest results; each row shows the expectation of the world its result was
+    measured on, a result from a world other than most rows' says so, and the last line names the worlds."""
     rows = ROWS if rows is None else rows
     results = load_results() if results is None else results
+    worlds = result_worlds(rows, results)
+    main = max(worlds, key=lambda w: len(worlds[w])) if worlds else None
     lines = ['| # | layer | fault | stage | expected | result | what the run said (the failure message, or the evidence) |',
              '|---|---|---|---|---|---|---|']
-    for number, r in enumerate(rows, 1):
-        seen = results.get(r.id)
+    for number, base in enumerate(rows, 1):
+        seen = results.get(base.id)
+        world = seen.get('world') if seen else main
+        r = for_world(base, world if world in WORLDS else None)
         if seen is None:
             status, said = 'not run yet', ''
         else:
             status = ('%s, as expected' % seen['outcome']) if seen['passed'] else ('**%s, expected %s**' % (seen['outcome'], r.expect))
+            if world != main:
+                status += ' (on %s)' % (world or 'a world not recorded')
             said = seen.get('message', '')
         expected = '%s: %s' % (r.expect, r.note)
         lines.append('| %d | %s | %s | %s | %s | %s | %s |' % (number, r.layer, _fault_call(r), r.stage, _cell(expected),
@@ -301,6 +363,12 @@ def render_table(rows=None, results=None):
     passed = sum(1 for r in rows if (results.get(r.id) or {}).get('passed'))
     lines.append('')
     lines.append('%d rows, %d distinct lab faults; latest results: %d of %d as expected.' % (len(rows), len(faults), passed, len(rows)))
+    for world, ids in sorted(worlds.items(), key=lambda item: (item[0] != main, str(item[0]))):
+        if world == main:
+            lines.append('%s measured on %s.' % ('Every result was' if len(worlds) == 1 else '%d results were' % len(ids),
+                                                 _world_text(world)))
+        else:
+            lines.append('%d measured on %s: %s.' % (len(ids), _world_text(world), ', '.join(ids)))
     return '\n'.join(lines)
 
 

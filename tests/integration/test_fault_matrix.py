@@ -23,7 +23,7 @@ import sys
 import pytest
 
 from ansible_collections.proxtalos.cluster.tests import helpers
-from lab.world import kubernetes_world
+from lab.world import flux_world, kubernetes_world
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fault_matrix as matrix  # noqa: E402  pylint: disable=wrong-import-position,import-error
@@ -42,6 +42,15 @@ ADDRESS = re.compile(r'\{addr:([^}]+)\}')
 # kustomize-controller's --requeue-dependency (30 s by default: github.com/fluxcd/kustomize-controller@v1.9.5, the
 # lab's build, main.go:116); the restore reconciles proxmox-ccm, proxmox-csi and apps, a chain of two such waits.
 UPSTREAM_RESTORE_TIMEOUT = RESTORE_TIMEOUT + 2 * 30 + 30
+
+
+def current_world():
+    """The world this run's labs start on (their `python -m lab up` reads the same environment), as
+    fault_matrix.WORLDS names it."""
+    kubernetes = kubernetes_world()
+    if kubernetes == 'lab':
+        return 'lab'
+    return 'upstream' if flux_world(kubernetes=kubernetes) == 'upstream' else 'upstream-kubernetes'
 
 
 def restore_timeout():
@@ -290,11 +299,13 @@ def matrix_results():
 
 @pytest.mark.parametrize('row', matrix.ROWS, ids=[r.id for r in matrix.ROWS])
 def test_fault(row, request, session_workspace, lab_factory, tmp_path, matrix_results):  # pylint: disable=redefined-outer-name
+    world = current_world()
+    row = matrix.for_world(row, world)
     if row.fault == 'k8s-api-flap' and row.params.get('mode') == '503' and kubernetes_world() == 'upstream':
         pytest.skip('k8s-api-flap mode=503 exists on lab/k8s only: on upstream Kubernetes the API is reached through '
                     'forwards that carry TLS end to end, and the lab makes up no HTTP answer (docs/lab-kubernetes.md, '
                     '"Kubelet faults")')
-    record = {'outcome': 'error', 'passed': False, 'message': ''}
+    record = {'outcome': 'error', 'passed': False, 'message': '', 'world': world}
     workspace = workspace_for(row, request, session_workspace, lab_factory, tmp_path)
     lab = workspace.lab
     try:
@@ -352,7 +363,8 @@ def test_the_matrix_covers_every_fault_the_lab_offers(lab):
 
 def test_every_failing_row_checks_the_object_and_the_cause():
     """A failing row names at least two things the message must show (what failed, and why), none of them empty."""
-    thin = [r.id for r in matrix.ROWS if r.expect == 'failed' and (len(r.names) < 2 or not all(n.strip() for n in r.names))]
+    variants = [matrix.for_world(r, world) for r in matrix.ROWS for world in [None] + sorted(r.worlds)]
+    thin = sorted(set(r.id for r in variants if r.expect == 'failed' and (len(r.names) < 2 or not all(n.strip() for n in r.names))))
     assert not thin, 'failing rows that do not check both the object and the cause: %s' % thin
     assert set(r.expect for r in matrix.ROWS) == {'recovered', 'failed'}
 
@@ -374,3 +386,34 @@ def test_the_document_shows_this_table_and_the_latest_results():
     expected = matrix.render_document(text, matrix.render_table())
     assert text == expected, ('docs/reliability.md differs from the table and docs/reliability-results.json; '
                               'run .venv/bin/python tests/integration/fault_matrix.py')
+
+
+def test_a_row_expects_per_world_what_the_world_changes():
+    source = next(r for r in matrix.ROWS if r.id == 'flux-source-not-ready')
+    assert matrix.for_world(source, 'lab').names == source.names
+    upstream = matrix.for_world(source, 'upstream')
+    assert upstream.names != source.names and 'The requested URL returned error: 503' in upstream.names
+    assert upstream.note != source.note and upstream.worlds == {} and (source.stage, upstream.stage) == ('flux', 'flux_install')
+    with pytest.raises(ValueError, match="worlds: unknown world 'k3s'"):
+        matrix.row('x', 'Flux', 'f', 'flux', 'converged', 'flux', 'failed', ['a', 'b'], 'n', worlds={'k3s': {'names': ['c']}})
+    with pytest.raises(ValueError, match=r"only stage, names, note may differ, got \['fault'\]"):
+        matrix.row('x', 'Flux', 'f', 'flux', 'converged', 'flux', 'failed', ['a', 'b'], 'n', worlds={'lab': {'fault': 'g'}})
+    assert current_world() in matrix.WORLDS
+
+
+def test_the_table_says_which_world_each_result_was_measured_on():
+    rows = [matrix.row('one', 'Flux', 'f', 'flux', 'converged', 'flux', 'failed', ['a', 'b'], 'on lab',
+                       worlds={'upstream': {'note': 'on upstream'}}),
+            matrix.row('two', 'Flux', 'g', 'flux', 'converged', 'flux', 'failed', ['a', 'b'], 'everywhere'),
+            matrix.row('three', 'Flux', 'h', 'flux', 'converged', 'flux', 'failed', ['a', 'b'], 'everywhere')]
+    results = {'one': {'outcome': 'failed', 'passed': True, 'message': 'm1', 'world': 'upstream'},
+               'two': {'outcome': 'failed', 'passed': True, 'message': 'm2', 'world': 'upstream'},
+               'three': {'outcome': 'failed', 'passed': True, 'message': 'm3', 'world': 'lab'}}
+    table = matrix.render_table(rows, results).splitlines()
+    assert 'failed: on upstream' in table[2] and '| failed, as expected |' in table[2]
+    assert '| failed, as expected (on lab) |' in table[4]
+    assert table[-2] == '2 results were measured on %s.' % matrix.WORLDS['upstream']
+    assert table[-1] == '1 measured on %s: three.' % matrix.WORLDS['lab']
+    del results['three']
+    table = matrix.render_table(rows, results).splitlines()
+    assert table[-1] == 'Every result was measured on %s.' % matrix.WORLDS['upstream'] and 'not run yet' in table[4]
