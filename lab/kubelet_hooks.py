@@ -1,8 +1,16 @@
-"""The World's VM events that take a Talos node's kubelet down, for the Kubernetes simulations (lab.k8s, lab.k8s_upstream).
+"""What both Kubernetes worlds (lab.k8s, lab.k8s_upstream) share of a Talos node's kubelet: the World's VM events
+that take it down, and the error its container runtime reports for an image the registry does not have.
 
 A VM that stops, is reset or is deleted takes the Talos node on it down, and its kubelet with it. A class using this
 mixin has `self.world` and an `async _kubelet_gone(key)` taking the Talos node key (world.talos.vm_key(vm)).
 """
+
+
+# What containerd reports when the registry does not have the image (a tag never pushed, a typo), {image} standing for
+# the container's image. Not read at containerd's source (not in the lab's module cache): the shape containerd's CRI
+# PullImage error takes for a reference the registry answers 404 for.
+DEFAULT_PULL_ERROR = ('failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
+                      '{image}: not found')
 
 
 class KubeletVmHooks:

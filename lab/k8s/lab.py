@@ -27,7 +27,7 @@ import logging
 import os
 import urllib.parse
 
-from ..kubelet_hooks import KubeletVmHooks
+from ..kubelet_hooks import DEFAULT_PULL_ERROR, KubeletVmHooks
 from ..talos import machineconfig
 from ..talos.static_pods import STATIC_PODS, mirror_pod
 from ..talos import vip as talos_vip
@@ -35,9 +35,6 @@ from .cluster import KubeCluster
 from .manifests import ManifestApplier, manifests_by_id, talos_documents
 
 LOG = logging.getLogger('lab.k8s')
-# What containerd reports when the registry does not have the image (a tag that was never pushed, a typo).
-DEFAULT_PULL_ERROR = ('failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
-                      '{image}: not found')
 API_PORT = 6443
 DELAY_KINDS = {
     'crashloop_restart': (10.0, 'a crash-looping container restarting again (CrashLoopBackOff)'),

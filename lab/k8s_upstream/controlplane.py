@@ -33,6 +33,7 @@ from lab import upstream
 from lab.cli import log_tail
 from lab.k8s import pki
 from lab.k8s.testing import write_kubeconfig
+from lab.kubelet_hooks import DEFAULT_PULL_ERROR
 
 from . import kubelet, policies
 from .podnet import UNIX_PATH_MAX, PodNetwork, egress_selector_configuration
@@ -725,7 +726,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     # ------------------------------------------------------------------ workload faults (lab/k8s_upstream/policies.py)
 
-    def image_pull(self, workload, message=kubelet.DEFAULT_PULL_ERROR, timeout=POLICY_TIMEOUT):
+    def image_pull(self, workload, message=DEFAULT_PULL_ERROR, timeout=POLICY_TIMEOUT):
         """The pods workload's controller creates from now on (NAMESPACE/NAME of a Deployment, DaemonSet or
         StatefulSet) cannot pull their image, as their kubelet reports it, until clear_image_pull (kubelet.py
         ImagePulls); message: the registry's error, {image} standing for the container's image. Pods that run keep

@@ -312,13 +312,6 @@ class CrashLoops(_Watcher):
         self._patch(pod, {'conditions': _pod_ready_conditions(True, now), 'containerStatuses': statuses})
 
 
-# What containerd reports when the registry does not have the image (a tag never pushed, a typo); the text lab/k8s
-# reports too. Not read at containerd's source (not in the lab's module cache): the shape containerd's CRI PullImage
-# error takes for a reference the registry answers 404 for.
-DEFAULT_PULL_ERROR = ('failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
-                      '{image}: not found')
-
-
 def pod_ready_stage(pod_ready_text):
     """kwok's pod-ready Stage (its YAML text) with one more selector condition: a pod the k8s-image-pull fault marked
     (policies.IMAGE_PULL_LABEL) is not made Ready, since its kubelet cannot start its containers (ImagePulls)."""

@@ -44,11 +44,10 @@ import logging
 import os
 import urllib.parse
 
-from ..kubelet_hooks import KubeletVmHooks
+from ..kubelet_hooks import DEFAULT_PULL_ERROR, KubeletVmHooks
 from ..talos import machineconfig
 from ..talos.static_pods import STATIC_PODS, mirror_pod
 from ..talos import vip as talos_vip
-from . import kubelet
 from . import manifests as talos_manifests
 from . import policies
 from .controlplane import DEFAULT_POD_SUBNET, DEFAULT_SERVICE_SUBNET, ControlPlane, ControlPlaneError, _is_ip
@@ -106,7 +105,6 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.crashloop = {}  # node name -> NAMESPACE/DAEMONSET of the fault k8s-crashloop (applied to planes that start later too)
         self.image_pull = {}  # NAMESPACE/WORKLOAD -> registry error of the fault k8s-image-pull (planes that start later too)
         self.pending = set()  # NAMESPACE/DEPLOYMENT of the fault k8s-pending (planes that start later too)
-        self.flap = None      # (period, mode) of the fault k8s-api-flap
         self.flap_task = None  # _flap_loop while the fault is on
         self.api_down = False  # True in the down half of a flap period: the API answers nowhere
         self.applying = {}   # cluster id -> (config text, the asyncio task applying Talos's manifests from it)
@@ -406,7 +404,7 @@ class LabUpstreamKubernetes(KubeletVmHooks):
             except ControlPlaneError as exc:
                 raise FaultError('fault %s: %s' % (fault, exc)) from None
 
-    async def fault_image_pull(self, target, message=kubelet.DEFAULT_PULL_ERROR):
+    async def fault_image_pull(self, target, message=DEFAULT_PULL_ERROR):
         """New pods of the workload cannot pull their image: a MutatingAdmissionPolicy marks them, kwok leaves them
         Pending and the kubelet stand-in reports ErrImagePull, then ImagePullBackOff (lab/k8s_upstream/kubelet.py
         ImagePulls, policies.py)."""
@@ -455,7 +453,6 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         if mode != 'refuse':
             raise FaultError('fault k8s-api-flap: mode must be refuse on upstream Kubernetes, got %r' % mode)
         await self.clear_flap()
-        self.flap = (period, mode)
         self.flap_task = asyncio.get_running_loop().create_task(self._flap_loop(period))
         return 'the API refuses connections for the second half of every %.2f s' % period
 
@@ -473,7 +470,7 @@ class LabUpstreamKubernetes(KubeletVmHooks):
 
     async def clear_flap(self, target=None):
         del target
-        task, self.flap_task, self.flap = self.flap_task, None, None
+        task, self.flap_task = self.flap_task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -497,7 +494,7 @@ class LabUpstreamKubernetes(KubeletVmHooks):
                           'containers waiting ErrImagePull then ImagePullBackOff (\'Back-off pulling image "IMAGE": '
                           'ErrImagePull: ...\'), as kubelet reports it; running pods keep running; cleared, the waiting pods run',
                           'namespace/workload', self.fault_image_pull, self.clear_image_pull,
-                          params=[Param('message', str, kubelet.DEFAULT_PULL_ERROR, 'the registry error after "ErrImagePull: " '
+                          params=[Param('message', str, DEFAULT_PULL_ERROR, 'the registry error after "ErrImagePull: " '
                                         '({image} is the container\'s image)')])
 
     def drain_audit(self):

@@ -16,7 +16,7 @@ NAME, or by a ReplicaSet of the Deployment NAME: the Deployment controller names
 pkg/controller/deployment/sync.go:199, 207), which the policy's match condition checks.
 
 Pods created before the policy took effect, and the workload's own object, are not changed. The probe
-(ControlPlane.wait_for_policy) creates a pod with dryRun=All until the policy changes it, so that a fault is in force
+(ControlPlane._wait_policy) creates a pod with dryRun=All until the policy changes it, so that a fault is in force
 when the fault command returns.
 """
 

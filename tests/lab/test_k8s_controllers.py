@@ -192,7 +192,7 @@ def test_pending_fault_keeps_deployment_pending(lab):
 
 
 def test_image_pull_fault_keeps_new_pods_in_image_pull_backoff_and_spares_running_ones(lab):
-    from lab.k8s.lab import DEFAULT_PULL_ERROR  # pylint: disable=import-outside-toplevel
+    from lab.kubelet_hooks import DEFAULT_PULL_ERROR  # pylint: disable=import-outside-toplevel
     for name, ip in (('w-1', '127.0.0.2'), ('w-2', '127.0.0.3')):
         lab.call(lab.cluster.kubelet_started, name, ip)
     lab.apps.create_namespaced_daemon_set('kube-system', CILIUM_DS)

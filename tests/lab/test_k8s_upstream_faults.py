@@ -9,6 +9,7 @@ import types
 import pytest
 from lab.k8s_upstream import ControlPlane, ControlPlaneError, kubelet, policies
 from lab.k8s_upstream import lab as upstream_lab
+from lab.kubelet_hooks import DEFAULT_PULL_ERROR
 from lab.testing import Lab, free_net
 
 pytestmark = pytest.mark.upstream
@@ -232,7 +233,7 @@ def test_the_upstream_world_registers_the_kubernetes_faults_under_lab_k8s_names_
         'k8s-crashloop': ('node', [('workload', 'kube-system/cilium')]),
         'k8s-pending': ('namespace/deployment', []),
         'k8s-api-flap': (None, [('period', 4.0), ('mode', 'refuse')]),
-        'k8s-image-pull': ('namespace/workload', [('message', kubelet.DEFAULT_PULL_ERROR)]),
+        'k8s-image-pull': ('namespace/workload', [('message', DEFAULT_PULL_ERROR)]),
     }
 
     async def scenario():
