@@ -106,13 +106,13 @@ import importlib
 import json
 import os
 import re
-import tempfile
 import time
 
 from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
 from ansible.template import Templar
 
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _atomic_file
 from ansible_collections.proxtalos.cluster.plugins.plugin_utils import _progress, _report_html, _timeline
 
 try:
@@ -496,14 +496,5 @@ class CallbackModule(CallbackBase):
 
 
 def _write_private(path, text):
-    """Write text to path with mode 0600, replacing the file in one rename."""
-    handle, temporary = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=os.path.dirname(path))
-    try:
-        with os.fdopen(handle, 'w', encoding='utf-8') as stream:
-            stream.write(text)
-        os.chmod(temporary, 0o600)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    """Write text to path with mode 0600, replacing the file in one rename (_atomic_file.write_atomically)."""
+    _atomic_file.write_atomically(path, text, 0o600)

@@ -185,12 +185,11 @@ private_key:
 """
 
 import os
-import tempfile
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _crypto, _sealed, _secrets, _vault
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _atomic_file, _crypto, _sealed, _secrets, _vault
 from ansible_collections.proxtalos.cluster.plugins.module_utils._diff import make_diff
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
 
@@ -327,25 +326,6 @@ def plan(params, password):
     return result
 
 
-def _write_private_file(path, content):
-    """Write content to path atomically, mode 0600 from the first byte; parent made 0700 if missing."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        os.makedirs(directory, DIR_MODE)
-    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix='.%s.' % os.path.basename(path))
-    try:
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, 'wb') as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_path, path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.unlink(tmp_path)
-        raise
-
-
 def act(params, decision, password):
     """Generate if needed and write what plan() decided."""
     if decision['action'] == 'generated':
@@ -360,7 +340,7 @@ def act(params, decision, password):
                 content = _vault.encrypt(content, password, params['vault_id'])
         else:
             content = decision['cert_pem']
-        _write_private_file(path, content)
+        _atomic_file.write_atomically(path, content, FILE_MODE, DIR_MODE)
     for path in decision['modes']:
         os.chmod(path, FILE_MODE)
 

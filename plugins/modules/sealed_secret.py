@@ -133,12 +133,11 @@ reason:
 """
 
 import os
-import tempfile
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _crypto, _sealed, _secrets, _vault
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _atomic_file, _crypto, _sealed, _secrets, _vault
 from ansible_collections.proxtalos.cluster.plugins.module_utils._diff import make_diff
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ProxtalosError, ValidationError
 
@@ -152,6 +151,7 @@ else:
     YAML_IMPORT_ERROR = None
 
 DEST_MODE = 0o644
+DEST_DIR_MODE = 0o755
 
 
 def argument_spec():
@@ -246,19 +246,7 @@ def plan(params, secret, cert_pem, key_pem):
 
 def _write(dest, sealed):
     content = yaml.safe_dump(sealed, default_flow_style=False, sort_keys=False, width=2 ** 31).encode('utf-8')
-    directory = os.path.dirname(os.path.abspath(dest))
-    if not os.path.isdir(directory):
-        os.makedirs(directory)
-    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix='.%s.' % os.path.basename(dest))
-    try:
-        os.fchmod(fd, DEST_MODE)
-        with os.fdopen(fd, 'wb') as handle:
-            handle.write(content)
-        os.replace(tmp_path, dest)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.unlink(tmp_path)
-        raise
+    _atomic_file.write_atomically(dest, content, DEST_MODE, DEST_DIR_MODE)
 
 
 def _without_values(sealed):

@@ -4,7 +4,7 @@
 """The files the Talos modules keep: private (0600), written atomically, maybe vault-encrypted. PRIVATE.
 
 - write_private(path, data): write through a temporary file in the same folder, mode 0600 from
-  the first byte, then rename; a missing parent folder is made 0700.
+  the first byte, then rename; a missing parent folder is made 0700 (_atomic_file.py).
 - read_maybe_vaulted(path, password, field): the plaintext of a file that may be an Ansible
   Vault envelope (_vault.py); errors name the field and never quote the content.
 - vault_password(params, run_command): the password from vault_password or vault_password_file.
@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 
-from ansible_collections.proxtalos.cluster.plugins.module_utils import _vault
+from ansible_collections.proxtalos.cluster.plugins.module_utils import _atomic_file, _vault
 from ansible_collections.proxtalos.cluster.plugins.module_utils._errors import ValidationError
 
 FILE_MODE = 0o600
@@ -36,24 +35,8 @@ def read_bytes(path):
 
 
 def write_private(path, data):
-    """Write bytes (or text) to path atomically with mode 0600."""
-    if isinstance(data, str):
-        data = data.encode('utf-8')
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        os.makedirs(directory, DIR_MODE)
-    handle_fd, tmp_path = tempfile.mkstemp(dir=directory, prefix='.%s.' % os.path.basename(path))
-    try:
-        os.fchmod(handle_fd, FILE_MODE)
-        with os.fdopen(handle_fd, 'wb') as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_path, path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.unlink(tmp_path)
-        raise
+    """Write bytes (or text) to path atomically with mode 0600 (_atomic_file.write_atomically)."""
+    _atomic_file.write_atomically(path, data, FILE_MODE, DIR_MODE)
 
 
 def vault_password(params, run_command=None):
