@@ -1,11 +1,12 @@
-"""python -m bench [NAME ...] [--only P1,P3] [--list] [--scale S] [--p2-workers 21,93] [--no-write]"""
+"""python -m bench [NAME ...] [--only P1,P3] [--list] [--scale S] [--p2-workers 21,93] [--kubernetes lab|upstream]
+[--flux lab|upstream] [--no-write]"""
 
 import argparse
 import datetime
 import sys
 import traceback
 
-from bench.common import Metric, discover, load_average, markdown, write_results
+from bench.common import Metric, choose_world, discover, expected_world, load_average, markdown, world_tag, write_results
 
 
 def _workers(text):
@@ -45,10 +46,21 @@ def main(argv=None):
                              '(P1, P2, P4, P6: 0.5; P3: always 0; P5: 1.0)')
     parser.add_argument('--p2-workers', type=_workers, default=None,
                         help='worker counts of P2 (and the largest for P6), with 3 control planes; default 21,93')
+    parser.add_argument('--kubernetes', choices=('lab', 'upstream'), default=None,
+                        help='the labs\' Kubernetes (python -m lab up --kubernetes); default: the lab\'s choice '
+                             '($PROXTALOS_LAB_KUBERNETES, else its default)')
+    parser.add_argument('--flux', choices=('lab', 'upstream'), default=None,
+                        help='the labs\' Flux (python -m lab up --flux; upstream needs upstream Kubernetes); default: the '
+                             'lab\'s choice ($PROXTALOS_LAB_FLUX, else its default)')
     parser.add_argument('--no-write', action='store_true', help='do not write bench/results/<date>.json')
     options = parser.parse_args(argv)
     if options.time_scale is not None and options.time_scale < 0:
         parser.error('--scale must be zero or more, got %s' % options.time_scale)
+    choose_world(options.kubernetes, options.flux)
+    try:
+        world = expected_world()
+    except ValueError as exc:
+        parser.error(str(exc))
     benchmarks = discover()
     if options.list:
         for name, benchmark in benchmarks.items():
@@ -59,6 +71,7 @@ def main(argv=None):
         parser.error('unknown benchmark(s) %s; known: %s' % (', '.join(unknown), ', '.join(benchmarks)))
     entries = {}
     failed = False
+    print('world: Kubernetes %s, Flux %s' % (world['kubernetes'], world['flux']), flush=True)
     for benchmark in selected:
         print('== %s: %s' % (benchmark.name, benchmark.title), flush=True)
         started = datetime.datetime.now(datetime.timezone.utc)
@@ -72,12 +85,15 @@ def main(argv=None):
         entries[benchmark.name] = {'title': benchmark.title, 'description': benchmark.description,
                                    'started': started.isoformat(timespec='seconds'),
                                    'finished': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
-                                   'load_average_at_start': load,
+                                   'load_average_at_start': load, 'world': world,
                                    'metrics': [m.as_dict() for m in metrics]}
+        if not options.no_write:   # after each benchmark: a later one that is stopped loses only its own results
+            path = write_results({benchmark.name: entries[benchmark.name]}, world)
     print()
+    print('world %s' % world_tag(world))
     print(markdown(entries))
-    if not options.no_write:
-        print('\nwritten to %s' % write_results(entries))
+    if not options.no_write and entries:
+        print('\nwritten to %s' % path)
     return 1 if failed else 0
 
 

@@ -78,12 +78,86 @@ def pve_nodes_for(vms):
     return ['pve%d' % number for number in range(1, max(1, -(-vms // VMS_PER_PVE_NODE)) + 1)]
 
 
+# The world the labs run (`python -m bench --kubernetes ... --flux ...`): None leaves the choice to the lab, which takes
+# $PROXTALOS_LAB_KUBERNETES and $PROXTALOS_LAB_FLUX, else its default (lab/world.py).
+WORLD_CHOICE = {'kubernetes': None, 'flux': None}
+
+
+def choose_world(kubernetes=None, flux=None):
+    """Make every lab bench starts run this Kubernetes and Flux ('lab' or 'upstream'; None: the lab's own choice)."""
+    WORLD_CHOICE.update(kubernetes=kubernetes, flux=flux)
+
+
+def expected_world():
+    """{'kubernetes': ..., 'flux': ...} the labs will run: the choice of choose_world, else the lab's, resolved by the
+    lab's own rules (lab/world.py: its option, else the environment variable, else its default)."""
+    from lab.world import flux_world, kubernetes_world  # pylint: disable=import-outside-toplevel
+    kubernetes = kubernetes_world(WORLD_CHOICE['kubernetes'])
+    return {'kubernetes': kubernetes, 'flux': flux_world(WORLD_CHOICE['flux'], kubernetes)}
+
+
+def lab_world(lab):
+    """{'kubernetes': ..., 'flux': ...} a running lab runs, from the extensions its state.json lists."""
+    extensions = lab.state.get('extensions') or []
+    return {'kubernetes': 'upstream' if 'lab.k8s_upstream' in extensions else 'lab',
+            'flux': 'upstream' if 'lab.flux_upstream' in extensions else 'lab'}
+
+
+def world_tag(world):
+    """A world as one word for file names and labels: 'lab' for the hand-written world, else e.g.
+    'kubernetes-upstream-flux-upstream'."""
+    if world['kubernetes'] == 'lab' and world['flux'] == 'lab':
+        return 'lab'
+    return 'kubernetes-%s-flux-%s' % (world['kubernetes'], world['flux'])
+
+
 def start_lab(control_planes, workers, time_scale, profile='realistic', seed=1):
-    """A lab of its own (free net, temporary run dir) for one measurement; stop it with .stop()."""
+    """A lab of its own (free net, temporary run dir, the world of choose_world) for one measurement; stop it
+    with .stop()."""
     from lab.testing import start_lab as start  # pylint: disable=import-outside-toplevel
     run_dir = tempfile.mkdtemp(prefix='bench-lab-')
-    return start(run_dir, control_planes=control_planes, workers=workers, time_scale=time_scale, profile=profile,
-                 seed=seed, extra_args=['--pve-nodes', ','.join(pve_nodes_for(control_planes + workers))])
+    extra_args = ['--pve-nodes', ','.join(pve_nodes_for(control_planes + workers))]
+    for name in ('kubernetes', 'flux'):
+        if WORLD_CHOICE[name]:
+            extra_args += ['--%s' % name, WORLD_CHOICE[name]]
+    lab = start(run_dir, control_planes=control_planes, workers=workers, time_scale=time_scale, profile=profile,
+                seed=seed, extra_args=extra_args)
+    print('   lab in %s: pid %s, world %s' % (run_dir, lab.pid, world_tag(lab_world(lab))), flush=True)
+    try:
+        render_cilium_manifest(lab)
+    except BaseException:
+        lab.stop()
+        raise
+    return lab
+
+
+def _playbook_env():
+    return dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'),
+                PATH=os.pathsep.join([os.path.join(ROOT, '.venv', 'bin'), os.path.join(ROOT, '.tools', 'bin'),
+                                      os.environ.get('PATH', '')]))
+
+
+def render_cilium_manifest(lab):
+    """A lab on upstream Kubernetes names its inline Cilium manifest in its run dir (lab_cilium_manifest, the upstream
+    chart's `helm template` output) and leaves writing it to the user, once, with the cni role's render_manifest entry
+    point (docs/stages/cni.md); the hand-written world ships its manifest. Done here before any measurement (it is not
+    part of a bootstrap's time); RuntimeError with the output's tail when it fails."""
+    import yaml  # pylint: disable=import-outside-toplevel
+    with open(lab.inventory, encoding='utf-8') as handle:
+        document = yaml.safe_load(handle) or {}
+    manifest = ((document.get('cluster') or {}).get('vars') or {}).get('lab_cilium_manifest')
+    if not manifest or os.path.exists(manifest):
+        return
+    playbook = os.path.join(lab.run_dir, 'render-cilium.yml')
+    with open(playbook, 'w', encoding='utf-8') as handle:
+        handle.write('- hosts: controlplane[0]\n  gather_facts: false\n  tasks:\n'
+                     '    - ansible.builtin.import_role:\n        name: proxtalos.cluster.cni\n'
+                     '        tasks_from: render_manifest\n')
+    done = subprocess.run([PLAYBOOK, playbook, '-i', lab.inventory_dir], cwd=ROOT, env=_playbook_env(),
+                          capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0 or not os.path.exists(manifest):
+        raise RuntimeError('rendering the Cilium manifest %s failed (%d): %s' % (manifest, done.returncode,
+                                                                                (done.stdout + done.stderr)[-3000:]))
 
 
 def machine():
@@ -91,16 +165,25 @@ def machine():
     return {'python': platform.python_version(), 'cpus': os.cpu_count(), 'platform': platform.platform()}
 
 
-def write_results(entries, when=None):
-    """Merge this run's entries into bench/results/<date>.json (same benchmark names are replaced)."""
+def results_path(world, when):
+    """bench/results/<date>.json for the hand-written world, bench/results/<date>-<world tag>.json for another one
+    (the results of different worlds never replace each other)."""
+    tag = world_tag(world)
+    return os.path.join(RESULTS, '%s%s.json' % (when.strftime('%Y-%m-%d'), '' if tag == 'lab' else '-' + tag))
+
+
+def write_results(entries, world, when=None):
+    """Merge this run's entries (measured on world) into results_path(world, date) (same benchmark names are
+    replaced)."""
     when = when or datetime.datetime.now(datetime.timezone.utc)
     os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, '%s.json' % when.strftime('%Y-%m-%d'))
-    document = {'date': when.strftime('%Y-%m-%d'), 'machine': machine(), 'benchmarks': {}}
+    path = results_path(world, when)
+    document = {'date': when.strftime('%Y-%m-%d'), 'machine': machine(), 'world': world, 'benchmarks': {}}
     if os.path.exists(path):
         with open(path, encoding='utf-8') as handle:
             document = json.load(handle)
     document['machine'] = machine()
+    document['world'] = world
     document['benchmarks'].update(entries)
     tmp = path + '.tmp'
     with open(tmp, 'w', encoding='utf-8') as handle:
@@ -222,6 +305,59 @@ class MemorySampler(object):
             self._stop.wait(self.interval)
 
 
+def _process_name(pid):
+    """What a process is, for the per-name memory rows: its program's file name (python: `python -m MODULE`)."""
+    try:
+        with open('/proc/%d/cmdline' % pid, 'rb') as handle:
+            argv = handle.read().decode('utf-8', 'replace').split('\0')
+    except OSError:
+        return None
+    if not argv or not argv[0]:
+        return None
+    name = os.path.basename(argv[0])
+    if name.startswith('python') and '-m' in argv[1:-1]:
+        name = 'python -m %s' % argv[argv.index('-m', 1) + 1]
+    return name
+
+
+class TreeMemorySampler(MemorySampler):
+    """A MemorySampler that also keeps, per process name, the peak of the summed PSS of the tree's processes of that
+    name and how many there were at most (each name's peak may come from another sample than the tree's peak, so
+    these peaks can add up to more than it)."""
+
+    def __init__(self, pid, interval=MEMORY_SAMPLE_SECONDS):
+        super().__init__(pid, interval)
+        self.by_name = {}
+
+    def sample(self):
+        status = _proc_status(self.pid)
+        if status is None:
+            return
+        self.main_peak_kb = max(self.main_peak_kb, status.get('VmHWM', 0))
+        tree = _descendants(self.pid)
+        total, names = 0, {}
+        for pid in tree:
+            name = _process_name(pid)
+            if name is None:
+                continue   # gone since the tree was listed (or a zombie: no memory, no command line)
+            pss = _pss_kb(pid)
+            total += pss
+            kb, count = names.get(name, (0, 0))
+            names[name] = (kb + pss, count + 1)
+        self.tree_peak_pss_kb = max(self.tree_peak_pss_kb, total)
+        self.tree_peak_processes = max(self.tree_peak_processes, sum(count for _kb, count in names.values()))
+        for name, (kb, count) in names.items():
+            peak_kb, peak_count = self.by_name.get(name, (0, 0))
+            self.by_name[name] = (max(peak_kb, kb), max(peak_count, count))
+
+    def biggest(self, count=None):
+        """[{'name', 'peak_pss_kb', 'processes'}] by peak, biggest first (the first count of them)."""
+        rows = [{'name': name, 'peak_pss_kb': kb, 'processes': processes}
+                for name, (kb, processes) in self.by_name.items()]
+        rows.sort(key=lambda row: row['peak_pss_kb'], reverse=True)
+        return rows[:count] if count else rows
+
+
 def lab_peak_rss_kb(lab):
     """The lab process's peak RSS since it started (VmHWM), in kB; None when it is not running."""
     status = _proc_status(int(lab.pid))
@@ -252,11 +388,8 @@ def run_site(lab, artifacts_dir, forks=None, extra_args=(), tags=None, check=Tru
     """ansible-playbook site.yml against a lab; returns a PlaybookRun. Raises RuntimeError when it fails and
     check is set (the output tail says why), or when it runs longer than timeout seconds (it is stopped)."""
     # profile_tasks adds every task's time to the end of the log (for profiling; it costs next to nothing).
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'),
-               ANSIBLE_CALLBACKS_ENABLED='proxtalos.cluster.timeline,ansible.posix.profile_tasks',
-               PROFILE_TASKS_TASK_OUTPUT_LIMIT='all',
-               PATH=os.pathsep.join([os.path.join(ROOT, '.venv', 'bin'), os.path.join(ROOT, '.tools', 'bin'),
-                                     os.environ.get('PATH', '')]))
+    env = dict(_playbook_env(), ANSIBLE_CALLBACKS_ENABLED='proxtalos.cluster.timeline,ansible.posix.profile_tasks',
+               PROFILE_TASKS_TASK_OUTPUT_LIMIT='all')
     command = [PLAYBOOK, 'site.yml', '-i', lab.inventory_dir, '-e', 'proxtalos_artifacts_dir=%s' % artifacts_dir]
     if forks:
         command += ['--forks', str(forks)]
@@ -344,8 +477,9 @@ def inventory_var(lab, host, name, default=None):
 
 class Bootstrap(object):
     """site.yml from nothing on a fresh lab: the PlaybookRun, the critical path of the lab's delays, the delay
-    records, the lab's clock beside the run report's (report seconds = lab seconds + shift), and the lab's
-    peak RSS."""
+    records, the lab's clock beside the run report's (report seconds = lab seconds + shift), the world the lab ran,
+    the lab process's peak RSS and its process tree's memory (TreeMemorySampler: on upstream Kubernetes the lab's
+    children etcd, kube-apiserver, ... are in it)."""
 
     def __init__(self, **fields):
         self.__dict__.update(fields)
@@ -362,7 +496,10 @@ class Bootstrap(object):
                    critical_path_with_stage_contract_seconds=round(self.contract.length, 3),
                    flux_handoff_before_apps=self.handoff_before_apps,
                    unmodelled_delays=self.critical.unmodelled, unmatched_pods=self.critical.unmatched,
-                   lab_peak_rss_kb=self.lab_peak_kb, artifacts=self.artifacts,
+                   lab_peak_rss_kb=self.lab_peak_kb, lab_tree_peak_pss_kb=self.lab_memory.tree_peak_pss_kb,
+                   lab_tree_peak_processes=self.lab_memory.tree_peak_processes,
+                   lab_processes_by_name=self.lab_memory.biggest(), world=self.world,
+                   world_latencies=self.world_latencies, artifacts=self.artifacts,
                    stage_breakdown=stage_breakdown(self.run.report, self.critical.chain, self.shift))
         return out
 
@@ -415,10 +552,15 @@ def bootstrap(control_planes, workers, time_scale, forks=None, seed=1):
     print('   bootstrap %d control planes + %d workers, time scale %s, forks %s: starting the lab'
           % (control_planes, workers, time_scale, forks or 'from ansible.cfg'), flush=True)
     lab = start_lab(control_planes, workers, time_scale, seed=seed)
+    lab_memory = TreeMemorySampler(int(lab.pid)).start()
     try:
         artifacts = tempfile.mkdtemp(prefix='bench-artifacts-')
-        run = run_site(lab, artifacts, forks=forks)
+        try:
+            run = run_site(lab, artifacts, forks=forks)
+        finally:
+            lab_memory.stop()
         lab_peak = lab_peak_rss_kb(lab)
+        world = lab_world(lab)
         delays = lab.delays()
         hosts = inventory_hosts(lab)
         releases = inventory_var(lab, hosts['controlplane'][0], 'bootstrap_apps_releases', []) or []
@@ -426,6 +568,7 @@ def bootstrap(control_planes, workers, time_scale, forks=None, seed=1):
         facts = critical_path.facts_from_objects(hosts, lab.vms(), objects['pods'], objects['replicasets'],
                                                  objects['workloads'], objects['kustomizations'], releases)
         path = critical_path.compute(delays, facts)
+        world_latencies = critical_path.world_latencies(objects, delays)
         handoff_before_apps = flux_handed_over_before_apps(run.report)
         contract_path = critical_path.compute(delays, facts, stage_contract=True, handoff_before_apps=handoff_before_apps)
         started = datetime.datetime.fromisoformat(run.report['started'].replace('Z', '+00:00')).timestamp()
@@ -433,7 +576,8 @@ def bootstrap(control_planes, workers, time_scale, forks=None, seed=1):
     finally:
         lab.stop()
     measured = Bootstrap(run=run, critical=path, contract=contract_path, handoff_before_apps=handoff_before_apps,
-                         delays=delays, shift=shift, lab_peak_kb=lab_peak, facts=facts,
+                         delays=delays, shift=shift, lab_peak_kb=lab_peak, lab_memory=lab_memory, world=world,
+                         world_latencies=world_latencies, facts=facts,
                          time_scale=float(time_scale), control_planes=control_planes, workers=workers, forks=forks,
                          artifacts=artifacts)
     # Everything needed to look at the run again (python -m bench.timeline ARTIFACTS) without running it again.
@@ -441,8 +585,10 @@ def bootstrap(control_planes, workers, time_scale, forks=None, seed=1):
         json.dump({'summary': measured.summary(), 'shift': shift, 'delays': delays, 'facts': facts.as_dict(),
                    'critical_path': path.as_dict(), 'critical_path_with_stage_contract': contract_path.as_dict()},
                   handle, indent=1, default=str)
-    print('   bootstrap %d+%d: %.1f s wall, critical path %.1f s, ratio %.2f (load %s -> %s)' % (
-        control_planes, workers, run.wall, path.length, measured.ratio or 0, run.load_before, run.load_after), flush=True)
+    print('   bootstrap %d+%d: %.1f s wall, critical path %.1f s, ratio %.2f (load %s -> %s); lab tree peak %.0f MiB '
+          '(%d processes at most)' % (control_planes, workers, run.wall, path.length, measured.ratio or 0, run.load_before,
+                                      run.load_after, lab_memory.tree_peak_pss_kb / 1024.0, lab_memory.tree_peak_processes),
+          flush=True)
     _BOOTSTRAPS[key] = measured
     return measured
 

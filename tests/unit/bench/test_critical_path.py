@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench.critical_path import Facts, compute, facts_from_objects, select_steps
+from bench.critical_path import Facts, compute, facts_from_objects, select_steps, world_latencies
 
 SEQ = iter(range(1, 100000))
 
@@ -273,3 +273,28 @@ def test_facts_from_objects_maps_pods_to_workloads_through_replicasets():
     assert found.releases == {'app/web': {'needs': ['ops/op']}}
     assert found.vmids == {'cp-1': 11}
     assert found.control_planes == ['cp-1'] and found.workers == ['w-1']
+
+
+def _object(namespace, name, created, ready=None):
+    conditions = [{'type': 'Ready', 'status': 'True', 'lastTransitionTime': ready}] if ready else [
+        {'type': 'Ready', 'status': 'False', 'lastTransitionTime': created}]
+    return {'metadata': {'namespace': namespace, 'name': name, 'creationTimestamp': created},
+            'status': {'conditions': conditions}}
+
+
+def test_the_worlds_own_latencies_are_named_for_the_objects_without_a_delay_record():
+    objects = {'pods': [_object('kube-system', 'cilium-a', '2026-11-28T12:00:00Z', '2026-11-28T12:00:03Z'),
+                        _object('flux-system', 'source-controller-x', '2026-11-28T12:00:00Z', '2026-11-28T12:00:10Z'),
+                        _object('apps', 'podinfo-y', '2026-11-28T12:01:00Z'),                          # not Ready: left out
+                        _object('apps', 'recorded-z', '2026-11-28T12:01:00Z', '2026-11-28T12:01:30Z')],  # the lab's delay
+               'kustomizations': [_object('flux-system', 'apps', '2026-11-28T12:00:20Z', '2026-11-28T12:00:27Z')]}
+    records = [rec('pod_ready', 'pod/apps/recorded-z', 20.0), rec('vm_boot', 'cp-1', 20.0), rec('vm_boot', 'cp-2', 20.0)]
+    found = world_latencies(objects, records)
+    assert found['recorded_delay_kinds'] == {'pod_ready': 1, 'vm_boot': 2}
+    assert found['pods_created_to_ready_without_a_delay_record'] == {
+        'count': 2, 'median': 10.0, 'max': 10.0,
+        'slowest': [['flux-system/source-controller-x', 10.0], ['kube-system/cilium-a', 3.0]]}
+    assert found['kustomizations_created_to_ready_without_a_delay_record'] == {
+        'count': 1, 'median': 7.0, 'max': 7.0, 'slowest': [['flux-system/apps', 7.0]]}
+    recorded = world_latencies(objects, records + [rec('flux_reconcile', 'Kustomization/flux-system/apps', 2.0)])
+    assert recorded['kustomizations_created_to_ready_without_a_delay_record'] == {'count': 0}
