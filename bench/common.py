@@ -156,8 +156,8 @@ def render_cilium_manifest(lab):
     done = subprocess.run([PLAYBOOK, playbook, '-i', lab.inventory_dir], cwd=ROOT, env=_playbook_env(),
                           capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0 or not os.path.exists(manifest):
-        raise RuntimeError('rendering the Cilium manifest %s failed (%d): %s' % (manifest, done.returncode,
-                                                                                (done.stdout + done.stderr)[-3000:]))
+        output = (done.stdout + done.stderr)[-3000:]
+        raise RuntimeError('rendering the Cilium manifest %s failed (%d): %s' % (manifest, done.returncode, output))
 
 
 def machine():
@@ -337,10 +337,12 @@ class TreeMemorySampler(MemorySampler):
         tree = _descendants(self.pid)
         total, names = 0, {}
         for pid in tree:
+            pss = _pss_kb(pid)
             name = _process_name(pid)
             if name is None:
-                continue   # gone since the tree was listed (or a zombie: no memory, no command line)
-            pss = _pss_kb(pid)
+                if not pss:
+                    continue   # gone since the tree was listed, or a zombie: no memory, no command line
+                name = '(no command line)'   # ended between the two reads: its memory when read still counts
             total += pss
             kb, count = names.get(name, (0, 0))
             names[name] = (kb + pss, count + 1)

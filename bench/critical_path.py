@@ -58,6 +58,13 @@ smallest EF). The cluster's critical path is max EF over all steps; the chain is
 that step through the prerequisite that set each start. Kinds without a rule (talos_reboot, etcd_start,
 crashloop_restart, ...) are what a remediation or a fault adds: they are listed as `unmodelled` and left out,
 which can only make the critical path shorter and the ratio larger (never flatter the collection).
+
+On upstream Kubernetes (python -m lab up --kubernetes upstream) the lab records the node delays only (PVE tasks, VM
+boot, the Talos install, etcd, kubelet): kube-scheduler, kube-controller-manager and kwok make pods Ready without a
+pod_ready delay, and with --flux upstream Flux's own controllers fetch and reconcile without flux_git_fetch or
+flux_reconcile records. The rules above hold for what is recorded; the chain then ends at the last kubelet_start, and
+what the upstream processes take after it counts as the collection's time in the ratio. world_latencies() names that
+time per object (creation -> Ready of the pods and Kustomizations without a record).
 """
 
 import re
