@@ -38,7 +38,8 @@ import logging
 import os
 import shutil
 
-from lab.flux_sources import LAB_REPO, FluxSources  # noqa: F401  (LAB_REPO: faults.py and the tests take it from here)
+# LAB_REPO: faults.py and the tests import it from here
+from lab.flux_sources import LAB_REPO, FluxSources  # noqa: F401  pylint: disable=unused-import
 from lab.k8s_upstream.controlplane import ControlPlaneError
 
 from .faults import GitopsFaults

@@ -46,7 +46,8 @@ def api_server(tmp_path):
     """A context manager giving an object with .kubeconfig: kube-apiserver on the upstream world, lab/k8s's API otherwise."""
     if kubernetes_world() == 'upstream':
         return ControlPlane(str(tmp_path / 'controlplane'), kwok=False)
-    from lab.k8s.testing import ClusterThread  # pylint: disable=import-outside-toplevel  (the lab/k8s world only)
+    # the lab/k8s world only
+    from lab.k8s.testing import ClusterThread  # pylint: disable=import-outside-toplevel
     return ClusterThread()
 
 
