@@ -1,6 +1,6 @@
 """The pinned upstream artifacts the collection installs (roles/flux/vars/artifacts.yml), in the per-machine cache.
 
-The lab's artifact mirror (lab/flux/mirror.py) serves them as its "internet". `make setup`
+The lab's artifact mirror (lab/artifact_mirror.py) serves them as its "internet". `make setup`
 (scripts/upstream_binaries.py) fills the cache from the upstream Go modules: for each module the pins
 name, `go mod download -json MODULE@VERSION` gets the module zip from the Go module proxy (the go
 command checks it against sum.golang.org); this module checks the zip's h1: hash once more against the

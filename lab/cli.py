@@ -490,8 +490,8 @@ def build_parser():
                          'kube-controller-manager, kube-scheduler, kwok; the Flux simulation does not attach to it); default $PROXTALOS_LAB_KUBERNETES, '
                          'else lab')
     up.add_argument('--flux', choices=('lab', 'upstream'), default=None,
-                    help='with --kubernetes upstream: lab (the Flux simulation\'s Git server only) or upstream (Flux\'s '
-                         'controllers as processes, a smart-HTTPS Git server; docs/lab-flux.md); default $PROXTALOS_LAB_FLUX, '
+                    help='with --kubernetes upstream: lab (no Flux controller: the lab\'s Git server and artifact mirror only, '
+                         'lab/flux_sources.py) or upstream (Flux\'s controllers as processes besides them; docs/lab-flux.md); default $PROXTALOS_LAB_FLUX, '
                          'else lab')
     up.add_argument('--owner-pid', type=int, default=None,
                     help='stop the lab when this process ends (test sessions pass their own pid)')

@@ -37,6 +37,16 @@ from lab.world import LabOptions, RunPaths, World
 
 START_ATTEMPTS = 5
 COMMAND_TIMEOUT = 120
+# A Cilium agent DaemonSet as tests create it: a pod on every node (host network, tolerates every taint); the lab's
+# kubelets count a Ready pod labelled k8s-app=cilium as the node's network (lab/k8s_upstream/kubelet.py).
+CILIUM_DAEMONSET = {
+    'apiVersion': 'apps/v1', 'kind': 'DaemonSet',
+    'metadata': {'name': 'cilium', 'namespace': 'kube-system', 'labels': {'k8s-app': 'cilium'}},
+    'spec': {'selector': {'matchLabels': {'k8s-app': 'cilium'}},
+             'template': {'metadata': {'labels': {'k8s-app': 'cilium'}},
+                          'spec': {'hostNetwork': True, 'tolerations': [{'operator': 'Exists'}],
+                                   'containers': [{'name': 'cilium-agent', 'image': 'quay.io/cilium/cilium:v1.18.2'}]}}},
+}
 
 
 class LabStartError(Exception):

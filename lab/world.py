@@ -50,12 +50,12 @@ EXTENSIONS = ('lab.talos', 'lab.k8s', 'lab.flux')
 # control plane of lab/k8s_upstream (docs/lab-kubernetes.md). `python -m lab up --kubernetes NAME`, else this variable.
 KUBERNETES_ENV = 'PROXTALOS_LAB_KUBERNETES'
 KUBERNETES_WORLDS = {'lab': 'lab.k8s', 'upstream': 'lab.k8s_upstream'}
-# lab.flux with upstream Kubernetes: its Git server and the lab's repository serve (the preflight reads them), its Flux
-# simulation does not attach (it works on lab/k8s's store only; lab/flux/lab.py on_etcd_bootstrapped says so in the log)
-UPSTREAM_EXTENSIONS = ('lab.talos', 'lab.k8s_upstream', 'lab.flux')
-# Which Flux a lab on upstream Kubernetes runs: the simulation's Git server only ('lab', the default) or Flux's upstream
-# controllers (lab.flux_upstream: source-, kustomize- and helm-controller as processes against the lab's kube-apiserver,
-# a smart-HTTPS Git server the collection pushes to, the artifact mirror; docs/lab-flux.md). `python -m lab up --flux NAME`,
+# Upstream Kubernetes without Flux's controllers: lab.flux_sources gives the lab's Git server with the GitOps repository
+# (the working copy the preflight reads and the flux stage pushes from) and the artifact mirror, no Flux
+UPSTREAM_EXTENSIONS = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_sources')
+# Which Flux a lab on upstream Kubernetes runs: none, only the Git server and the artifact mirror ('lab', the default) or
+# Flux's upstream controllers (lab.flux_upstream: source-, kustomize- and helm-controller as processes against the lab's
+# kube-apiserver, the same Git server and mirror; docs/lab-flux.md). `python -m lab up --flux NAME`,
 # else this variable. Upstream Flux needs upstream Kubernetes.
 FLUX_ENV = 'PROXTALOS_LAB_FLUX'
 FLUX_WORLDS = ('lab', 'upstream')

@@ -11,7 +11,7 @@
 - attaches to every Kubernetes cluster the Kubernetes simulation starts (Talos listener
   `on_etcd_bootstrapped`, after lab.k8s has created it) the Flux controllers and the
   sealed-secrets controller (attach()), and drops them with the cluster (`lab reset`);
-- starts the artifact mirror (mirror.py): the pinned upstream artifacts over HTTPS on loopback, the
+- starts the artifact mirror (lab/artifact_mirror.py): the pinned upstream artifacts over HTTPS on loopback, the
   "internet" the flux role downloads Flux's and flux-operator's manifests from;
 - registers the faults, the `flux` status section and the delay kinds.
 
@@ -32,10 +32,10 @@ import shutil
 import subprocess
 
 from lab import ROOT, artifacts
+from lab.artifact_mirror import ArtifactMirror
 
 from .controllers import DELAY_KINDS, FluxControllers
 from .gitserver import GitServer
-from .mirror import ArtifactMirror
 from .sealed import SealedSecretsController
 
 LOG = logging.getLogger('lab.flux')

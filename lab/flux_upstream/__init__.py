@@ -2,7 +2,7 @@
 
 The binaries are the pinned upstream builds scripts/upstream_binaries.py caches (upstream/<name>.json); this package
 applies the controllers' own CRDs, RBAC and Deployments to a lab ControlPlane (lab/k8s_upstream), runs each controller
-with its own identity, and serves Git repositories over smart HTTP(S) on loopback (git http-backend).
+with its own identity, with the lab's Git server (lab/git_server.py: smart HTTP(S) on loopback, git http-backend).
 
     from lab.k8s_upstream import ControlPlane
     from lab.flux_upstream import FluxControllers, SmartGitServer
@@ -12,5 +12,5 @@ with its own identity, and serves Git repositories over smart HTTP(S) on loopbac
 """
 
 from .controllers import FLUX_CONTROLLERS, FLUX_DISTRIBUTION, SEALED_SECRETS, FluxControllers, FluxError  # noqa: F401
-from .gitserver import SmartGitServer, GitServerError  # noqa: F401
+from lab.git_server import SmartGitServer, GitServerError  # noqa: F401
 from .lab import install  # noqa: F401  (python -m lab up --extensions talos,k8s_upstream,flux_upstream)

@@ -1,15 +1,12 @@
 """Flux's upstream controllers in the lab's World, after the upstream control plane:
 `python -m lab up --kubernetes upstream --flux upstream` (or --extensions talos,k8s_upstream,flux_upstream).
 
-- At start: a smart-HTTPS Git server on 127.0.0.1 (gitserver.py) with one bare repository, proxtalos/lab-gitops,
-  holding the tree of lab/gitops as one commit on main; HTTP basic auth user `flux` with a password new each `up`, in
-  <run-dir>/git-token (0600, where the lab inventory reads it, as with the simulation); the CA of its serving
-  certificate in <run-dir>/flux-upstream/git-ca.crt (what a GitRepository's secretRef `ca.crt` and git's
-  http.sslCAInfo take). <run-dir>/gitops is a clone of it (remote origin, http.sslCAInfo set): the working copy the
-  collection's flux stage commits the sealed Secrets to and pushes, and the preflight reads. hosts.yml gets
-  lab_git_url, lab_git_ca_file and lab_git_push (inventories/lab/group_vars/all/flux.yml takes them).
-- The artifact mirror (lab/flux/mirror.py): the pinned upstream files the flux role downloads (Flux's install
-  manifests), as in the default world.
+- At start: the lab's Git server with the GitOps repository and its working copy, and the artifact mirror
+  (lab/flux_sources.py, the same as upstream Kubernetes without Flux has): a smart-HTTPS Git server on 127.0.0.1
+  (lab/git_server.py) with one bare repository, proxtalos/lab-gitops, holding the tree of lab/gitops as one commit on
+  main; HTTP basic auth user `flux`, the password in <run-dir>/git-token; the CA in <run-dir>/git-server/git-ca.crt;
+  <run-dir>/gitops a clone the collection's flux stage pushes from; hosts.yml gets lab_git_url, lab_git_ca_file and
+  lab_git_push. The artifact mirror (lab/artifact_mirror.py) serves the pinned upstream files the flux role downloads.
 - Each cluster whose upstream control plane starts (lab.k8s_upstream's plane listener) is watched for Flux's
   controllers: once the Deployments of source-, kustomize- and helm-controller that the collection's flux stage
   applies (Flux's own install manifests) have an available replica - kwok has made their pods Running on a Node, which
@@ -39,33 +36,17 @@ Not yet: notification-controller (its module is not served by the Go module prox
 import asyncio
 import logging
 import os
-import secrets
 import shutil
-import subprocess
-import tempfile
 
-from lab import ROOT
-from lab.k8s import pki
-
-from lab.flux.mirror import ArtifactMirror
+# LAB_REPO: faults.py and the tests import it from here
+from lab.flux_sources import LAB_REPO, FluxSources  # noqa: F401  pylint: disable=unused-import
 from lab.k8s_upstream.controlplane import ControlPlaneError
 
 from .faults import GitopsFaults
 from .controllers import FLUX_CONTROLLERS, FLUX_NAMESPACE, FLUX_OPERATOR, SEALED_NAMESPACE, SEALED_SECRETS, FluxControllers, FluxError, get
-from .gitserver import GitServerError, SmartGitServer
 
 LOG = logging.getLogger('lab.flux_upstream')
-LAB_REPO = 'proxtalos/lab-gitops'
-GITOPS_TREE = os.path.join(ROOT, 'lab', 'gitops')
-GIT_USER = 'flux'
 WATCH_INITIAL, WATCH_MAX = 0.2, 2.0  # seconds between polls of the Flux Deployments
-
-
-def _write(path, text, mode):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, 'w', encoding='utf-8') as handle:
-        handle.write(text)
-    return path
 
 
 class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
@@ -74,11 +55,7 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
     def __init__(self, world):
         self.world = world
         self.dir = os.path.join(world.run_dir, 'flux-upstream')
-        self.repo_dir = os.path.join(world.run_dir, 'gitops')
-        self.git = None
-        self.mirror = None
-        self.ca_file = None
-        self.password_file = None
+        self.sources = FluxSources(world)  # the Git server, the working copy and the artifact mirror
         self.controllers = {}  # cluster id -> [FluxControllers] running (Flux's, then sealed-secrets')
         self.watches = {}   # (cluster id, what) -> the task waiting for the cluster's Deployments of what
         self.faults = None  # faults.GitopsFaults, registered at install
@@ -86,46 +63,24 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
     async def _blocking(self, function, *args):
         return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
-    def start_git(self):
-        """The Git server with the lab's repository (the lab/gitops tree, one commit on main, pushed over HTTPS)."""
+    def start(self):
+        """A fresh directory for the controllers' files; the Git server with the lab's repository; the artifact mirror."""
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir, mode=0o700)
-        ca = pki.make_ca('lab-git')
-        self.ca_file = _write(os.path.join(self.dir, 'git-ca.crt'), ca[0], 0o644)
-        password = secrets.token_urlsafe(24)
-        self.password_file = _write(os.path.join(self.world.run_dir, 'git-token'), password + '\n', 0o600)
-        self.git = SmartGitServer(os.path.join(self.dir, 'git'), credentials=(GIT_USER, password),
-                                  tls=pki.issue(ca[0], ca[1], '127.0.0.1', server=True, ip_addresses=['127.0.0.1']))
-        self.git.start()
-        self.git.create_repo(LAB_REPO)
-        env = dict(os.environ, GIT_SSL_CAINFO=self.ca_file, GIT_TERMINAL_PROMPT='0', GIT_AUTHOR_NAME='lab',
-                   GIT_AUTHOR_EMAIL='lab@lab.invalid', GIT_COMMITTER_NAME='lab', GIT_COMMITTER_EMAIL='lab@lab.invalid')
+        self.sources.start()
 
-        def git(*args):
-            done = subprocess.run(['git'] + list(args), capture_output=True, text=True, env=env, timeout=120, check=False)
-            if done.returncode != 0:
-                raise GitServerError('git %s: %s' % (args[0] if args[0] != '-C' else args[2], done.stderr.strip()))
-        with tempfile.TemporaryDirectory(prefix='lab-gitops-') as work:
-            tree = os.path.join(work, 'tree')
-            shutil.copytree(GITOPS_TREE, tree)
-            git('init', '--quiet', '--initial-branch=main', tree)
-            git('-C', tree, 'add', '--all')
-            git('-C', tree, 'commit', '--quiet', '-m', 'the lab GitOps tree')
-            git('-C', tree, 'push', '--quiet', self.git.url_for(LAB_REPO, credentials=True), 'main')
-        # the working copy the collection commits to and pushes from: a clone as a user has one, trusting the server's
-        # CA in its own configuration, its remote without credentials (the collection pushes with HTTP basic auth)
-        shutil.rmtree(self.repo_dir, ignore_errors=True)
-        git('-c', 'http.sslCAInfo=' + self.ca_file, 'clone', '--quiet', '--config', 'http.sslCAInfo=' + self.ca_file,
-            self.git.url_for(LAB_REPO, credentials=True), self.repo_dir)
-        git('-C', self.repo_dir, 'remote', 'set-url', 'origin', self.git.url_for(LAB_REPO))
-        self.world.add_endpoint('flux-upstream-git', self.git.host, self.git.port, 'https')
-        self.world.add_inventory_vars({'lab_git_url': self.git.url_for(LAB_REPO), 'lab_git_ca_file': self.ca_file,
-                                       'lab_git_push': True})
+    # what faults.py and status() use of the sources
+    @property
+    def git(self):
+        return self.sources.git
 
-    def start_mirror(self):
-        """The artifact mirror of the default world (lab/flux/mirror.py): the pinned upstream files over HTTPS."""
-        self.mirror = ArtifactMirror(self.world.run_dir).start()
-        self.world.add_endpoint('artifact-mirror', self.mirror.host, self.mirror.port, 'https')
+    @property
+    def repo_dir(self):
+        return self.sources.repo_dir
+
+    @property
+    def ca_file(self):
+        return self.sources.ca_file
 
     async def on_control_plane(self, cluster_id, plane):
         if cluster_id in self.controllers or any(key[0] == cluster_id for key in self.watches):
@@ -227,33 +182,21 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
 
     async def close(self):
         await self._stop_controllers()
-        if self.mirror is not None:
-            self.mirror.stop()
-            self.world.remove_endpoint('artifact-mirror')
-            self.mirror = None
-        if self.git is not None:
-            self.git.stop()
-            self.world.remove_endpoint('flux-upstream-git')
-            self.git = None
+        self.sources.close()
 
     async def status(self):
         clusters = {}
         for cluster_id, running in list(self.controllers.items()):
             # each controller's health endpoint is asked: off the loop
             clusters[str(cluster_id)] = [entry for controllers in list(running) for entry in await self._blocking(controllers.status)]
-        return {
-            'git': {'url': self.git.url_for(LAB_REPO) if self.git else None, 'user': GIT_USER,
-                    'password_file': self.password_file, 'ca_file': self.ca_file, 'down': bool(self.git and self.git.down)},
-            'clusters': clusters,
-        }
+        return {'git': self.sources.git_status(), 'clusters': clusters}
 
 
 def install(world):
     """Plug the upstream Flux controllers into the World (after lab.k8s_upstream); returns LabUpstreamFlux."""
     k8s = getattr(world, 'k8s_upstream', None)
     flux = world.flux_upstream = LabUpstreamFlux(world)
-    flux.start_git()
-    flux.start_mirror()
+    flux.start()
     if k8s is None:
         LOG.warning('no upstream control plane in this lab (extension k8s_upstream, before flux_upstream): '
                     'the Git server runs, no Flux controller will')

@@ -18,7 +18,9 @@ import urllib.parse
 import yaml
 from aiohttp import web
 
-from . import pki, protobuf, tables
+from lab import pki
+
+from . import protobuf, tables
 from .errors import ApiError
 from .openapi import OpenAPI
 from .selectors import FieldSelector, LabelSelector

@@ -1,4 +1,4 @@
-"""Run a KubeCluster on a background thread and write kubeconfigs, for tests and tools.
+"""Run a KubeCluster on a background thread with a kubeconfig (lab/kubeconfig.py), for tests and tools.
 
     with ClusterThread() as api:                 # CA + admin cert generated, free port on 127.0.0.1
         api.kubeconfig                           # path of a 0600 kubeconfig (CN admin, O system:masters)
@@ -10,40 +10,10 @@ import os
 import tempfile
 import threading
 
-import yaml
+from lab import pki
+from lab.kubeconfig import write_kubeconfig
 
-from . import pki
 from .cluster import KubeCluster
-
-# A Cilium agent DaemonSet as tests create it: a pod on every node (host network, tolerates every taint); the lab's
-# kubelets count a Ready pod labelled k8s-app=cilium as the node's network.
-CILIUM_DAEMONSET = {
-    'apiVersion': 'apps/v1', 'kind': 'DaemonSet',
-    'metadata': {'name': 'cilium', 'namespace': 'kube-system', 'labels': {'k8s-app': 'cilium'}},
-    'spec': {'selector': {'matchLabels': {'k8s-app': 'cilium'}},
-             'template': {'metadata': {'labels': {'k8s-app': 'cilium'}},
-                          'spec': {'hostNetwork': True, 'tolerations': [{'operator': 'Exists'}],
-                                   'containers': [{'name': 'cilium-agent', 'image': 'quay.io/cilium/cilium:v1.18.2'}]}}},
-}
-
-
-def write_kubeconfig(path, server, ca_pem, cert_pem, key_pem, name='lab'):
-    """A kubeconfig like the one talos_kubeconfig fetches: cluster CA, client cert and key (0600)."""
-    import base64  # pylint: disable=import-outside-toplevel
-
-    def b64(text):
-        return base64.b64encode(text.encode()).decode()
-
-    config = {
-        'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'admin@%s' % name, 'preferences': {},
-        'clusters': [{'name': name, 'cluster': {'server': server, 'certificate-authority-data': b64(ca_pem)}}],
-        'users': [{'name': 'admin@%s' % name, 'user': {'client-certificate-data': b64(cert_pem), 'client-key-data': b64(key_pem)}}],
-        'contexts': [{'name': 'admin@%s' % name, 'context': {'cluster': name, 'user': 'admin@%s' % name, 'namespace': 'default'}}],
-    }
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, 'w', encoding='utf-8') as handle:
-        yaml.safe_dump(config, handle)
-    return path
 
 
 class ClusterThread:  # pylint: disable=too-many-instance-attributes

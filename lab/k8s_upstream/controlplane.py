@@ -31,8 +31,8 @@ from ansible_collections.proxtalos.cluster.plugins.module_utils import _wait
 
 from lab import upstream
 from lab.cli import log_tail
-from lab.k8s import pki
-from lab.k8s.testing import write_kubeconfig
+from lab import pki
+from lab.kubeconfig import write_kubeconfig
 from lab.kubelet_hooks import DEFAULT_PULL_ERROR
 
 from . import kubelet, policies

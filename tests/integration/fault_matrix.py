@@ -59,7 +59,8 @@ WORLDS = {
     'lab': 'the lab world (lab/k8s and lab/flux, the default)',
     'upstream': 'the upstream world (`PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream`: upstream Kubernetes '
                 "and Flux's controllers, docs/lab-kubernetes.md)",
-    'upstream-kubernetes': 'upstream Kubernetes with lab/flux (`PROXTALOS_LAB_KUBERNETES=upstream`)',
+    'upstream-kubernetes': 'upstream Kubernetes without Flux, its Git server and artifact mirror only (lab/flux_sources.py, '
+                           '`PROXTALOS_LAB_KUBERNETES=upstream`)',
 }
 WORLD_OVERRIDES = ('stage', 'names', 'note')
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from k8s_stages_lab import PLAYBOOK_BIN, ROOT, TOOLS, StageCluster, environment
-from lab.k8s import pki
+from lab import pki
 from lab.world import kubernetes_world
 
 pytestmark = [

@@ -1,7 +1,7 @@
 """The flux role's upstream artifacts (roles/flux/vars/artifacts.yml): the role downloads the pinned files of the install
 method, checks each against its sha256 before anything is applied (a mismatch fails naming the file, the expected and the
 actual sha256, and writes nothing), from a local directory (air-gapped) or over HTTPS from the lab's artifact mirror
-(lab/flux/mirror.py, its "internet", trusted through the CA the lab makes); check mode predicts, a re-run changes
+(lab/artifact_mirror.py, its "internet", trusted through the CA the lab makes); check mode predicts, a re-run changes
 nothing. The mirror serves exactly the pinned bytes. No cluster is needed: tasks_from artifacts runs on the controller."""
 
 import hashlib
@@ -17,7 +17,7 @@ import yaml
 
 from json_run import JsonRun as Run
 from lab import artifacts
-from lab.flux.mirror import ArtifactMirror
+from lab.artifact_mirror import ArtifactMirror
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')

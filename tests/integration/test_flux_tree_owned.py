@@ -16,7 +16,6 @@ import kubernetes
 import pytest
 import yaml
 
-from lab.k8s.testing import ClusterThread
 from lab.k8s_upstream import ControlPlane
 from lab.world import kubernetes_world
 
@@ -47,6 +46,8 @@ def api_server(tmp_path):
     """A context manager giving an object with .kubeconfig: kube-apiserver on the upstream world, lab/k8s's API otherwise."""
     if kubernetes_world() == 'upstream':
         return ControlPlane(str(tmp_path / 'controlplane'), kwok=False)
+    # the lab/k8s world only
+    from lab.k8s.testing import ClusterThread  # pylint: disable=import-outside-toplevel
     return ClusterThread()
 
 

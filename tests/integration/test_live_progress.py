@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from ansible_collections.proxtalos.cluster.tests.helpers import wait_until
-from lab.k8s.testing import CILIUM_DAEMONSET as CILIUM
+from lab.testing import CILIUM_DAEMONSET as CILIUM
 from lab.k8s_upstream import ControlPlane
 from lab.k8s_upstream import kubelet
 

@@ -18,8 +18,8 @@ from ansible_collections.proxtalos.cluster.plugins.modules import gitops_commit,
 from ansible_collections.proxtalos.cluster.tests.helpers import run_module
 from lab import upstream
 from lab.flux_upstream import controllers as flux
-from lab.flux_upstream.gitserver import SmartGitServer
-from lab.k8s import pki
+from lab.git_server import SmartGitServer
+from lab import pki
 from lab.k8s_upstream import ControlPlane
 from lab.testing import Lab
 

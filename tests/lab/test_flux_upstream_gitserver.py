@@ -1,4 +1,4 @@
-"""The lab's smart-HTTP Git server (lab/flux_upstream/gitserver.py) with git's own client: clone, push (a body large
+"""The lab's smart-HTTP Git server (lab/git_server.py) with git's own client: clone, push (a body large
 enough that git sends it chunked), basic auth, TLS and a server that is down. Needs only git."""
 
 import io
@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from lab.flux_upstream import controllers
-from lab.flux_upstream.gitserver import SmartGitServer, _read_chunked
-from lab.k8s import pki
+from lab.git_server import SmartGitServer, _read_chunked
+from lab import pki
 
 IDENTITY = dict(GIT_AUTHOR_NAME='lab', GIT_AUTHOR_EMAIL='lab@lab.invalid', GIT_COMMITTER_NAME='lab',
                 GIT_COMMITTER_EMAIL='lab@lab.invalid', GIT_TERMINAL_PROMPT='0')

@@ -1,11 +1,11 @@
 """gitops_commit pushing to an HTTPS Git server whose certificate a private CA signs: the lab's smart-HTTP server
-(lab.flux_upstream.gitserver.SmartGitServer, which runs git http-backend) in this process."""
+(lab.git_server.SmartGitServer, which runs git http-backend) in this process."""
 import os
 import tempfile
 
 from ansible_collections.proxtalos.cluster.tests.unit.plugins.modules.test_gitops_commit import git, run, write
-from lab.flux_upstream.gitserver import SmartGitServer
-from lab.k8s import pki
+from lab.git_server import SmartGitServer
+from lab import pki
 
 
 def test_a_push_to_a_server_of_a_private_ca_trusts_ca_cert_over_the_environment(capsys, monkeypatch, tmp_path):

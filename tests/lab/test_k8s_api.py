@@ -13,7 +13,7 @@ kubernetes = pytest.importorskip('kubernetes')
 from kubernetes import client, config, watch  # noqa: E402  pylint: disable=wrong-import-position
 from kubernetes.client.rest import ApiException  # noqa: E402  pylint: disable=wrong-import-position
 
-from lab.k8s import pki  # noqa: E402  pylint: disable=wrong-import-position
+from lab import pki  # noqa: E402  pylint: disable=wrong-import-position
 from lab.k8s.testing import ClusterThread  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_collections.proxtalos.cluster.tests.helpers import wait_until  # noqa: E402  pylint: disable=wrong-import-position
 

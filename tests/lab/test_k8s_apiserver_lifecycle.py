@@ -5,7 +5,7 @@ not listen again (the port is free for the cluster built next)."""
 import asyncio
 import socket
 
-from lab.k8s import pki
+from lab import pki
 from lab.k8s.cluster import KubeCluster
 from lab.testing import free_net
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 import requests
 from lab import upstream
-from lab.k8s import pki
+from lab import pki
 from lab.k8s_upstream import ControlPlane, ControlPlaneError
 from lab.k8s_upstream.controlplane import admission_configuration
 from lab.testing import Lab, free_net

@@ -240,7 +240,7 @@ def _up_options(argv, monkeypatch, env=None, flux_env=None):
 
 def test_the_kubernetes_switch_selects_the_upstream_world(monkeypatch):
     assert _up_options([], monkeypatch).extensions == ('lab.talos', 'lab.k8s', 'lab.flux')
-    upstream_set = ('lab.talos', 'lab.k8s_upstream', 'lab.flux')
+    upstream_set = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_sources')
     assert _up_options(['--kubernetes', 'upstream'], monkeypatch).extensions == upstream_set
     assert _up_options([], monkeypatch, env='upstream').extensions == upstream_set
     # the option wins over the variable; given extensions get the chosen Kubernetes in place of the other
@@ -254,9 +254,9 @@ def test_the_flux_switch_selects_the_upstream_controllers_on_upstream_kubernetes
     flux_set = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_upstream')
     assert _up_options(['--kubernetes', 'upstream', '--flux', 'upstream'], monkeypatch).extensions == flux_set
     assert _up_options([], monkeypatch, env='upstream', flux_env='upstream').extensions == flux_set
-    # the option wins over the variable; the default is the simulation's Git server
+    # the option wins over the variable; the default is no Flux controller, the Git server and mirror only
     assert _up_options(['--flux', 'lab'], monkeypatch, env='upstream', flux_env='upstream').extensions == (
-        'lab.talos', 'lab.k8s_upstream', 'lab.flux')
+        'lab.talos', 'lab.k8s_upstream', 'lab.flux_sources')
     with pytest.raises(ValueError, match='--flux upstream needs upstream Kubernetes'):
         _up_options(['--flux', 'upstream'], monkeypatch)
     with pytest.raises(ValueError, match="PROXTALOS_LAB_FLUX must be one of lab, upstream, got 'argo'"):
@@ -275,7 +275,7 @@ def test_a_lab_on_upstream_kubernetes_names_the_upstream_cilium_chart_in_its_inv
     # what an extension adds (lab.flux_upstream: its Git server) comes with them
     assert lab_vars(('lab.talos', 'lab.k8s', 'lab.flux'), {'lab_git_push': True}) == {'lab_git_push': True}
     wanted = {'lab_cilium_chart': upstream.chart('cilium-chart'), 'lab_cilium_manifest': '/r/lab/run/cilium-manifest.yaml'}
-    assert lab_vars(('lab.talos', 'lab.k8s_upstream', 'lab.flux')) == wanted
+    assert lab_vars(('lab.talos', 'lab.k8s_upstream', 'lab.flux_sources')) == wanted
     text = inventory.render(Net('127.0.10'), '/r/lab/run', 1, 0, ['pve1'], extra_vars=wanted)
     assert {k: v for k, v in yaml.safe_load(text)['cluster']['vars'].items() if k in wanted} == wanted
     # inventories/lab/group_vars/all/cni.yml takes them over its stand-in chart and manifest

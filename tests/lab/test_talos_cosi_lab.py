@@ -6,11 +6,21 @@ import pytest
 import yaml
 
 from ansible_collections.proxtalos.cluster.plugins.module_utils._talos import client, errors
-from lab.k8s.manifests import manifests_by_id
+from lab.k8s_upstream import manifests
 from lab.talos import testing
 from talos_lab_nodes import configure
 
 MANIFESTS = ('controlplane', 'Manifests.kubernetes.talos.dev')
+# what Talos v1.13.9's ManifestController renders for a control plane of this config: Talos's own templates
+# (tools/talos-manifests, lab/k8s_upstream/manifests.py), kube-proxy and CoreDNS enabled
+TALOS_MANIFEST_IDS = ['00-kubelet-bootstrapping-token', '01-csr-approver-role-binding', '01-csr-node-bootstrap',
+                      '01-csr-renewal-role-binding', '10-kube-proxy', '11-core-dns', '11-core-dns-svc',
+                      '11-kube-config-in-cluster', '11-talos-node-rbac-template']
+
+
+def manifests_by_id(config):
+    """[(id, objects)] of a control plane's config, as lab/k8s_upstream/lab.py gives the fleet."""
+    return [(m['id'], m['objects']) for m in manifests.render(config.text())['manifests']]
 
 
 @pytest.fixture(scope='module')
@@ -36,10 +46,11 @@ def test_a_control_plane_lists_its_manifests_with_the_config_images(lab, secrets
     node = configure(lab, 'cp-1', secrets)
     node.disk.config.cluster['proxy'] = {'image': 'registry.k8s.io/kube-proxy:v1.36.3'}
     resources = listed(node, secrets, *MANIFESTS)
-    assert [r['id'] for r in resources] == ['10-kube-proxy', '11-core-dns']
-    assert [(r['version'], r['phase']) for r in resources] == [('1', 'running')] * 2
-    proxy = yaml.safe_load(resources[0]['yaml_spec'])
-    assert [(o['kind'], o['metadata']['name']) for o in proxy] == [('DaemonSet', 'kube-proxy')]
+    assert [r['id'] for r in resources] == TALOS_MANIFEST_IDS
+    assert [(r['version'], r['phase']) for r in resources] == [('1', 'running')] * len(TALOS_MANIFEST_IDS)
+    proxy = yaml.safe_load(resources[TALOS_MANIFEST_IDS.index('10-kube-proxy')]['yaml_spec'])
+    assert [(o['kind'], o['metadata']['name']) for o in proxy] == [
+        ('DaemonSet', 'kube-proxy'), ('ServiceAccount', 'kube-proxy'), ('ClusterRoleBinding', 'kube-proxy')]
     assert proxy[0]['spec']['template']['spec']['containers'][0]['image'] == 'registry.k8s.io/kube-proxy:v1.36.3'
     assert listed(node, secrets, 'k8s', MANIFESTS[1]) == []
 

@@ -1,5 +1,8 @@
-"""Certificates for the lab API: the serving certificate (from the cluster CA) and, for tests,
-a CA and an admin client certificate like the ones Talos puts in a kubeconfig."""
+"""X.509 for the lab's own servers: a CA, certificates it issues (serving or client), and for the Kubernetes API a
+serving certificate (from the cluster CA) and an admin client certificate like the ones Talos puts in a kubeconfig.
+
+Used by both Kubernetes worlds (lab/k8s, lab/k8s_upstream's control plane), the upstream Flux world's Git server and the
+artifact mirror. The certificates a simulated Talos node makes for itself are lab/talos/pki.py."""
 
 import datetime
 import ipaddress

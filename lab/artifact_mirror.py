@@ -20,9 +20,9 @@ import ssl
 import threading
 
 from lab import artifacts
-from lab.k8s import pki
+from lab import pki
 
-LOG = logging.getLogger('lab.flux.mirror')
+LOG = logging.getLogger('lab.artifact_mirror')
 URL_FILE = 'artifact-mirror.url'
 CA_FILE = 'artifact-mirror-ca.crt'
 KEY_FILE = 'artifact-mirror.key'
