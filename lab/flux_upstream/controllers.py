@@ -32,13 +32,17 @@ What the lab changes, because the controllers run as processes on this machine, 
   the container's ports (the ones --listen-addr and --listen-metrics-addr of its Deployment name) on the control
   plane's pod network (lab/k8s_upstream/podnet.py), to the loopback ports the process listens on;
 - no notification-controller (its module is not served by the Go module proxy here), so no --events-addr: the
-  controllers record Kubernetes Events only.
+  controllers record Kubernetes Events only;
+- the kubelet's part: kwok runs no container, so each process follows the pods of its Deployment (sync): it runs
+  while the pod it plays is Running, stops when that pod goes, and starts again, with the new pod's args, on a new
+  one (a rollout, a replaced pod, a scale from 0).
 """
 
 import base64
 import glob
 import os
 import subprocess
+import threading
 import time
 from urllib.parse import quote
 
@@ -237,9 +241,11 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         self.ports = {}
         self.pod_ports = {}  # controller -> {container port: (host, port) where the process listens}
         self.pod_ips = {}    # controller -> the address of the pod it plays, exposed on the pod network
-        self.pods = {}       # controller -> (namespace, name) of that pod
-        self.deployments = {}  # controller -> the Deployment whose pod it plays
+        self.pods = {}       # controller -> (namespace, name) of the pod its process plays
+        self.pod_uids = {}   # controller -> the UID of that pod (a new pod of the same name is another pod)
+        self.deployments = {}  # controller -> its Deployment, whose pods the process follows (sync)
         self.stopping = False
+        self._lock = threading.Lock()  # starting a process against stop()
         self.log_dir = os.path.join(self.workdir, 'logs')
 
     # ------------------------------------------------------------------ manifests
@@ -362,8 +368,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         env = dict(env, PATH=os.environ.get('PATH', '/usr/bin:/bin'), KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port)
         return ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', shell, 'sh', files, binary] + list(args), env
 
-    def _flux_command(self, name):
-        args = list(self.deployment(name)['spec']['template']['spec']['containers'][0].get('args') or [])
+    def _flux_command(self, name, spec):
+        args = list(spec['containers'][0].get('args') or [])
         kept = without_flags(args, ('--storage-path', '--storage-adv-addr', '--events-addr'))  # in-cluster; set below
         if name != 'source-controller' and not any(arg.startswith('--requeue-dependency') for arg in kept):
             kept.append('--requeue-dependency=' + LAB_REQUEUE_DEPENDENCY)
@@ -380,12 +386,12 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
                      '--storage-adv-addr=' + self.artifact_address]
         env = {'HOME': tmp, 'TMPDIR': tmp, 'RUNTIME_NAMESPACE': FLUX_NAMESPACE, 'TUF_ROOT': os.path.join(tmp, '.sigstore')}
         # flux2 manifests/bases/<name>/patch.yaml: the pod's ServiceAccount is the controller's name
-        account = self.deployment(name)['spec']['template']['spec'].get('serviceAccountName') or name
+        account = spec.get('serviceAccountName') or name
         command, env = self._as_pod(account, FLUX_NAMESPACE, upstream.binary(name), kept, env)
         # controller-runtime's probes: /readyz on --health-addr (each main.go AddReadyzCheck)
         return command, env, 'http://%s:%d/readyz' % (HOST, self.ports[name + '-health'])
 
-    def _operator_command(self):
+    def _operator_command(self, spec):
         """flux-operator as its upstream Makefile runs it locally (`make run`: out of the cluster, a kubeconfig,
         --enable-leader-election=false), here with a kubeconfig of its Deployment's ServiceAccount. Its distribution
         manifests are the module's config/data, what its Dockerfile copies to /data (COPY config/data/ /data/), given as
@@ -393,8 +399,7 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         entitlement.PreflightChecks (internal/entitlement/preflight.go line 54) runs only in a cluster's pod and reads the
         container's /etc/os-release, which a process on this machine does not have. --web-server-port=0: no web UI server
         (main.go line 386; the build embeds no UI, upstream/flux-operator.json)."""
-        deployment = self.deployment(FLUX_OPERATOR)
-        container = deployment['spec']['template']['spec']['containers'][0]
+        container = spec['containers'][0]
         args = without_flags(list(container.get('args') or []),
                              ('--storage-path', '--health-addr', '--metrics-addr', '--web-server-port', '--enable-leader-election'))
         self.ports[FLUX_OPERATOR + '-health'] = free_port()
@@ -407,8 +412,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
                  '--metrics-addr=%s:%d' % (HOST, self.ports[FLUX_OPERATOR + '-metrics'])]
         tmp = os.path.join(self.workdir, 'tmp', FLUX_OPERATOR)
         os.makedirs(tmp, exist_ok=True)
-        namespace = deployment['metadata'].get('namespace') or FLUX_NAMESPACE
-        account = deployment['spec']['template']['spec'].get('serviceAccountName') or FLUX_OPERATOR
+        namespace = FLUX_NAMESPACE
+        account = spec.get('serviceAccountName') or FLUX_OPERATOR
         env = {'HOME': tmp, 'TMPDIR': tmp, 'PATH': os.environ.get('PATH', '/usr/bin:/bin'),
                'KUBECONFIG': self._service_account_kubeconfig(account, namespace),
                # its Deployment sets RUNTIME_NAMESPACE from the pod's namespace (config/manager/deployment.yaml)
@@ -416,8 +421,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         # controller-runtime's probes: /readyz on --health-addr (its Deployment's readinessProbe)
         return [upstream.binary(FLUX_OPERATOR)] + args, env, 'http://%s:%d/readyz' % (HOST, self.ports[FLUX_OPERATOR + '-health'])
 
-    def _sealed_command(self, deployment):
-        container = deployment['spec']['template']['spec']['containers'][0]
+    def _sealed_command(self, spec):
+        container = spec['containers'][0]
         args = list(container.get('command') or [])[1:] + list(container.get('args') or [])
         self.ports[SEALED_SECRETS] = free_port()
         self.ports[SEALED_SECRETS + '-metrics'] = free_port()
@@ -430,7 +435,7 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         args = without_flags(args, ('--listen-addr', '--listen-metrics-addr'))
         args += ['--listen-addr=%s:%d' % (HOST, self.ports[SEALED_SECRETS]),
                  '--listen-metrics-addr=%s:%d' % (HOST, self.ports[SEALED_SECRETS + '-metrics'])]
-        account = deployment['spec']['template']['spec'].get('serviceAccountName') or SEALED_SECRETS
+        account = spec.get('serviceAccountName') or SEALED_SECRETS
         command, env = self._as_pod(account, SEALED_NAMESPACE, upstream.binary(SEALED_SECRETS), args,
                                     {'POD_NAMESPACE': SEALED_NAMESPACE})
         # its HTTP server's health endpoint (pkg/controller/server.go: /healthz)
@@ -459,32 +464,29 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         wait_established(self.cp, [crd['metadata']['name'] for crd in crds], max(1.0, deadline - time.monotonic()))
         return sealed
 
+    def names(self):
+        """The controllers of this set, in the order they start."""
+        return (list(self.controllers) + ([FLUX_OPERATOR] if self.operator else [])
+                + ([SEALED_SECRETS] if self.sealed_secrets else []))
+
     def start(self, timeout=START_TIMEOUT):
-        """Install the manifests, then start each controller and wait for its health endpoint. Returns self."""
+        """Install the manifests, then start each controller on a Running pod of its Deployment (kwok's) and wait for
+        its health endpoint. Returns self. From then on sync() follows those pods."""
         if self.processes:
             raise FluxError('already started')
         os.makedirs(self.log_dir, exist_ok=True)
         deadline = time.monotonic() + timeout
+        # kept across restarts of source-controller: the artifacts' URLs in the sources' status name it
         self.ports['source-controller-storage'] = free_port()
-        sealed = self.install(timeout)
-        commands = {name: self._flux_command(name) for name in self.controllers}
-        deployments = {}
-        if self.operator:
-            commands[FLUX_OPERATOR] = self._operator_command()
-            # the process plays its Deployment's pod (followed: a new pod starts it again, replay), with no ports on
-            # the pod network - nothing calls into flux-operator there
-            deployments[FLUX_OPERATOR] = self.deployment(FLUX_OPERATOR)
-        if self.sealed_secrets:
-            deployment = [self.deployment(SEALED_SECRETS)] if self.installed else [d for d in sealed if d.get('kind') == 'Deployment']
-            if len(deployment) != 1:
-                raise FluxError('the sealed-secrets chart rendered %d Deployments, not one' % len(deployment))
-            deployments[SEALED_SECRETS] = deployment[0]
-            commands[SEALED_SECRETS] = self._sealed_command(deployment[0])
+        self.install(timeout)
         try:
-            for name, (args, env, health) in commands.items():
-                self._start_one(name, args, env, health, deadline)
-            for name, deployment in deployments.items():
-                self._expose(name, deployment, deadline)
+            for name in self.names():
+                namespace = SEALED_NAMESPACE if name == SEALED_SECRETS else FLUX_NAMESPACE
+                deployment = get(self.cp, 'Deployment', name, namespace)
+                if deployment is None:
+                    raise FluxError('%s: no Deployment %s/%s in the cluster' % (name, namespace, name))
+                self.deployments[name] = deployment
+                self._start_on(name, self._wait_pod(name, deadline), deadline)
         except BaseException:
             self.stop()
             raise
@@ -506,10 +508,14 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
 
     def _start_one(self, name, args, env, health_url, deadline):
         log_path = os.path.join(self.log_dir, name + '.log')
-        proc = self.processes[name] = _Process(name, args, env, log_path, health_url)
-        with open(log_path, 'ab') as log:
+        proc = _Process(name, args, env, log_path, health_url)
+        with self._lock, open(log_path, 'ab') as log:
+            # under the lock: stop() sees every process started before it, and none starts after it
+            if self.stopping:
+                raise FluxError('%s: the controllers are stopping' % name)
             proc.popen = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
                                           start_new_session=True, cwd=self.workdir)
+            self.processes[name] = proc
 
         def probe():
             if not proc.running:
@@ -523,47 +529,73 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
             raise FluxError('%s not ready within the start deadline; last probe of %s: %s; its log ends:\n%s'
                             % (name, health_url, result.observation, log_tail(log_path)))
 
-    def _pod_of(self, deployment):
-        """(name, IP) of the Running pod of deployment that has an address (kwok's), else None."""
+    def _running_pods(self, name):
+        """The pods of name's Deployment whose containers a kubelet runs: not being deleted, phase Running, with an
+        address (kwok's); the newest last."""
+        deployment = self.deployments[name]
         meta, selector = deployment['metadata'], deployment['spec']['selector'].get('matchLabels') or {}
         query = ','.join('%s=%s' % item for item in sorted(selector.items()))
         namespace = meta.get('namespace') or SEALED_NAMESPACE
         pods = self.cp.api('GET', '/api/v1/namespaces/%s/pods?labelSelector=%s' % (namespace, quote(query, safe='')))['items']
-        running = sorted((p['metadata']['name'], p['status']['podIP']) for p in pods
-                         if not p['metadata'].get('deletionTimestamp') and (p.get('status') or {}).get('phase') == 'Running'
-                         and p['status'].get('podIP'))
-        return running[0] if running else None
+        running = [p for p in pods if not p['metadata'].get('deletionTimestamp')
+                   and (p.get('status') or {}).get('phase') == 'Running' and p['status'].get('podIP')]
+        return sorted(running, key=lambda p: (p['metadata'].get('creationTimestamp') or '', p['metadata']['name']))
 
-    def _wait_pod(self, name, deployment, deadline):
-        """(name, IP) of a Running pod of deployment with an address, waited for until deadline."""
+    def _wait_pod(self, name, deadline):
+        """The newest Running pod of name's Deployment with an address, waited for until deadline."""
         def probe():
-            pod = self._pod_of(deployment)
-            return pod is not None, pod
+            pods = self._running_pods(name)
+            return bool(pods), pods[-1] if pods else None
         return wait_for(probe, max(1.0, deadline - time.monotonic()), 'a Running pod of Deployment %s with an address' % name)
 
-    def _expose(self, name, deployment, deadline):
-        """The controller's process plays the pod of its Deployment: the pod's address and container ports go to it on
-        the control plane's pod network (a pod kwok runs; without one, kube-apiserver could not reach the process).
-        A controller with no ports there (flux-operator) only plays the pod: the pod is followed, not exposed."""
-        found = self._wait_pod(name, deployment, deadline)
-        namespace = deployment['metadata'].get('namespace') or SEALED_NAMESPACE
-        if self.pod_ports.get(name):
-            self.cp.expose_pod(namespace, found[0], self.pod_ports[name])
-            self.pod_ips[name] = found[1]
-        self.pods[name] = (namespace, found[0])
-        self.deployments[name] = deployment
+    def _command(self, name, spec):
+        """(command, env, health URL) of name's container as the pod spec gives it."""
+        if name == FLUX_OPERATOR:
+            return self._operator_command(spec)
+        if name == SEALED_SECRETS:
+            return self._sealed_command(spec)
+        return self._flux_command(name, spec)
 
-    def played_pod_gone(self, name):
-        """(gone, what was seen): the pod the process of name plays is deleted, being deleted or no longer Running -
-        when a kubelet stops the pod's container."""
-        namespace, pod_name = self.pods[name]
-        pod = get(self.cp, 'Pod', pod_name, namespace)
-        if pod is None:
-            return True, 'pod %s/%s deleted' % (namespace, pod_name)
-        phase = (pod.get('status') or {}).get('phase')
-        if pod['metadata'].get('deletionTimestamp') or phase != 'Running':
-            return True, 'pod %s/%s %s' % (namespace, pod_name, 'terminating' if pod['metadata'].get('deletionTimestamp') else phase)
-        return False, 'pod %s/%s Running' % (namespace, pod_name)
+    def _start_on(self, name, pod, deadline):
+        """The kubelet starts the container of a new pod: the process, with the args and ServiceAccount of that pod's
+        spec (kubelet v1.36.3 pkg/kubelet/kuberuntime/kuberuntime_container.go:359, generateContainerConfig takes
+        command and args from the pod's container), waited for on its health endpoint, then playing the pod: its
+        address and container ports lead to the process on the control plane's pod network (a controller with no
+        ports there, flux-operator, is followed, not exposed). A process still running for another pod stops first."""
+        self.stop_one(name)
+        self.pods.pop(name, None)
+        self.pod_uids.pop(name, None)
+        args, env, health = self._command(name, pod['spec'])
+        self._start_one(name, args, env, health, deadline)
+        meta = pod['metadata']
+        if self.pod_ports.get(name):
+            self.cp.expose_pod(meta['namespace'], meta['name'], self.pod_ports[name])
+            self.pod_ips[name] = pod['status']['podIP']
+        self.pods[name] = (meta['namespace'], meta['name'])
+        self.pod_uids[name] = meta['uid']
+
+    def sync(self, name, timeout=START_TIMEOUT):
+        """One pass of the kubelet over the pods of name's Deployment, for the one container the lab runs of it. The
+        kubelet keeps a worker per pod UID (v1.36.3 pkg/kubelet/pod_workers.go:159-165): a pod deleted, being deleted
+        (pod_workers.go:881) or no longer Running has its container stopped, and a new pod - a new UID, though it may
+        come from the same template - gets a new sandbox and its containers started (kuberuntime_manager.go:1179-1182,
+        computePodActions: CreateSandbox for a pod with none). So: the pod the process plays is still Running -> nothing;
+        it is gone -> the process stops (its address leads nowhere); a Running pod and no process -> the process starts
+        on it with the command of its spec. Returns what it did (a sentence), or None when nothing changed."""
+        pods = self._running_pods(name)
+        played = self.pod_uids.get(name)
+        if played is not None and any(p['metadata']['uid'] == played for p in pods):
+            return None
+        did = []
+        if played is not None:
+            gone = self.pods.pop(name)
+            self.pod_uids.pop(name)
+            self.stop_one(name)
+            did.append('pod %s/%s gone: the process stopped' % gone)
+        if pods:
+            self._start_on(name, pods[-1], time.monotonic() + timeout)
+            did.append('the process started on pod %s/%s (pid %d)' % (self.pods[name] + (self.processes[name].popen.pid,)))
+        return '; '.join(did) or None
 
     def stop_one(self, name, timeout=STOP_TIMEOUT):
         """The container of the played pod stops: the process ends and the pod's address leads nowhere."""
@@ -575,23 +607,10 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
             return
         upstream.end_process_group(proc.popen, timeout)
 
-    def replay(self, name, timeout=START_TIMEOUT):
-        """A new pod of the controller's Deployment (the ReplicaSet replaced a deleted one, kwok runs it): its container
-        starts anew, as the kubelet starts it - the process again with the same command, waited for on its health
-        endpoint, then playing the new pod on the pod network. What the controller does at start (load its keys, make
-        one when it has none) it does again."""
-        if self.stopping:
-            raise FluxError('%s: the controllers are stopping' % name)
-        self.stop_one(name)
-        proc, deployment = self.processes[name], self.deployments[name]
-        deadline = time.monotonic() + timeout
-        self._wait_pod(name, deployment, deadline)  # the kubelet starts the container once the new pod runs on its node
-        self._start_one(name, proc.args, proc.env, proc.health_url, deadline)
-        self._expose(name, deployment, deadline)
-
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM each controller (the reverse order), wait with a deadline, SIGKILL what is left."""
-        self.stopping = True
+        with self._lock:
+            self.stopping = True
         for name, ip in list(self.pod_ips.items()):
             self.cp.pod_network.forget(ip)
             del self.pod_ips[name]
@@ -608,7 +627,8 @@ class FluxControllers:  # pylint: disable=too-many-instance-attributes
         for name, proc in self.processes.items():
             healthy, seen = self._probe_health(proc)
             out.append(dict({'name': name, 'pid': proc.popen.pid, 'running': proc.running, 'healthy': healthy, 'health': seen,
-                             'url': proc.health_url, 'log': proc.log_path},
+                             'url': proc.health_url, 'log': proc.log_path,
+                             'pod': '%s/%s' % self.pods[name] if name in self.pods else None},
                             **({'pod_ip': self.pod_ips[name]} if name in self.pod_ips else {})))
         return out
 

@@ -12,13 +12,14 @@
   applies (Flux's own install manifests) have an available replica - kwok has made their pods Running on a Node, which
   is when a kubelet would start the containers - and their CRDs are Established, the controllers run as processes with
   the args and ServiceAccounts of those Deployments (controllers.py, installed=True). They stop with the lab, or at
-  `lab reset`.
+  `lab reset`. Each process follows the pods of its Deployment as a kubelet follows the pods bound to it (_follow_pods,
+  FluxControllers.sync): no Running pod, no process; a new pod (a rollout, a deleted pod replaced, a scale from 0) ->
+  the process starts again with that pod's args, a controller with its in-memory state gone that lists anew.
 - Likewise flux-operator (the collection's operator method, flux_install_method=operator): once the Deployment
   flux-system/flux-operator has an available replica and its four CRDs are Established, the pinned upstream build runs
   as a process with a kubeconfig of that Deployment's ServiceAccount and the module's own distribution manifests
   (config/data, the image's /data) as --storage-path (controllers.py _operator_command). Its FluxInstance then applies
   Flux's manifests from there, and the Flux controllers start as above once kwok makes those Deployments available.
-  The process plays the Deployment's pod: when a new pod replaces it, the process starts again (_follow_pod).
 - Likewise the sealed-secrets controller: once the Deployment kube-system/sealed-secrets-controller (the lab's tree
   deploys it through Flux) has an available replica and the SealedSecret CRD is Established, the pinned upstream
   controller runs as a process with that Deployment's args and ServiceAccount, and plays its pod on the control
@@ -140,34 +141,32 @@ class LabUpstreamFlux:  # pylint: disable=too-many-instance-attributes
             self.watches.pop((cluster_id, what), None)
         self.controllers.setdefault(cluster_id, []).append(controllers)
         LOG.info('cluster %s: %s controllers running: %s', cluster_id, what, ', '.join(controllers.processes))
-        for name in controllers.pods:
-            self.watches[(cluster_id, name + ' pod')] = asyncio.get_running_loop().create_task(
-                self._follow_pod(cluster_id, controllers, name))
+        for name in controllers.deployments:
+            self.watches[(cluster_id, name + ' pods')] = asyncio.get_running_loop().create_task(
+                self._follow_pods(cluster_id, controllers, name))
 
-    async def _follow_pod(self, cluster_id, controllers, name):
-        """The kubelet's part for a pod a process plays: when the pod goes (deleted, replaced), the process stops; when
-        its Deployment has a new Running pod, the process starts again and plays that one (FluxControllers.replay)."""
+    async def _follow_pods(self, cluster_id, controllers, name):
+        """The kubelet's part for the pods of one controller's Deployment (FluxControllers.sync): the pod the process
+        plays gone (deleted, replaced by a rollout, scaled away) -> the process stops; a Running pod and no process ->
+        the process starts on it, with that pod's args."""
         interval = WATCH_INITIAL
         while True:
             try:
-                gone, seen = await self._blocking(controllers.played_pod_gone, name)
+                did = await self._blocking(controllers.sync, name)
             except ControlPlaneError as exc:
-                gone, seen = False, str(exc)[-200:]
-            if gone:
-                LOG.info('cluster %s: %s: %s; its container starts again with the new pod', cluster_id, name, seen)
-                try:
-                    await self._blocking(controllers.replay, name)
-                except ControlPlaneError as exc:
-                    LOG.error('cluster %s: %s did not start again: %s', cluster_id, name, exc)
+                LOG.error('cluster %s: %s: %s', cluster_id, name, exc)
+                did = None  # tried again at the next poll, backing off
+            if did:
+                LOG.info('cluster %s: %s: %s', cluster_id, name, did)
                 interval = WATCH_INITIAL
-            # a poll of the pod (the lab has no watch client), backing off to WATCH_MAX
+            # a poll of the pods (the lab has no watch client), backing off to WATCH_MAX
             await asyncio.sleep(interval)
             interval = min(interval * 1.5, WATCH_MAX)
 
     async def _stop_controllers(self):
         for running in self.controllers.values():
             for controllers in running:
-                controllers.stopping = True  # a replay under way starts nothing more
+                controllers.stopping = True  # a sync under way starts nothing more
         for key, task in list(self.watches.items()):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

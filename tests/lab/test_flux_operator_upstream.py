@@ -110,15 +110,19 @@ def test_a_fluxinstance_is_made_ready_from_the_modules_own_distribution_manifest
 def test_a_new_pod_of_flux_operator_starts_its_process_again(operator_world):
     """What the kubelet does when the ReplicaSet replaces a deleted pod: the new pod's container starts anew. The
     process plays the pod of its Deployment (followed, with no ports on the pod network); once the pod is gone and kwok
-    runs the new one, replay starts the process again, healthy, playing the new pod."""
+    runs the new one, sync (what the lab's follower calls at each poll) starts the process again, healthy, playing the
+    new pod."""
     plane, operator = operator_world
     namespace, old_pod = operator.pods[flux.FLUX_OPERATOR]
     old_pid = operator.processes[flux.FLUX_OPERATOR].popen.pid
     assert flux.FLUX_OPERATOR not in operator.pod_ips
-    assert operator.played_pod_gone(flux.FLUX_OPERATOR)[0] is False
+    assert operator.sync(flux.FLUX_OPERATOR) is None
     plane.api('DELETE', '/api/v1/namespaces/%s/pods/%s' % (namespace, old_pod))
-    Lab.wait_until(lambda: operator.played_pod_gone(flux.FLUX_OPERATOR), WAIT, what='the played pod gone')
-    operator.replay(flux.FLUX_OPERATOR, timeout=WAIT)
+
+    def restarted():
+        did = operator.sync(flux.FLUX_OPERATOR)
+        return operator.pods.get(flux.FLUX_OPERATOR, (None, old_pod))[1] != old_pod, did
+    Lab.wait_until(restarted, WAIT, what='the process playing the new pod')
     assert operator.pods[flux.FLUX_OPERATOR][1] != old_pod
     process = operator.processes[flux.FLUX_OPERATOR]
     assert process.running and process.popen.pid != old_pid

@@ -391,6 +391,15 @@ def test_the_collections_seal_commit_push_flow_ends_in_a_secret_of_the_upstream_
     assert secret['metadata']['ownerReferences'][0]['kind'] == 'SealedSecret'
 
 
+def follow(controllers, name, done, what):
+    """What the lab's follower does (lab.py _follow_pods), until done(): controllers.sync(name) at each poll."""
+    def probe():
+        did = controllers.sync(name)
+        process = controllers.processes.get(name)
+        return done(), {'did': did, 'pod': controllers.pods.get(name), 'running': bool(process and process.running)}
+    return Lab.wait_until(probe, WAIT, what='%s: %s' % (name, what))
+
+
 def test_a_new_pod_of_the_controller_starts_its_process_again_and_the_proxy_follows_it(world):
     """What the kubelet does when the ReplicaSet replaces a deleted pod: the container of the new pod starts. The lab
     stops the process with the old pod, starts it again once kwok runs the new one, and exposes the new address; the
@@ -398,12 +407,13 @@ def test_a_new_pod_of_the_controller_starts_its_process_again_and_the_proxy_foll
     cp, dummy, controllers, (dummy, cert_pem), dummy = world
     old_ip, old_pid = controllers.pod_ips[flux.SEALED_SECRETS], controllers.processes[flux.SEALED_SECRETS].popen.pid
     namespace, old_pod = controllers.pods[flux.SEALED_SECRETS]
-    assert controllers.played_pod_gone(flux.SEALED_SECRETS)[0] is False
-    cp.api('DELETE', '/api/v1/namespaces/%s/pods/%s' % (namespace, old_pod))
-    Lab.wait_until(lambda: controllers.played_pod_gone(flux.SEALED_SECRETS), WAIT, what='the played pod gone')
+    old_uid = controllers.pod_uids[flux.SEALED_SECRETS]
+    assert controllers.sync(flux.SEALED_SECRETS) is None  # its pod runs: nothing to do
     with open(cp.pod_network.log_path, encoding='utf-8') as handle:
         logged = len(handle.readlines())
-    controllers.replay(flux.SEALED_SECRETS, timeout=WAIT)
+    cp.api('DELETE', '/api/v1/namespaces/%s/pods/%s' % (namespace, old_pod))
+    follow(controllers, flux.SEALED_SECRETS, lambda: controllers.pod_uids.get(flux.SEALED_SECRETS) not in (None, old_uid),
+           'the process playing the new pod')
     new_ip = controllers.pod_ips[flux.SEALED_SECRETS]
     assert controllers.pods[flux.SEALED_SECRETS][1] != old_pod
     assert controllers.processes[flux.SEALED_SECRETS].running and controllers.processes[flux.SEALED_SECRETS].popen.pid != old_pid
@@ -415,3 +425,59 @@ def test_a_new_pod_of_the_controller_starts_its_process_again_and_the_proxy_foll
     assert cp.pod_network.routes()[(new_ip, 8080)] == ('127.0.0.1', controllers.ports[flux.SEALED_SECRETS])
 
     assert_certificate_through_service_proxy(cp, cert_pem, 'the certificate through the service proxy at the new pod')
+
+
+def _handled(cp, kind, name, token):
+    """Wait until the controller of kind has handled the reconcile request token on flux-system/name: the value of the
+    reconcile.fluxcd.io/requestedAt annotation copied to status.lastHandledReconcileAt, which only the controller does
+    (kustomize-controller v1.9.5 kustomization_controller.go:1297-1300, in the deferred finalizeStatus of every
+    reconcile; source-controller v1.9.5 internal/reconcile/summarize/processor.go:42-46)."""
+    flux.annotate(cp, kind, name, 'flux-system', {'reconcile.fluxcd.io/requestedAt': token})
+
+    def probe():
+        status = (flux.get(cp, kind, name, 'flux-system') or {}).get('status') or {}
+        return status.get('lastHandledReconcileAt') == token, status.get('lastHandledReconcileAt')
+    Lab.wait_until(probe, WAIT, what='%s %s handling the request %s' % (kind, name, token))
+
+
+def test_a_rollout_restart_of_kustomize_controller_gives_a_new_process_with_the_new_pods_args(world, working_copy):
+    """`kubectl rollout restart` (the template's kubectl.kubernetes.io/restartedAt annotation), here with one more arg,
+    as a re-applied install.yaml with a changed spec would give: the Deployment's new ReplicaSet runs a new pod, the old
+    one is deleted, and the process starts again - a new pid, the new pod's args - and reconciles."""
+    cp, dummy, controllers, dummy, dummy = world
+    name = 'kustomize-controller'
+    assert flux.get(cp, 'Kustomization', 'apps', 'flux-system') is not None, 'made by an earlier test of this module'
+    old_pid, old_uid = controllers.processes[name].popen.pid, controllers.pod_uids[name]
+    container = flux.get(cp, 'Deployment', name, 'flux-system')['spec']['template']['spec']['containers'][0]
+    assert '--concurrent=7' not in container['args']
+    cp.api('PATCH', '/apis/apps/v1/namespaces/flux-system/deployments/' + name, {'spec': {'template': {
+        'metadata': {'annotations': {'kubectl.kubernetes.io/restartedAt': 'lab-test'}},
+        'spec': {'containers': [{'name': container['name'], 'args': container['args'] + ['--concurrent=7']}]}}}},
+        content_type='application/strategic-merge-patch+json')
+    follow(controllers, name, lambda: controllers.pod_uids.get(name) not in (None, old_uid), 'the process playing the new pod')
+    process = controllers.processes[name]
+    assert process.running and process.popen.pid != old_pid
+    assert '--concurrent=7' in process.args
+    pod = flux.get(cp, 'Pod', controllers.pods[name][1], 'flux-system')
+    assert pod['metadata']['annotations']['kubectl.kubernetes.io/restartedAt'] == 'lab-test'
+    _handled(cp, 'Kustomization', 'apps', 'after-rollout-restart')
+
+
+def test_scaling_source_controller_to_zero_stops_its_process_and_to_one_starts_one(world, working_copy):
+    cp, dummy, controllers, dummy, dummy = world
+    name = 'source-controller'
+    assert flux.get(cp, 'GitRepository', 'gitops', 'flux-system') is not None, 'made by an earlier test of this module'
+    old_pid = controllers.processes[name].popen.pid
+
+    def scale(replicas):
+        cp.api('PATCH', '/apis/apps/v1/namespaces/flux-system/deployments/%s/scale' % name, {'spec': {'replicas': replicas}},
+               content_type='application/merge-patch+json')
+    scale(0)
+    follow(controllers, name, lambda: name not in controllers.pods and not controllers.processes[name].running,
+           'no pod, no process')
+    assert controllers.sync(name) is None  # still no pod: nothing starts
+    assert not controllers.processes[name].running
+    scale(1)
+    follow(controllers, name, lambda: name in controllers.pods and controllers.processes[name].running, 'a process again')
+    assert controllers.processes[name].popen.pid != old_pid
+    _handled(cp, 'GitRepository', 'gitops', 'after-scale-from-zero')

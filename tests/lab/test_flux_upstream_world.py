@@ -152,6 +152,24 @@ def test_a_cluster_gets_the_flux_controllers_and_fetches_the_labs_repository(tmp
         ready, artifact = wait_until(fetched, 'GitRepository flux-system/lab Ready with its artifact', timeout=120)
         assert artifact['revision'] == 'main@sha1:' + commit, (ready, artifact)
         check_the_gitops_faults(running, custom, world)
+
+        # the lab follows each controller's pods (lab.py _follow_pods): helm-controller's pod deleted, the ReplicaSet's
+        # new one running (kwok), a new process plays it and the old one is gone
+        def entries():
+            clusters = running.call(world.status())['flux_upstream']['clusters']
+            return {entry['name']: entry for cluster in clusters.values() for entry in cluster}
+        old = entries()['helm-controller']
+        namespace, pod = old['pod'].split('/')
+        core.delete_namespaced_pod(pod, namespace)
+
+        def restarted():
+            new = entries()['helm-controller']
+            return new['pod'] not in (None, old['pod']) and new['running'] and new['healthy'], new
+        new = wait_until(restarted, 'helm-controller running again, on the new pod', timeout=120)
+        assert new['pid'] != old['pid']
+        with pytest.raises(ProcessLookupError):
+            os.kill(old['pid'], 0)
+        pids.append(new['pid'])
         apps = kube_client.AppsV1Api(core.api_client)
         wait_until(lambda: (all((apps.read_namespaced_deployment(name, 'flux-system').status.available_replicas or 0) == 1
                                 for name in FLUX_CONTROLLERS), None), 'the Flux Deployments available through kwok', timeout=120)
