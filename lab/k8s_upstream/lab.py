@@ -34,8 +34,9 @@ this one): with it, a lab cluster's Kubernetes is etcd + kube-apiserver + kube-c
   cluster changes the workload's new pods (lab/k8s_upstream/policies.py): kwok leaves an image-pull pod Pending and the
   kubelet stand-in reports ErrImagePull, then ImagePullBackOff (kubelet.py ImagePulls); a pending pod asks for more cpu
   than any Node has and the real kube-scheduler leaves it Unschedulable, `Insufficient cpu`.
-- fault k8s-api-flap (mode refuse only): every forward closes for the second half of each period, so connections to
-  the API are refused, as when kube-apiserver restarts; mode 503 is refused (no HTTP answer is made up inside TLS).
+- fault k8s-api-flap: every forward closes for the second half of each period; mode refuse (the default here):
+  connections to the API are refused, as when kube-apiserver restarts; mode 503: an HTTP-mode load balancer with no
+  healthy backend answers there instead, over TLS with kube-apiserver's certificate (lab/k8s_upstream/unavailable.py).
 Not yet: the kubelet volume fault, the Flux simulation (which works on lab/k8s's store).
 """
 
@@ -50,8 +51,9 @@ from ..talos.static_pods import STATIC_PODS, mirror_pod
 from ..talos import vip as talos_vip
 from . import manifests as talos_manifests
 from . import policies
-from .controlplane import DEFAULT_POD_SUBNET, DEFAULT_SERVICE_SUBNET, ControlPlane, ControlPlaneError, _is_ip
+from .controlplane import ADMIN_USER, DEFAULT_POD_SUBNET, DEFAULT_SERVICE_SUBNET, ControlPlane, ControlPlaneError, _is_ip
 from .forward import AddressForward
+from .unavailable import UnavailableFront
 
 LOG = logging.getLogger('lab.k8s_upstream')
 API_PORT = 6443
@@ -106,7 +108,9 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         self.image_pull = {}  # NAMESPACE/WORKLOAD -> registry error of the fault k8s-image-pull (planes that start later too)
         self.pending = set()  # NAMESPACE/DEPLOYMENT of the fault k8s-pending (planes that start later too)
         self.flap_task = None  # _flap_loop while the fault is on
-        self.api_down = False  # True in the down half of a flap period: the API answers nowhere
+        self.api_down = False  # True in the down half of a flap period: kube-apiserver answers nowhere
+        self.flap_mode = 'refuse'  # what the addresses do in the down half: refuse, or 503 (an UnavailableFront answers)
+        self.fronts = {}     # cluster id -> {address: UnavailableFront} in the down half of a flap with mode 503
         self.applying = {}   # cluster id -> (config text, the asyncio task applying Talos's manifests from it)
         self.restarting = {}  # talos node key -> the task stopping its kubelet for a restart (on_kubelet_restarting)
         self.audit_task = None  # follow_audit, from the first control plane's start
@@ -208,12 +212,24 @@ class LabUpstreamKubernetes(KubeletVmHooks):
 
     def _answering(self, cluster_id, gone=None):
         """The addresses where the cluster's kube-apiserver should answer now."""
-        if cluster_id not in self.planes or self.api_down:
+        if self.api_down:
+            return set()
+        return self._api_addresses(cluster_id, gone=gone)
+
+    def _api_addresses(self, cluster_id, gone=None):
+        """The addresses of the cluster's API: where kube-apiserver answers unless the API flaps."""
+        if cluster_id not in self.planes:
             return set()
         wanted = set(a for key, a in self.control_planes.get(cluster_id, {}).items() if key != gone and a)
         if self._vip_held(cluster_id, gone=gone):
             wanted.add(self.endpoints[cluster_id])
         return wanted
+
+    def _unavailable(self, cluster_id, gone=None):
+        """The addresses where a load balancer without backend answers 503 now (k8s-api-flap mode 503, down half)."""
+        if self.api_down and self.flap_mode == '503':
+            return self._api_addresses(cluster_id, gone=gone)
+        return set()
 
     async def _follow(self, cluster_id, gone=None):
         """Open and close the forwards so the API answers where _answering says."""
@@ -223,12 +239,27 @@ class LabUpstreamKubernetes(KubeletVmHooks):
     async def _follow_now(self, cluster_id, gone):
         plane = self.planes.get(cluster_id)
         forwards = self.forwards.setdefault(cluster_id, {})
+        fronts = self.fronts.setdefault(cluster_id, {})
         wanted = self._answering(cluster_id, gone=gone)
+        unavailable = self._unavailable(cluster_id, gone=gone)
         for address in sorted(set(forwards) - wanted):
             await forwards.pop(address).close()
             self.world.remove_endpoint('k8s-api-%s' % address)
-            if address == self.endpoints.get(cluster_id):
+            if address == self.endpoints.get(cluster_id) and not unavailable:
                 LOG.info('cluster %s: no control plane holds the VIP %s; the endpoint does not answer', cluster_id, address)
+        for address in sorted(set(fronts) - unavailable):
+            await fronts.pop(address).close()
+            self.world.remove_endpoint('k8s-api-%s' % address)
+        for address in sorted(unavailable - set(fronts)):
+            front = UnavailableFront(address, API_PORT, plane.pki_file('apiserver.crt'), plane.pki_file('apiserver.key'),
+                                     plane.pki_file('ca.crt'), self._unavailable_answered)
+            try:
+                await front.start()
+            except OSError as exc:
+                LOG.error('cluster %s: cannot listen on %s:%d for the unavailable API: %s', cluster_id, address, API_PORT, exc)
+                continue
+            fronts[address] = front
+            self.world.add_endpoint('k8s-api-%s' % address, address, API_PORT, 'https')
         for address in sorted(wanted - set(forwards)):
             forward = AddressForward(address, API_PORT, plane.api_host, plane.ports['kube-apiserver'])
             try:
@@ -245,7 +276,8 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         resources (operator_vip_config.go:73-176, operator/vip.go:191-310), and the forwards follow it."""
         talos = self.world.talos
         while True:
-            await talos.wait_for(lambda: self._answering(cluster_id) != set(self.forwards.get(cluster_id, {})))
+            await talos.wait_for(lambda: (self._answering(cluster_id), self._unavailable(cluster_id)) !=
+                                 (set(self.forwards.get(cluster_id, {})), set(self.fronts.get(cluster_id, {}))))
             await self._follow(cluster_id)
 
     def _apply_manifests(self, cluster_id, config):
@@ -438,23 +470,29 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         await self._each_plane('k8s-pending', 'clear_pending', target)
 
     async def fault_flap(self, target=None, period=4.0, mode='refuse'):
-        """The API flaps: for the second half of every period no address answers (the forwards close: connections
-        are refused, open ones cut), as when kube-apiserver restarts. mode 503 is refused: kube-apiserver has no switch
-        to answer 503, and the forwards carry TLS end to end, so a 503 would have to be made up inside the TLS session
-        (lab/k8s answers it from its own server)."""
+        """The API flaps: for the second half of every period kube-apiserver answers on no address (the forwards close,
+        their open connections are cut). mode refuse: connections are refused, as when kube-apiserver restarts; mode 503:
+        each address is a load balancer with no healthy backend, which completes TLS with kube-apiserver's certificate
+        and answers every request 503 (unavailable.py)."""
         from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
         del target
         if period <= 0:
             raise FaultError('fault k8s-api-flap: period must be more than 0 seconds, got %r' % period)
-        if mode == '503':
-            raise FaultError('fault k8s-api-flap: mode=503 is not offered on upstream Kubernetes: kube-apiserver answers '
-                             'through lab forwards that carry TLS end to end, and the lab does not make up an HTTP answer '
-                             'inside it; use mode=refuse (the lab/k8s world has 503)')
-        if mode != 'refuse':
-            raise FaultError('fault k8s-api-flap: mode must be refuse on upstream Kubernetes, got %r' % mode)
+        if mode not in ('refuse', '503'):
+            raise FaultError('fault k8s-api-flap: mode must be refuse or 503, got %r' % mode)
         await self.clear_flap()
+        self.flap_mode = mode
         self.flap_task = asyncio.get_running_loop().create_task(self._flap_loop(period))
+        if mode == '503':
+            return 'the API answers 503 (a load balancer with no backend) for the second half of every %.2f s' % period
         return 'the API refuses connections for the second half of every %.2f s' % period
+
+    def _unavailable_answered(self, method, target, user):
+        """An UnavailableFront answered 503: the admin user's requests into the request log as source k8s, as
+        kube-apiserver's own answers to them are (drain_audit, controlplane.py AUDIT_POLICY), so that a test sees the
+        answers its requests got; the lab's own clients (LAB_USER) stay out, as they do there."""
+        if user == ADMIN_USER:
+            self.world.log_request('k8s', method, target, 503, user=user)
 
     async def _flap_loop(self, period):
         while True:
@@ -476,6 +514,7 @@ class LabUpstreamKubernetes(KubeletVmHooks):
             await asyncio.gather(task, return_exceptions=True)
         if self.api_down:
             await self._set_api_down(False)
+        self.flap_mode = 'refuse'
 
     def register_faults(self, registry):
         from lab.faults import Param  # pylint: disable=import-outside-toplevel
@@ -486,10 +525,12 @@ class LabUpstreamKubernetes(KubeletVmHooks):
                           'than any Node has, and kube-scheduler says PodScheduled=False, Unschedulable, Insufficient cpu; '
                           'cleared, the Pending ones are deleted so the controller makes them anew', 'namespace/deployment',
                           self.fault_pending, self.clear_pending)
-        registry.register('k8s-api-flap', 'the Kubernetes API flaps: for the second half of every period no address answers '
-                          '(connections refused); mode=503 is not offered on this world', None, self.fault_flap, self.clear_flap,
+        registry.register('k8s-api-flap', 'the Kubernetes API flaps: for the second half of every period kube-apiserver '
+                          'answers on no address (connections refused; mode=503: a load balancer with no healthy backend '
+                          'answers 503 over TLS)', None, self.fault_flap, self.clear_flap,
                           params=[Param('period', float, 4.0, 'real seconds of one up+down cycle'),
-                                  Param('mode', str, 'refuse', 'refuse: connections refused (503 exists on lab/k8s only)')])
+                                  Param('mode', str, 'refuse', 'refuse: connections refused; 503: HTTP 503 Service '
+                                        'Unavailable from a load balancer with no backend')])
         registry.register('k8s-image-pull', 'new pods of a Deployment, DaemonSet or StatefulSet cannot pull their image: Pending, '
                           'containers waiting ErrImagePull then ImagePullBackOff (\'Back-off pulling image "IMAGE": '
                           'ErrImagePull: ...\'), as kubelet reports it; running pods keep running; cleared, the waiting pods run',
@@ -529,6 +570,11 @@ class LabUpstreamKubernetes(KubeletVmHooks):
                 await forward.close()
                 self.world.remove_endpoint('k8s-api-%s' % address)
         self.forwards.clear()
+        for fronts in self.fronts.values():
+            for address, front in fronts.items():
+                await front.close()
+                self.world.remove_endpoint('k8s-api-%s' % address)
+        self.fronts.clear()
         for cluster_id, plane in list(self.planes.items()):
             await self._blocking(plane.stop)
             del self.planes[cluster_id]

@@ -301,10 +301,6 @@ def matrix_results():
 def test_fault(row, request, session_workspace, lab_factory, tmp_path, matrix_results):  # pylint: disable=redefined-outer-name
     world = current_world()
     row = matrix.for_world(row, world)
-    if row.fault == 'k8s-api-flap' and row.params.get('mode') == '503' and kubernetes_world() == 'upstream':
-        pytest.skip('k8s-api-flap mode=503 exists on lab/k8s only: on upstream Kubernetes the API is reached through '
-                    'forwards that carry TLS end to end, and the lab makes up no HTTP answer (docs/lab-kubernetes.md, '
-                    '"Kubelet faults")')
     record = {'outcome': 'error', 'passed': False, 'message': '', 'world': world}
     workspace = workspace_for(row, request, session_workspace, lab_factory, tmp_path)
     lab = workspace.lab

@@ -4,9 +4,12 @@ the real kube-scheduler; and k8s-api-flap on the lab's forwards (lab/k8s_upstrea
 
 import asyncio
 import socket
+import ssl
 import types
 
+import kubernetes
 import pytest
+import urllib3
 from lab.k8s_upstream import ControlPlane, ControlPlaneError, kubelet, policies
 from lab.k8s_upstream import lab as upstream_lab
 from lab.kubelet_hooks import DEFAULT_PULL_ERROR
@@ -173,9 +176,9 @@ def _connect(address, port):
         return type(exc).__name__
 
 
-def test_the_api_flap_refuses_connections_in_the_down_half_and_refuses_mode_503(tmp_path):
+def test_the_api_flap_refuses_connections_in_the_down_half(tmp_path):
     """k8s-api-flap on the forwards: the listener goes away for the second half of each period (connection refused),
-    and comes back; mode=503 is refused with the reason."""
+    and comes back; a mode or a period the fault does not know is refused, naming it."""
     from lab.faults import FaultError  # pylint: disable=import-outside-toplevel
     net = free_net()
     address = '%s.10' % net
@@ -191,8 +194,8 @@ def test_the_api_flap_refuses_connections_in_the_down_half_and_refuses_mode_503(
         k8s.control_planes['c'] = {'cp-1': address}
         await k8s._follow('c')  # pylint: disable=protected-access
         seen = [_connect(address, upstream_lab.API_PORT)]
-        with pytest.raises(FaultError, match='mode=503 is not offered on upstream Kubernetes'):
-            await k8s.fault_flap(period=1.0, mode='503')
+        with pytest.raises(FaultError, match="mode must be refuse or 503, got 'drop'"):
+            await k8s.fault_flap(period=1.0, mode='drop')
         with pytest.raises(FaultError, match='period must be more than 0'):
             await k8s.fault_flap(period=0)
         await k8s.fault_flap(period=2.0)
@@ -215,6 +218,103 @@ def test_the_api_flap_refuses_connections_in_the_down_half_and_refuses_mode_503(
     seen = asyncio.run(scenario())
     name = 'k8s-api-%s' % address
     assert seen == ['open', 'ConnectionRefusedError', [], 'open', [name], 'open']
+
+
+def _api_client(cp, address):
+    """The upstream Python Kubernetes client as the admin user, to ADDRESS:6443, checking the name kube-apiserver's
+    certificate holds (127.0.0.1) whatever address it is reached at."""
+    configuration = kubernetes.client.Configuration()
+    configuration.host = 'https://%s:%d' % (address, upstream_lab.API_PORT)
+    configuration.ssl_ca_cert = cp.pki_file('ca.crt')
+    configuration.cert_file = cp.pki_file('admin.crt')
+    configuration.key_file = cp.pki_file('admin.key')
+    configuration.tls_server_name = '127.0.0.1'
+    return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+
+
+def _list_namespaces(api):
+    """(HTTP status, what came back: the namespace names, or the body of the error answer)."""
+    try:
+        return 200, sorted(n.metadata.name for n in api.list_namespace(_request_timeout=10).items)
+    except kubernetes.client.ApiException as exc:
+        return exc.status, exc.body
+
+
+def _anonymous_readyz(cp, address):
+    """The HTTP status of GET /readyz without a client certificate."""
+    pool = urllib3.HTTPSConnectionPool(address, upstream_lab.API_PORT, ca_certs=cp.pki_file('ca.crt'),
+                                       server_hostname='127.0.0.1', retries=False, timeout=10)
+    return pool.request('GET', '/readyz').status
+
+
+def _presented_certificate(address):
+    """The DER certificate the TLS server at ADDRESS:6443 presents."""
+    return ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate((address, upstream_lab.API_PORT), timeout=5))
+
+
+def test_the_api_flap_with_mode_503_answers_as_a_load_balancer_without_backend(cp, tmp_path):
+    """k8s-api-flap mode=503 before the real kube-apiserver: in the down half the address completes TLS with
+    kube-apiserver's own certificate and answers every request (two on one kept-alive connection) with HAProxy's 503;
+    in the up half the same client lists the namespaces; each 503 the admin user got is in the request log as source
+    k8s (one without a client certificate is not); cleared in a down half, the API answers at once and no front is left."""
+    address = '%s.10' % free_net()
+    endpoints, logged = [], []
+    world = types.SimpleNamespace(add_endpoint=lambda *a: endpoints.append(a[0]), remove_endpoint=endpoints.remove,
+                                  run_dir=str(tmp_path),
+                                  log_request=lambda *a, **extra: logged.append(a + (extra,)))
+    with open(cp.pki_file('apiserver.crt'), encoding='utf-8') as handle:
+        apiserver_certificate = ssl.PEM_cert_to_DER_cert(handle.read())
+    api = _api_client(cp, address)
+
+    async def wait_for_half(k8s, down):
+        """Wait (10 s deadline) until the flap is in that half and the address has the front (down) or the forward."""
+        def listening():
+            return k8s.api_down, sorted(k8s.fronts.get('c', {})), sorted(k8s.forwards.get('c', {}))
+        wanted = (down, [address] if down else [], [] if down else [address])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while listening() != wanted and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        assert listening() == wanted, 'in 10 s (down, fronts, forwards) did not become %s: %s' % (wanted, listening())
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        k8s = upstream_lab.LabUpstreamKubernetes(world)
+        k8s.planes['c'] = cp
+        k8s.control_planes['c'] = {'cp-1': address}
+        await k8s._follow('c')  # pylint: disable=protected-access
+        seen = {'before': await loop.run_in_executor(None, _list_namespaces, api)}
+        message = await k8s.fault_flap(period=4.0, mode='503')
+        assert message == 'the API answers 503 (a load balancer with no backend) for the second half of every 4.00 s'
+        await wait_for_half(k8s, True)
+        seen['down'] = [await loop.run_in_executor(None, _list_namespaces, api) for _attempt in range(2)]
+        seen['down certificate'] = await loop.run_in_executor(None, _presented_certificate, address)
+        seen['down anonymous'] = await loop.run_in_executor(None, _anonymous_readyz, cp, address)
+        seen['down endpoints'] = sorted(endpoints)
+        await wait_for_half(k8s, False)
+        seen['up'] = await loop.run_in_executor(None, _list_namespaces, api)
+        seen['up certificate'] = await loop.run_in_executor(None, _presented_certificate, address)
+        await wait_for_half(k8s, True)
+        await k8s.clear_flap()
+        assert k8s.flap_task is None and not k8s.api_down and not k8s.fronts['c'] and sorted(k8s.forwards['c']) == [address]
+        seen['cleared'] = await loop.run_in_executor(None, _list_namespaces, api)
+        seen['cleared endpoints'] = sorted(endpoints)
+        del k8s.planes['c']
+        await k8s.close()
+        return seen
+    seen = asyncio.run(scenario())
+    namespaces = seen['before']
+    assert namespaces[0] == 200 and 'kube-system' in namespaces[1]
+    haproxy_503 = ('<html><body><h1>503 Service Unavailable</h1>\nNo server is available to handle this request.\n'
+                   '</body></html>\n')
+    assert seen['down'] == [(503, haproxy_503)] * 2 and seen['down anonymous'] == 503
+    assert seen['down certificate'] == apiserver_certificate == seen['up certificate']
+    assert seen['up'] == namespaces and seen['cleared'] == namespaces
+    name = 'k8s-api-%s' % address
+    assert seen['down endpoints'] == [name] and seen['cleared endpoints'] == [name]
+    # the admin user's answers of the down half, in the request log (the anonymous one not, as the audit policy does);
+    # the ones kube-apiserver gave are in its audit log (drain_audit)
+    assert logged == [('k8s', 'GET', '/api/v1/namespaces', 503, {'user': 'admin'})] * 2
 
 
 def test_the_upstream_world_registers_the_kubernetes_faults_under_lab_k8s_names_and_checks_targets():
@@ -241,7 +341,7 @@ def test_the_upstream_world_registers_the_kubernetes_faults_under_lab_k8s_names_
             await k8s.fault_image_pull('web')
         with pytest.raises(FaultError, match="fault k8s-pending: target: workload must be NAMESPACE/NAME .* got ''"):
             await k8s.fault_pending('')
-        with pytest.raises(FaultError, match="mode must be refuse on upstream Kubernetes, got 'drop'"):
+        with pytest.raises(FaultError, match="mode must be refuse or 503, got 'drop'"):
             await k8s.fault_flap(mode='drop')
         # no control plane yet: kept for the ones that start (on_etcd_bootstrapped applies them)
         await k8s.fault_image_pull('kube-system/kube-proxy', message='gone')
