@@ -56,9 +56,9 @@ Row = collections.namedtuple('Row', 'id layer fault target params stage start be
 
 # The worlds a row can run on (tests/integration/test_fault_matrix.py: current_world), as the results name them.
 WORLDS = {
-    'lab': 'the lab world (lab/k8s and lab/flux, the default)',
-    'upstream': 'the upstream world (`PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream`: upstream Kubernetes '
-                "and Flux's controllers, docs/lab-kubernetes.md)",
+    'lab': 'the lab world (lab/k8s and lab/flux, being retired: `PROXTALOS_LAB_KUBERNETES=lab PROXTALOS_LAB_FLUX=lab`)',
+    'upstream': 'the upstream world (`PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream`, the default: upstream '
+                "Kubernetes and Flux's controllers, docs/lab-kubernetes.md)",
     'upstream-kubernetes': 'upstream Kubernetes with lab/flux (`PROXTALOS_LAB_KUBERNETES=upstream`)',
 }
 WORLD_OVERRIDES = ('stage', 'names', 'note')
