@@ -19,8 +19,8 @@ SANITY_ROOT ?= $(ROOT)/.collections/sanity/ansible_collections/proxtalos/cluster
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 INVENTORY ?= inventories/lab
-# The demo's lab runs upstream Kubernetes and Flux's upstream controllers (docs/lab-kubernetes.md); LAB_KUBERNETES=lab
-# LAB_FLUX=lab gives the hand-written lab/k8s world with the Flux simulation (python -m lab up's own default).
+# The demo's lab runs upstream Kubernetes and Flux's upstream controllers (docs/lab-kubernetes.md), as python -m lab up
+# does by default; LAB_KUBERNETES=lab LAB_FLUX=lab gives the retiring hand-written lab/k8s world with the Flux simulation.
 LAB_KUBERNETES ?= upstream
 LAB_FLUX ?= $(LAB_KUBERNETES)
 LAB_ARGS ?= --control-planes 3 --workers 3 --kubernetes $(LAB_KUBERNETES) --flux $(LAB_FLUX)
@@ -75,7 +75,7 @@ demo: lab-up
 	    if [ -n "$$report" ]; then echo "Run report: $$report (report.json and timeline.md beside it)"; \
 	    else echo "Run report: none found under $(INVENTORY)/artifacts (is callbacks_enabled = proxtalos.cluster.timeline set?)"; fi
 
-test: setup unit lab-test integration integration-upstream oldest-core molecule lint
+test: setup unit lab-test integration-upstream oldest-core molecule lint
 
 ## --- test parts --------------------------------------------------------------------------------
 
@@ -86,28 +86,23 @@ lab-test: setup
 	$(PY) -m pytest tests/lab $(PYTEST_ARGS)
 
 # Integration tests, by the Kubernetes world their labs run on (python -m lab up --kubernetes/--flux; docs/lab.md):
-# - LAB_K8S_TESTS, on the lab's own lab/k8s API server and Flux simulation, which are being retired: the fault matrix,
-#   which passes whole on the upstream world too but takes 16 min there against 6.6 here (docs/lab-kubernetes.md,
-#   "What still runs on lab/k8s, and why").
 # - UPSTREAM_KUBERNETES_TESTS, on upstream Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-#   kwok) without Flux's controllers: the cni stage's suite on the upstream Cilium chart (3+3 and a single control
-#   plane, a crash-looping agent), the apps stage's suite (Pod Security admission refuses privileged pods as on
-#   Talos), a GitOps tree that manages flux-system itself.
+#   kwok) with lab/flux's Git server instead of Flux's controllers: the cni stage's suite on the upstream Cilium chart
+#   (3+3 and a single control plane, a crash-looping agent), the apps stage's suite (Pod Security admission refuses
+#   privileged pods as on Talos), a GitOps tree that manages flux-system itself.
 # - every other file, on upstream Kubernetes with Flux's upstream controllers and the upstream sealed-secrets
-#   controller (docs/lab-flux.md): the whole of site.yml, its faults made of real objects, day two, upgrades,
-#   remediation, the report, interrupted runs. Files that start no lab run here too.
-# Each group runs two files at a time (each file its own lab).
-LAB_K8S_TESTS = tests/integration/test_fault_matrix.py
+#   controller (docs/lab-flux.md): the whole of site.yml, its faults made of real objects, the fault matrix, day two,
+#   upgrades, remediation, the report, interrupted runs. Files that start no lab run here too.
+# Each group runs two files at a time (each file its own lab). `make integration` is the same as integration-upstream.
 UPSTREAM_KUBERNETES_TESTS = tests/integration/test_cni_lab.py tests/integration/test_apps_lab.py \
 	tests/integration/test_flux_tree_owned.py
 
-integration: setup
-	$(PY) -m pytest --durations=10 $(LAB_K8S_TESTS) $(PYTEST_ARGS)
+integration: integration-upstream
 
 integration-upstream: setup
 	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream $(PY) -m pytest tests/integration -n 2 --dist loadfile \
-		--durations=15 $(addprefix --ignore=,$(LAB_K8S_TESTS) $(UPSTREAM_KUBERNETES_TESTS)) $(PYTEST_ARGS)
-	PROXTALOS_LAB_KUBERNETES=upstream $(PY) -m pytest -n 2 --dist loadfile --durations=10 \
+		--durations=15 $(addprefix --ignore=,$(UPSTREAM_KUBERNETES_TESTS)) $(PYTEST_ARGS)
+	PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=lab $(PY) -m pytest -n 2 --dist loadfile --durations=10 \
 		$(UPSTREAM_KUBERNETES_TESTS) $(PYTEST_ARGS)
 
 # The oldest ansible-core the collection accepts (constraints-oldest-core.txt), in a second venv: the unit tests, and

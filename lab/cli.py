@@ -116,8 +116,7 @@ def options_from(args):
         extensions = () if names == ['none'] else tuple(n if '.' in n else 'lab.' + n for n in names)
     kubernetes = kubernetes_world(getattr(args, 'kubernetes', None))
     flux = flux_world(getattr(args, 'flux', None), kubernetes)
-    if kubernetes == 'upstream' or extensions is None:
-        extensions = extensions_for(kubernetes, extensions, flux)
+    extensions = extensions_for(kubernetes, extensions, flux)
     options = LabOptions(net=args.net, run_dir=os.path.abspath(args.run_dir), control_planes=args.control_planes,
                          workers=args.workers, profile=args.profile, time_scale=args.time_scale,
                          pve_nodes=tuple(n.strip() for n in args.pve_nodes.split(',') if n.strip()),
@@ -484,15 +483,19 @@ def build_parser():
                     help='the PVE release the lab answers as: 9 (default) or 8 (privileges, guest agent, version)')
     up.add_argument('--seed', type=int, default=None, help='seed for the random delays and faults')
     up.add_argument('--extensions', default=None,
-                    help='simulations to load: comma-separated (talos, k8s) or "none" (default: all there are)')
+                    help='simulations to load: comma-separated (talos, k8s_upstream, flux_upstream, ...; k8s and '
+                         'k8s_upstream stand for the Kubernetes --kubernetes chooses) or "none" (default: those of '
+                         '--kubernetes and --flux)')
     up.add_argument('--kubernetes', choices=('lab', 'upstream'), default=None,
-                    help='the lab\'s Kubernetes: lab (lab/k8s, with the Flux simulation) or upstream (etcd, kube-apiserver, '
-                         'kube-controller-manager, kube-scheduler, kwok; the Flux simulation does not attach to it); default $PROXTALOS_LAB_KUBERNETES, '
-                         'else lab')
+                    help='the lab\'s Kubernetes: upstream (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, '
+                         'kwok; docs/lab-kubernetes.md) or lab (the hand-written lab/k8s, being retired; with the Flux '
+                         'simulation); default $PROXTALOS_LAB_KUBERNETES, else upstream')
     up.add_argument('--flux', choices=('lab', 'upstream'), default=None,
-                    help='with --kubernetes upstream: lab (no Flux controller: the lab\'s Git server and artifact mirror only, '
-                         'lab/flux_sources.py) or upstream (Flux\'s controllers as processes besides them; docs/lab-flux.md); default $PROXTALOS_LAB_FLUX, '
-                         'else lab')
+                    help='upstream (Flux\'s controllers and the sealed-secrets controller as processes besides the lab\'s '
+                         'Git server and artifact mirror; docs/lab-flux.md; needs --kubernetes upstream) or lab (on '
+                         'upstream Kubernetes: no Flux controller, the Git server and artifact mirror only, '
+                         'lab/flux_sources.py; on lab/k8s: the Flux simulation); default $PROXTALOS_LAB_FLUX, else '
+                         'upstream on upstream Kubernetes and lab on lab/k8s')
     up.add_argument('--owner-pid', type=int, default=None,
                     help='stop the lab when this process ends (test sessions pass their own pid)')
     up.add_argument('--detach', action='store_true', help='run in the background; return once every listener answers')

@@ -2,7 +2,9 @@
 
 Fixtures:
     lab          one lab for the session (3 control planes, 3 workers, time scale 0), started with
-                 `python -m lab up --detach` on a net and run dir of its own, stopped at the end
+                 `python -m lab up --detach` on a net and run dir of its own, stopped at the end; its world is
+                 python -m lab up's default (upstream Kubernetes and Flux) unless $PROXTALOS_LAB_KUBERNETES and
+                 $PROXTALOS_LAB_FLUX say otherwise, and `extra_args` of start_lab can name one
     clean_lab    the session lab, reset (VMs deleted, faults cleared, storages emptied) before the test
     lab_factory  start further labs in a test: lab_factory(workers=1, time_scale=0.02, ...); stopped after it
 

@@ -4,7 +4,7 @@ It runs fakepve (lab/pve.py) on `<net>.2:8006`, turns VM power changes into even
 other simulations, hands out addresses, keeps the fault registry, the delay record and the
 request log, serves the control socket and writes the run dir's files.
 
-Other simulations (lab/talos, lab/k8s) plug in through `install(world)` in their package, which
+Other simulations (lab/talos, lab/k8s_upstream, lab/flux_upstream, ...) plug in through `install(world)` in their package, which
 the World calls at start (a plain function or a coroutine). There they use:
 
     world.add_listener(obj)              VM power events, per VM in order (see VmListener)
@@ -45,46 +45,52 @@ from lab.timing import PROFILES, Timing
 
 LOG = logging.getLogger('lab')
 
+# The retiring world: the hand-written lab/k8s with the Flux simulation (`--kubernetes lab --flux lab`).
 EXTENSIONS = ('lab.talos', 'lab.k8s', 'lab.flux')
-# Which Kubernetes a lab runs: the hand-written lab/k8s (the default, still needed by the Flux simulation) or the upstream
-# control plane of lab/k8s_upstream (docs/lab-kubernetes.md). `python -m lab up --kubernetes NAME`, else this variable.
+# Which Kubernetes a lab runs: the upstream control plane of lab/k8s_upstream (the default; docs/lab-kubernetes.md) or
+# the hand-written lab/k8s, which is being retired (the Flux simulation needs it). `python -m lab up --kubernetes NAME`,
+# else this variable.
 KUBERNETES_ENV = 'PROXTALOS_LAB_KUBERNETES'
 KUBERNETES_WORLDS = {'lab': 'lab.k8s', 'upstream': 'lab.k8s_upstream'}
-# Upstream Kubernetes without Flux's controllers: lab.flux_sources gives the lab's Git server with the GitOps repository
-# (the working copy the preflight reads and the flux stage pushes from) and the artifact mirror, no Flux
+# Upstream Kubernetes without Flux's controllers (`--flux lab`): lab.flux_sources gives the lab's Git server with the
+# GitOps repository (the working copy the preflight reads and the flux stage pushes from) and the artifact mirror, no Flux
 UPSTREAM_EXTENSIONS = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_sources')
-# Which Flux a lab on upstream Kubernetes runs: none, only the Git server and the artifact mirror ('lab', the default) or
-# Flux's upstream controllers (lab.flux_upstream: source-, kustomize- and helm-controller as processes against the lab's
-# kube-apiserver, the same Git server and mirror; docs/lab-flux.md). `python -m lab up --flux NAME`,
-# else this variable. Upstream Flux needs upstream Kubernetes.
+# Which Flux a lab runs: Flux's upstream controllers ('upstream', the default on upstream Kubernetes; lab.flux_upstream:
+# source-, kustomize- and helm-controller as processes against the lab's kube-apiserver, the same Git server and mirror;
+# docs/lab-flux.md) or 'lab' (the default on lab/k8s: there the Flux simulation; on upstream Kubernetes no Flux, the Git
+# server and mirror only). `python -m lab up --flux NAME`, else this variable. Upstream Flux needs upstream Kubernetes.
 FLUX_ENV = 'PROXTALOS_LAB_FLUX'
 FLUX_WORLDS = ('lab', 'upstream')
 UPSTREAM_FLUX_EXTENSIONS = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_upstream')
 
 
 def kubernetes_world(name=None, environ=None):
-    """The Kubernetes a lab runs: name (from --kubernetes), else $PROXTALOS_LAB_KUBERNETES, else 'lab'.
+    """The Kubernetes a lab runs: name (from --kubernetes), else $PROXTALOS_LAB_KUBERNETES, else 'upstream'.
 
     ValueError naming where a wrong value came from."""
-    return _chosen_world(name, '--kubernetes', KUBERNETES_ENV, KUBERNETES_WORLDS, environ)[0]
+    return _chosen_world(name, '--kubernetes', KUBERNETES_ENV, KUBERNETES_WORLDS, environ, 'upstream')[0]
 
 
-def _chosen_world(name, option, variable, choices, environ):
-    """(name, where): name (from the command-line option), else the environment variable, else 'lab'; where names the
-    source. ValueError naming that source when the name is not one of choices."""
+def _chosen_world(name, option, variable, choices, environ, default):
+    """(name, where): name (from the command-line option), else the environment variable, else default; where names
+    the source. ValueError naming that source when the name is not one of choices."""
     where = option
     if name is None:
-        name = (os.environ if environ is None else environ).get(variable) or 'lab'
+        name = (os.environ if environ is None else environ).get(variable) or default
         where = variable
     if name not in choices:
         raise ValueError('%s must be one of %s, got %r' % (where, ', '.join(choices), name))
     return name, where
 
 
-def flux_world(name=None, kubernetes='lab', environ=None):
-    """The Flux a lab runs: name (from --flux), else $PROXTALOS_LAB_FLUX, else 'lab'. ValueError naming where a wrong
-    value came from, or when upstream Flux is asked for without upstream Kubernetes."""
-    name, where = _chosen_world(name, '--flux', FLUX_ENV, FLUX_WORLDS, environ)
+def flux_world(name=None, kubernetes=None, environ=None):
+    """The Flux a lab on `kubernetes` runs (None: the one kubernetes_world chooses from the same environ): name (from
+    --flux), else $PROXTALOS_LAB_FLUX, else 'upstream' on upstream Kubernetes and 'lab' on lab/k8s. ValueError naming
+    where a wrong value came from, or when upstream Flux is asked for without upstream Kubernetes."""
+    if kubernetes is None:
+        kubernetes = kubernetes_world(environ=environ)
+    name, where = _chosen_world(name, '--flux', FLUX_ENV, FLUX_WORLDS, environ,
+                                'upstream' if kubernetes == 'upstream' else 'lab')
     if name == 'upstream' and kubernetes != 'upstream':
         raise ValueError('%s upstream needs upstream Kubernetes (--kubernetes upstream or %s=upstream): the Flux '
                          'controllers run against kube-apiserver' % (where, KUBERNETES_ENV))
@@ -92,8 +98,9 @@ def flux_world(name=None, kubernetes='lab', environ=None):
 
 
 def extensions_for(kubernetes, extensions=None, flux='lab'):
-    """The extensions of a lab running `kubernetes` ('lab' or 'upstream') and `flux` ('lab' or 'upstream'): the default
-    set for them, or the given ones with its Kubernetes extension in place of the other's."""
+    """The extensions of a lab running `kubernetes` ('lab' or 'upstream') and `flux` ('lab' or 'upstream'; as
+    flux_world chose it): the default set for them, or the given ones with its Kubernetes extension in place of the
+    other's."""
     if extensions is None:
         if kubernetes == 'lab':
             return EXTENSIONS
@@ -124,7 +131,7 @@ class LabOptions(object):
     pve_port: int = PVE_PORT
     pve_major: int = 9   # the PVE release the lab's PVE answers as: 9 or 8 (lab.pve.PVE_RELEASES)
     seed: int = None
-    extensions: tuple = EXTENSIONS
+    extensions: tuple = UPSTREAM_FLUX_EXTENSIONS  # the default world; EXTENSIONS for the retiring lab/k8s one
     owner_pid: int = None  # stop when this process ends (a test session that started the lab)
     repo_inventory: bool = None  # None: write inventories/lab/hosts.yml when run_dir is the default
 

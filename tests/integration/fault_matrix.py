@@ -56,11 +56,11 @@ Row = collections.namedtuple('Row', 'id layer fault target params stage start be
 
 # The worlds a row can run on (tests/integration/test_fault_matrix.py: current_world), as the results name them.
 WORLDS = {
-    'lab': 'the lab world (lab/k8s and lab/flux, the default)',
-    'upstream': 'the upstream world (`PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream`: upstream Kubernetes '
-                "and Flux's controllers, docs/lab-kubernetes.md)",
+    'lab': 'the lab world (lab/k8s and lab/flux, being retired: `PROXTALOS_LAB_KUBERNETES=lab PROXTALOS_LAB_FLUX=lab`)',
+    'upstream': 'the upstream world (`PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=upstream`, the default: upstream '
+                "Kubernetes and Flux's controllers, docs/lab-kubernetes.md)",
     'upstream-kubernetes': 'upstream Kubernetes without Flux, its Git server and artifact mirror only (lab/flux_sources.py, '
-                           '`PROXTALOS_LAB_KUBERNETES=upstream`)',
+                           '`PROXTALOS_LAB_KUBERNETES=upstream PROXTALOS_LAB_FLUX=lab`)',
 }
 WORLD_OVERRIDES = ('stage', 'names', 'note')
 

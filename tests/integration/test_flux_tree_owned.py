@@ -1,6 +1,6 @@
 """The flux role with a GitOps tree that manages flux-system itself (the layout `flux bootstrap` writes), run through
-ansible-playbook against the Kubernetes API of the world PROXTALOS_LAB_KUBERNETES chooses (lab/k8s's by default;
-`upstream`: kube-apiserver with etcd, lab/k8s_upstream, without kwok: no pod runs here): the tree's own gotk-components.yaml is installed while
+ansible-playbook against the Kubernetes API of the world PROXTALOS_LAB_KUBERNETES chooses (by default `upstream`:
+kube-apiserver with etcd, lab/k8s_upstream, without kwok: no pod runs here; `lab`: lab/k8s's API): the tree's own gotk-components.yaml is installed while
 the root Kustomization has applied no revision, and left to Flux afterwards - no forced re-apply that takes its
 fields back from kustomize-controller.
 

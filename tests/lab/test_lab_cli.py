@@ -10,7 +10,7 @@ import pytest
 import yaml
 from proxmoxer.tools import Tasks
 
-from lab.cli import process_alive
+from lab.cli import process_alive, worlds_of
 from lab.testing import Lab, free_net, run_lab_command, start_lab
 
 pytestmark = pytest.mark.lab
@@ -68,9 +68,13 @@ def test_reuse_keeps_a_healthy_lab_and_refuses_a_different_one(lab):
     assert refused.returncode == 1 and 'already running' in refused.stderr and '--reuse' in refused.stderr
     other = run_lab_command(*(args[:-2] + ['--workers', 5, '--reuse']))
     assert other.returncode == 1 and 'workers 3 (asked for 5)' in other.stderr
-    # `make demo` asks for upstream Kubernetes: a lab/k8s lab in the run dir is not what it asked for
-    upstream = run_lab_command(*(args + ['--kubernetes', 'upstream', '--flux', 'upstream', '--reuse']))
-    assert upstream.returncode == 1 and 'kubernetes lab (asked for upstream), flux lab (asked for upstream)' in upstream.stderr
+    # a lab of the other world in the run dir is not what was asked for (`make demo` asks for upstream Kubernetes)
+    running = worlds_of(lab.state['extensions'])
+    wanted = ('lab', 'lab') if running[0] == 'upstream' else ('upstream', 'upstream')
+    other_world = run_lab_command(*(args + ['--kubernetes', wanted[0], '--flux', wanted[1], '--reuse']))
+    differences = ', '.join('%s %s (asked for %s)' % (name, have, want)
+                            for name, have, want in zip(('kubernetes', 'flux'), running, wanted) if have != want)
+    assert other_world.returncode == 1 and 'with %s;' % differences in other_world.stderr, other_world.stderr
     assert Lab(lab.run_dir).pid == lab.pid
 
 

@@ -225,7 +225,12 @@ def test_repo_inventory_is_written_only_for_the_default_run_dir(tmp_path):
     assert LabOptions(run_dir=str(tmp_path), repo_inventory=True).writes_repo_inventory is True
 
 
-# ---- which Kubernetes a lab runs: --kubernetes, else $PROXTALOS_LAB_KUBERNETES, else lab ------------------------------
+# ---- which Kubernetes a lab runs: --kubernetes, else $PROXTALOS_LAB_KUBERNETES, else upstream -------------------------
+
+LAB_SET = ('lab.talos', 'lab.k8s', 'lab.flux')
+UPSTREAM_SET = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_upstream')
+UPSTREAM_KUBERNETES_SET = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_sources')
+
 
 def _up_options(argv, monkeypatch, env=None, flux_env=None):
     from lab import cli  # pylint: disable=import-outside-toplevel
@@ -238,29 +243,40 @@ def _up_options(argv, monkeypatch, env=None, flux_env=None):
     return cli.options_from(cli.build_parser().parse_args(['up'] + argv))
 
 
-def test_the_kubernetes_switch_selects_the_upstream_world(monkeypatch):
-    assert _up_options([], monkeypatch).extensions == ('lab.talos', 'lab.k8s', 'lab.flux')
-    upstream_set = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_sources')
-    assert _up_options(['--kubernetes', 'upstream'], monkeypatch).extensions == upstream_set
-    assert _up_options([], monkeypatch, env='upstream').extensions == upstream_set
+def test_the_default_world_is_upstream_kubernetes_with_upstream_flux(monkeypatch):
+    from lab.world import LabOptions, flux_world, kubernetes_world  # pylint: disable=import-outside-toplevel
+    assert _up_options([], monkeypatch).extensions == UPSTREAM_SET
+    assert LabOptions().extensions == UPSTREAM_SET
+    assert kubernetes_world(environ={}) == 'upstream'
+    assert flux_world(environ={}) == 'upstream'
+    # Flux follows the Kubernetes the same environment chooses when the caller names none
+    assert flux_world(environ={'PROXTALOS_LAB_KUBERNETES': 'lab'}) == 'lab'
+
+
+def test_the_kubernetes_switch_selects_the_retiring_lab_world(monkeypatch):
+    assert _up_options(['--kubernetes', 'lab'], monkeypatch).extensions == LAB_SET
+    assert _up_options([], monkeypatch, env='lab').extensions == LAB_SET
+    assert _up_options(['--kubernetes', 'lab', '--flux', 'lab'], monkeypatch).extensions == LAB_SET
     # the option wins over the variable; given extensions get the chosen Kubernetes in place of the other
-    assert _up_options(['--kubernetes', 'lab'], monkeypatch, env='upstream').extensions == ('lab.talos', 'lab.k8s', 'lab.flux')
-    assert _up_options(['--extensions', 'talos,k8s'], monkeypatch, env='upstream').extensions == ('lab.talos', 'lab.k8s_upstream')
+    assert _up_options(['--kubernetes', 'upstream'], monkeypatch, env='lab').extensions == UPSTREAM_SET
+    assert _up_options(['--extensions', 'talos,k8s'], monkeypatch).extensions == ('lab.talos', 'lab.k8s_upstream')
+    assert _up_options(['--extensions', 'talos,k8s_upstream'], monkeypatch, env='lab').extensions == ('lab.talos', 'lab.k8s')
     with pytest.raises(ValueError, match="PROXTALOS_LAB_KUBERNETES must be one of lab, upstream, got 'k3s'"):
         _up_options([], monkeypatch, env='k3s')
 
 
-def test_the_flux_switch_selects_the_upstream_controllers_on_upstream_kubernetes_only(monkeypatch):
-    flux_set = ('lab.talos', 'lab.k8s_upstream', 'lab.flux_upstream')
-    assert _up_options(['--kubernetes', 'upstream', '--flux', 'upstream'], monkeypatch).extensions == flux_set
-    assert _up_options([], monkeypatch, env='upstream', flux_env='upstream').extensions == flux_set
-    # the option wins over the variable; the default is no Flux controller, the Git server and mirror only
-    assert _up_options(['--flux', 'lab'], monkeypatch, env='upstream', flux_env='upstream').extensions == (
-        'lab.talos', 'lab.k8s_upstream', 'lab.flux_sources')
+def test_the_flux_switch_selects_the_simulation_or_upstream_controllers_on_upstream_kubernetes_only(monkeypatch):
+    assert _up_options(['--kubernetes', 'upstream', '--flux', 'upstream'], monkeypatch).extensions == UPSTREAM_SET
+    assert _up_options([], monkeypatch, env='upstream', flux_env='upstream').extensions == UPSTREAM_SET
+    # the option wins over the variable; lab Flux on upstream Kubernetes is the Git server and mirror only (lab.flux_sources)
+    assert _up_options(['--flux', 'lab'], monkeypatch, env='upstream', flux_env='upstream').extensions == UPSTREAM_KUBERNETES_SET
+    assert _up_options([], monkeypatch, flux_env='lab').extensions == UPSTREAM_KUBERNETES_SET
     with pytest.raises(ValueError, match='--flux upstream needs upstream Kubernetes'):
-        _up_options(['--flux', 'upstream'], monkeypatch)
+        _up_options(['--kubernetes', 'lab', '--flux', 'upstream'], monkeypatch)
+    with pytest.raises(ValueError, match='PROXTALOS_LAB_FLUX upstream needs upstream Kubernetes'):
+        _up_options(['--kubernetes', 'lab'], monkeypatch, flux_env='upstream')
     with pytest.raises(ValueError, match="PROXTALOS_LAB_FLUX must be one of lab, upstream, got 'argo'"):
-        _up_options([], monkeypatch, env='upstream', flux_env='argo')
+        _up_options([], monkeypatch, flux_env='argo')
 
 
 def test_a_lab_on_upstream_kubernetes_names_the_upstream_cilium_chart_in_its_inventory():
