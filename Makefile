@@ -87,8 +87,8 @@ lab-test: setup
 
 # Integration tests, by the Kubernetes world their labs run on (python -m lab up --kubernetes/--flux; docs/lab.md):
 # - UPSTREAM_KUBERNETES_TESTS, on upstream Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-#   kwok) with lab/flux's Git server instead of Flux's controllers: the cni stage's suite on the upstream Cilium chart
-#   (3+3 and a single control plane, a crash-looping agent), the apps stage's suite (Pod Security admission refuses
+#   kwok) with the lab's Git server and artifact mirror (lab/flux_sources.py) but no Flux controller: the cni stage's
+#   suite on the upstream Cilium chart (3+3 and a single control plane, a crash-looping agent), the apps stage's suite (Pod Security admission refuses
 #   privileged pods as on Talos), a GitOps tree that manages flux-system itself.
 # - every other file, on upstream Kubernetes with Flux's upstream controllers and the upstream sealed-secrets
 #   controller (docs/lab-flux.md): the whole of site.yml, its faults made of real objects, the fault matrix, day two,

@@ -1,8 +1,7 @@
-"""The upstream control plane in the lab's World, opt-in: `python -m lab up --extensions talos,k8s_upstream`.
-
-Not the default yet (the default `lab.k8s` stays until the integration tests, Molecule and the Flux simulation run on
-this one): with it, a lab cluster's Kubernetes is etcd + kube-apiserver + kube-controller-manager + kube-scheduler
-(lab/k8s_upstream/controlplane.py) and each node's kubelet is a kwok-managed Node.
+"""The upstream control plane in the lab's World: the Kubernetes of `python -m lab up` by default (`--kubernetes
+upstream`; the extension lab.k8s_upstream). With it, a lab cluster's Kubernetes is etcd + kube-apiserver +
+kube-controller-manager + kube-scheduler (lab/k8s_upstream/controlplane.py) and each node's kubelet is a kwok-managed
+Node.
 
 - etcd bootstrapped on a cluster (the Talos fleet's on_etcd_bootstrapped): its control plane starts, with the cluster
   CA of the machine config (so the kubeconfig the Talos Kubeconfig RPC returns is trusted as is), the admission
