@@ -39,7 +39,8 @@ def main(argv=None):
         print('kubeconfig: %s (export KUBECONFIG=%s)' % (plane.kubeconfig, plane.kubeconfig))
         for entry in status:
             health = 'healthy' if entry['healthy'] else 'UNHEALTHY'
-            print('%-24s pid %-7d %-8s %s  log %s' % (entry['name'], entry['pid'], health, entry['health'], entry['log']))
+            print('%-24s pid %-7d %-8s %s  restarts %d (last exit %s)  log %s'
+                  % (entry['name'], entry['pid'], health, entry['health'], entry['restarts'], entry['last_exit'], entry['log']))
         print('running; Ctrl-C stops it', flush=True)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0

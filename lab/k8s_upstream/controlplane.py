@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import requests
@@ -94,6 +95,16 @@ AUDIT_VERB_METHODS = {'create': 'POST', 'get': 'GET', 'list': 'GET', 'watch': 'G
                       'delete': 'DELETE', 'deletecollection': 'DELETE'}
 START_TIMEOUT, STOP_TIMEOUT = 120.0, 20.0
 POLICY_TIMEOUT = 30.0   # how long a workload fault waits for kube-apiserver to apply its admission policy
+# Kubelet's crash-loop back-off for a static pod's container (kubernetes v1.36.3): the first delay is 10 s
+# (pkg/kubelet/kubelet.go:173 initialCrashLoopBackOff), the cap 300 s (kubelet.go:166 MaxCrashLoopBackOff =
+# pkg/kubelet/apis/config/v1beta1/defaults.go:47 MaxContainerBackOff), used at kubelet.go:1066-1068 without jitter
+# (client-go v0.36.3 util/flowcontrol/backoff.go:55 NewBackOff).
+RESTART_BACKOFF = (10.0, 300.0)
+# The processes the lab restarts when they exit on their own, as kubelet restarts a Talos control plane's static pods
+# (restartPolicy Always). etcd is a Talos service, not a static pod, and the lab's Talos nodes model its state
+# themselves (lab/talos/node.py); kwok stands in for every node's kubelet at once and has no counterpart on a node,
+# so its exit is a lab failure that status shows rather than hides.
+SUPERVISED = ('kube-apiserver', 'kube-controller-manager', 'kube-scheduler')
 
 
 class ControlPlaneError(Exception):
@@ -157,6 +168,11 @@ class _Process:
     log_path: str
     health_url: str
     popen: subprocess.Popen = None
+    stopped: bool = False      # stopped by the lab (stop_process, stop): not restarted
+    restarts: int = 0          # restarts after exits the lab did not cause
+    last_exit: int = None      # the exit code of the last such exit
+    backoff: float = None      # kubelet's back-off entry for the container: its current period, None: none yet
+    backoff_updated: float = 0.0  # monotonic time the entry was last moved on (a restart)
 
     @property
     def running(self):
@@ -170,7 +186,7 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     def __init__(self, workdir, admission_control=None, pod_subnet=DEFAULT_POD_SUBNET, service_subnet=DEFAULT_SERVICE_SUBNET,
                  ca=None, kwok=True, api_host=HOST, api_port=None, api_sans=(), node_lease_seconds=KWOK_NODE_LEASE_SECONDS,
-                 node_monitor=None, nodes_wait_for_cni=False):
+                 node_monitor=None, nodes_wait_for_cni=False, restart_backoff=RESTART_BACKOFF):
         self.workdir = os.path.abspath(workdir)
         self.admission_control = DEFAULT_ADMISSION_CONTROL if admission_control is None else admission_control
         self.pod_subnet = pod_subnet
@@ -190,6 +206,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         # True: a Node is NotReady (NetworkPluginNotReady) until a Ready CNI agent pod runs on it, as on a Talos cluster
         # before its CNI (lab/k8s_upstream/kubelet.py); False: kwok's own node-initialize stage makes it Ready at once
         self.nodes_wait_for_cni = nodes_wait_for_cni
+        # (initial, cap) seconds of the restart back-off of the SUPERVISED processes (RESTART_BACKOFF: kubelet's)
+        self.restart_backoff = restart_backoff
+        self._supervisor_lock = threading.Lock()
+        self._supervisor_stop = threading.Event()
         self._cni = None
         self._crashloops = None  # lab/k8s_upstream/kubelet.py CrashLoops, started with the first crash-loop fault
         self._image_pulls = None  # lab/k8s_upstream/kubelet.py ImagePulls, started with the first image-pull fault
@@ -465,12 +485,12 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     def _start_one(self, name, args, health_url, deadline):
         log_path = os.path.join(self.log_dir, name + '.log')
-        proc = _Process(name, args, log_path, health_url)
-        self.processes[name] = proc
-        with open(log_path, 'ab') as log:
-            proc.popen = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
-                                          start_new_session=True, cwd=self.workdir)
-        self._write_pids()
+        proc = self.processes.get(name)
+        if proc is None:
+            proc = self.processes[name] = _Process(name, args, log_path, health_url)
+        with self._supervisor_lock:
+            proc.stopped = False
+            self._spawn(proc)
         remaining = max(0.0, deadline - time.monotonic())
 
         def probe():
@@ -485,10 +505,55 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
             raise ControlPlaneError('%s not healthy within the start deadline; last probe: %s; its log ends:\n%s'
                                     % (name, result.observation, log_tail(log_path)))
 
+    def _spawn(self, proc):
+        """Start proc's command (the supervisor lock held); a SUPERVISED one gets a thread waiting for its exit."""
+        with open(proc.log_path, 'ab') as log:
+            popen = subprocess.Popen(proc.args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
+                                     start_new_session=True, cwd=self.workdir)
+        proc.popen = popen
+        self._write_pids()
+        if proc.name in SUPERVISED:
+            threading.Thread(target=self._supervise, args=(proc, popen), name='supervise-' + proc.name, daemon=True).start()
+
+    def _restart_delay(self, proc, finished):
+        """(seconds to wait before the restart, the back-off period after it), as kubelet decides for an exited
+        container (kubernetes v1.36.3 pkg/kubelet/kuberuntime/kuberuntime_manager.go:1908-1939 doBackOff, on
+        client-go v0.36.3 util/flowcontrol/backoff.go): no entry yet, or the last restart more than twice the cap before
+        this exit (backoff.go:180-186 hasExpired): restart at once, the period starts at the initial one (:100-102);
+        otherwise wait out the current period from the exit (:119-130 IsInBackOffSince), then double it, capped
+        (:104-106)."""
+        initial, cap = self.restart_backoff
+        if proc.backoff is None or finished - proc.backoff_updated > 2 * cap:
+            return 0.0, initial
+        return proc.backoff, min(proc.backoff * 2, cap)
+
+    def _supervise(self, proc, popen):
+        """Wait for popen to exit; unless the lab stopped it (or started another meanwhile), restart it after
+        kubelet's back-off, as kubelet restarts a static pod's container (restartPolicy Always)."""
+        code = popen.wait()
+        finished = time.monotonic()
+        with self._supervisor_lock:
+            if proc.stopped or proc.popen is not popen or self._supervisor_stop.is_set():
+                return
+            proc.last_exit = code
+            delay, backoff = self._restart_delay(proc, finished)
+        with open(proc.log_path, 'ab') as log:
+            log.write(b'--- lab: %s exited with code %d; restarting in %.1f s (kubelet back-off)\n'
+                      % (proc.name.encode(), code, delay))
+        if self._supervisor_stop.wait(delay):
+            return
+        with self._supervisor_lock:
+            if proc.stopped or proc.popen is not popen or self._supervisor_stop.is_set():
+                return  # stopped by the lab, or started again by start_process, during the back-off
+            proc.backoff, proc.backoff_updated = backoff, time.monotonic()
+            proc.restarts += 1
+            self._spawn(proc)
+
     def start(self, timeout=START_TIMEOUT):
         """Write the files, start each process in order, each waited for on its health endpoint. Returns self."""
         if self.processes:
             raise ControlPlaneError('already started')
+        self._supervisor_stop.clear()
         for name in ('etcd', 'etcd-peer', 'kube-controller-manager', 'kube-scheduler', 'kwok'):
             self.ports[name] = free_port()
         self.ports['kube-apiserver'] = self.api_port or free_port(self.api_host)
@@ -561,6 +626,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         for watcher in watchers:
             watcher.signal_stop()  # their open watches end when kube-apiserver does, below
         self._cni = self._crashloops = self._image_pulls = self._cilium_nodes = self._csi = None
+        with self._supervisor_lock:
+            self._supervisor_stop.set()  # nothing is restarted from here on
+            for proc in self.processes.values():
+                proc.stopped = True
         for name in reversed(self.ORDER):
             proc = self.processes.get(name)
             if proc is None or not proc.running:
@@ -580,16 +649,22 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         kill=False: SIGTERM, SIGKILL at the deadline; kill=True: SIGKILL at once (a crash, the OOM killer). Its clients
         (kube-controller-manager, kube-scheduler) retry on their own only within their leader election's renew deadline
         (10 s, k8s.io/component-base@v0.36.3 config/v1alpha1/defaults.go:40-41); past it they exit, as on a real node,
-        where kubelet restarts them and the lab does not. A graceful stop of kube-apiserver takes longer than that here
-        (its SIGTERM was measured running into the 20 s deadline), so a short outage is kill=True."""
-        proc = self.processes.get(name)
-        if proc is None or not proc.running:
-            raise ControlPlaneError('%s is not running' % name)
-        upstream.end_process_group(proc.popen, timeout, kill=kill)
+        where kubelet restarts them, and so does the lab (SUPERVISED, with kubelet's back-off). A process stopped here
+        stays down until start_process: the lab's own stop is never undone. A graceful stop of kube-apiserver takes
+        longer than the renew deadline here (its SIGTERM was measured running into the 20 s deadline), so a short
+        outage is kill=True."""
+        with self._supervisor_lock:
+            proc = self.processes.get(name)
+            if proc is None or not proc.running:
+                raise ControlPlaneError('%s is not running' % name)
+            proc.stopped = True
+            popen = proc.popen
+        upstream.end_process_group(popen, timeout, kill=kill)
 
     def start_process(self, name, timeout=START_TIMEOUT):
-        """Start again, with the same command, a process stop_process stopped; returns once its health endpoint answers
-        healthy (ControlPlaneError with its log's tail otherwise)."""
+        """Start again, with the same command, a process stop_process stopped (or one waiting out its restart back-off:
+        it starts now); returns once its health endpoint answers healthy (ControlPlaneError with its log's tail
+        otherwise)."""
         proc = self.processes.get(name)
         if proc is None:
             raise ControlPlaneError('%s was never started' % name)
@@ -598,7 +673,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
         self._start_one(name, proc.args, proc.health_url, time.monotonic() + timeout)
 
     def status(self):
-        """Each process: name, pid, running, healthy and what its health endpoint said."""
+        """Each process: name, pid, running, healthy, what its health endpoint said, and its restarts (after exits the
+        lab did not cause) with the last such exit's code."""
         out = []
         for name in self.ORDER:
             proc = self.processes.get(name)
@@ -606,7 +682,8 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
                 continue
             healthy, seen = self._probe_health(name)
             out.append({'name': name, 'pid': proc.popen.pid, 'running': proc.running, 'healthy': healthy,
-                        'health': seen, 'url': proc.health_url, 'log': proc.log_path})
+                        'health': seen, 'restarts': proc.restarts, 'last_exit': proc.last_exit, 'url': proc.health_url,
+                        'log': proc.log_path})
         return out
 
     def remove(self):

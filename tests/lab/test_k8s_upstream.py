@@ -4,6 +4,7 @@ binaries are cached). Select with `-m upstream`."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -311,15 +312,17 @@ def test_a_stopped_kubelet_makes_its_node_unknown_through_the_node_lifecycle_con
 
 
 def test_a_killed_api_server_refuses_connections_until_started_again_and_its_clients_carry_on(cp):
-    """ControlPlane.stop_process/start_process: kube-apiserver killed, the others running; started again with the same
-    command, it serves the same objects and kube-controller-manager and kube-scheduler are still up (they exit only if
-    the outage outlasts their leader election's renew deadline)."""
+    """ControlPlane.stop_process/start_process: kube-apiserver killed, the others running; the lab does not start it again
+    on its own (its stop is the lab's); started again with the same command, it serves the same objects, and
+    kube-controller-manager and kube-scheduler are up again (restarted by the lab, as by kubelet, if the outage outlasted
+    their leader election's renew deadline)."""
     cp.register_node('worker-restart', addresses=['127.0.0.51'])
     uid = cp.api('GET', '/api/v1/nodes/worker-restart')['metadata']['uid']
     cp.stop_process('kube-apiserver', kill=True)
     try:
         status = {entry['name']: entry for entry in cp.status()}
         assert not status['kube-apiserver']['running'] and 'not running' in status['kube-apiserver']['health']
+        assert status['kube-apiserver']['restarts'] == 0 and status['kube-apiserver']['last_exit'] is None, status
         with pytest.raises(requests.ConnectionError):
             cp.api('GET', '/api/v1/nodes/worker-restart')
         with pytest.raises(ControlPlaneError, match='kube-apiserver is not running'):
@@ -329,12 +332,41 @@ def test_a_killed_api_server_refuses_connections_until_started_again_and_its_cli
     with pytest.raises(ControlPlaneError, match='kube-apiserver is running'):
         cp.start_process('kube-apiserver')
     assert cp.api('GET', '/api/v1/nodes/worker-restart')['metadata']['uid'] == uid  # etcd kept it
-    status = {entry['name']: entry for entry in cp.status()}
-    assert all(entry['running'] and entry['healthy'] for entry in status.values()), status
+    # kube-controller-manager and kube-scheduler exit if the outage outlasted their renew deadline (a loaded machine);
+    # then the lab restarts them, as kubelet does: every process comes back running and healthy
+    wait_all_healthy(cp)
     # the controllers act again: kube-controller-manager's node IPAM gives a node registered now its range
     cp.register_node('worker-after', addresses=['127.0.0.52'])
     Lab.wait_until(lambda: (bool(cp.api('GET', '/api/v1/nodes/worker-after')['spec'].get('podCIDR')), None), WAIT,
                    what='worker-after podCIDR from kube-controller-manager')
+
+
+def wait_all_healthy(cp):
+    """Every process running and healthy, waited for with a deadline; on timeout the error shows the last status."""
+    def probe():
+        status = cp.status()
+        return all(entry['running'] and entry['healthy'] for entry in status), status
+    return Lab.wait_until(probe, WAIT, what='every control-plane process running and healthy')
+
+
+def test_a_killed_controller_manager_is_restarted_as_kubelet_restarts_a_static_pod(cp):
+    """kube-controller-manager SIGKILLed (a crash, not the lab's stop): the lab starts it again, as kubelet restarts a
+    static pod's container - at once the first time (kubelet's back-off starts after the first restart) - and status
+    counts the restart with the exit code; the controllers act again."""
+    before = {entry['name']: entry for entry in cp.status()}
+    assert before['kube-controller-manager']['restarts'] == 0, before
+    old_pid = before['kube-controller-manager']['pid']
+    os.kill(old_pid, signal.SIGKILL)
+
+    def restarted():
+        entry = {e['name']: e for e in cp.status()}['kube-controller-manager']
+        return entry['restarts'] == 1 and entry['pid'] != old_pid and entry['running'] and entry['healthy'], entry
+    entry = Lab.wait_until(restarted, WAIT, what='kube-controller-manager restarted once and healthy')
+    assert entry['last_exit'] == -signal.SIGKILL, entry
+    wait_all_healthy(cp)
+    cp.register_node('worker-after-kcm', addresses=['127.0.0.53'])
+    Lab.wait_until(lambda: (bool(cp.api('GET', '/api/v1/nodes/worker-after-kcm')['spec'].get('podCIDR')), None), WAIT,
+                   what='worker-after-kcm podCIDR from the restarted kube-controller-manager')
 
 
 def test_admission_configuration_is_talos_shape_and_names_bad_input():
