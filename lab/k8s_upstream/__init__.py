@@ -8,7 +8,7 @@ plane, and registers kwok-managed Nodes in place of kubelets.
     with ControlPlane(workdir) as cp:        # started; stopped at the end of the block
         cp.kubeconfig                         # admin kubeconfig (0600), CN admin, O system:masters
         cp.register_node('w1', labels={...}, addresses=['127.0.0.21'], pod_cidr='10.244.1.0/24')
-        cp.status()                           # each process: pid, running, health
+        cp.status()                           # each process: pid, running, health, restarts
 """
 
 from .controlplane import ControlPlane, ControlPlaneError, DEFAULT_ADMISSION_CONTROL  # noqa: F401

@@ -485,10 +485,10 @@ class ControlPlane:  # pylint: disable=too-many-instance-attributes
 
     def _start_one(self, name, args, health_url, deadline):
         log_path = os.path.join(self.log_dir, name + '.log')
-        proc = self.processes.get(name)
-        if proc is None:
-            proc = self.processes[name] = _Process(name, args, log_path, health_url)
-        with self._supervisor_lock:
+        with self._supervisor_lock:  # a supervisor thread may be writing pids.json from self.processes
+            proc = self.processes.get(name)
+            if proc is None:
+                proc = self.processes[name] = _Process(name, args, log_path, health_url)
             proc.stopped = False
             self._spawn(proc)
         remaining = max(0.0, deadline - time.monotonic())
