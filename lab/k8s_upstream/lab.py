@@ -496,9 +496,10 @@ class LabUpstreamKubernetes(KubeletVmHooks):
     async def _flap_loop(self, period):
         while True:
             await asyncio.sleep(period / 2)  # the fault's own clock: up for the first half of the period
-            await self._set_api_down(True)
+            # each switch runs to its end even when the fault is cleared during it (clear_flap then switches back)
+            await asyncio.shield(self._set_api_down(True))
             await asyncio.sleep(period / 2)
-            await self._set_api_down(False)
+            await asyncio.shield(self._set_api_down(False))
 
     async def _set_api_down(self, down):
         self.api_down = down
@@ -511,7 +512,9 @@ class LabUpstreamKubernetes(KubeletVmHooks):
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        if self.api_down:
+        if task is not None or self.api_down:
+            # every address back to its forward, after a switch the cancel may have caught half done (_follow holds
+            # the lock, so this one runs after it)
             await self._set_api_down(False)
         self.flap_mode = 'refuse'
 

@@ -7,9 +7,10 @@ write_atomically(path, data, mode): the bytes go to a temporary file in the same
 first byte, flushed to disk, then renamed over `path`, so a reader sees the old file or the new one, never half of one.
 
 A writer killed between the create and the rename (SIGKILL, a lost machine) cannot remove its temporary file. So each
-temporary name carries the writer's process id (`.<name>.<pid>.<random>`), and the next write of the same path removes
-the temporaries whose writer is gone. A temporary of a process that still runs is left alone: it may be a concurrent
-writer about to rename it.
+temporary name carries the writer's host and process id (`.<name>.<host>.<pid>.<8 random characters>`, the random part
+as tempfile.mkstemp makes it), and the next write of the same path on the same host removes the temporaries whose
+writer is gone. A temporary of a process that still runs, or of another host (a folder shared over NFS, where the pid
+means nothing here), is left alone: it may be a concurrent writer about to rename it.
 """
 
 from __future__ import annotations
@@ -17,12 +18,18 @@ from __future__ import annotations
 import errno
 import os
 import re
+import socket
 import tempfile
 
 
+def _host():
+    """This host's name as one word of a file name (dots and slashes would blur where it ends)."""
+    return re.sub(r'[^A-Za-z0-9_-]', '-', socket.gethostname() or 'localhost')
+
+
 def temporary_prefix(path, pid=None):
-    """The prefix of the temporary files written for path by process pid (default: this one)."""
-    return '.%s.%d.' % (os.path.basename(path), os.getpid() if pid is None else pid)
+    """The prefix of the temporary files written for path on this host by process pid (default: this one)."""
+    return '.%s.%s.%d.' % (os.path.basename(path), _host(), os.getpid() if pid is None else pid)
 
 
 def _process_exists(pid):
@@ -36,7 +43,7 @@ def _process_exists(pid):
 def stale_temporaries(path):
     """The temporary files of path left in its folder by writers that no longer run (full paths, sorted)."""
     directory = os.path.dirname(os.path.abspath(path))
-    pattern = re.compile(r'^\.%s\.(\d+)\.[A-Za-z0-9_]+$' % re.escape(os.path.basename(path)))
+    pattern = re.compile(r'^\.%s\.%s\.(\d+)\.[a-z0-9_]{8}$' % (re.escape(os.path.basename(path)), re.escape(_host())))
     try:
         names = os.listdir(directory)
     except OSError:
@@ -68,11 +75,12 @@ def write_atomically(path, data, mode=0o600, dir_mode=0o700):
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         os.makedirs(directory, dir_mode)
+        os.chmod(directory, dir_mode)  # makedirs' mode passes through the umask
     remove_stale_temporaries(path)
     handle_fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=temporary_prefix(path))
     try:
-        os.fchmod(handle_fd, mode)
         with os.fdopen(handle_fd, 'wb') as handle:
+            os.fchmod(handle.fileno(), mode)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

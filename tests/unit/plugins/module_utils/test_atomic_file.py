@@ -38,9 +38,15 @@ def test_the_mode_given_is_the_mode_written(tmp_path):
 
 def test_a_killed_writers_temporary_is_removed_by_the_next_write_and_a_running_writers_is_kept(tmp_path):
     path = tmp_path / 'kubeconfig'
-    dead = tmp_path / ('.kubeconfig.%d.ne122xfb' % finished_pid())
-    running = tmp_path / ('.kubeconfig.%d.a1b2c3d4' % os.getppid())
-    others = [tmp_path / '.kubeconfig.bak', tmp_path / ('.talosconfig.%d.zz9y8x7w' % finished_pid()), tmp_path / 'kubeconfig.1']
+    dead = tmp_path / (_atomic_file.temporary_prefix(str(path), pid=finished_pid()) + 'ne122xfb')
+    running = tmp_path / (_atomic_file.temporary_prefix(str(path), pid=os.getppid()) + 'a1b2c3d4')
+    others = [
+        tmp_path / '.kubeconfig.bak',
+        tmp_path / ('.kubeconfig.%d.backup' % finished_pid()),                          # a user's file, not mkstemp's
+        tmp_path / ('.kubeconfig.another-host.%d.q1w2e3r4' % finished_pid()),           # another host's writer
+        tmp_path / (_atomic_file.temporary_prefix(str(tmp_path / 'talosconfig'), pid=finished_pid()) + 'zz9y8x7w'),
+        tmp_path / 'kubeconfig.1',
+    ]
     for leftover in [dead, running] + others:
         leftover.write_text('partial')
     assert _atomic_file.stale_temporaries(str(path)) == [str(dead)]
@@ -65,6 +71,7 @@ def test_a_failed_write_removes_its_own_temporary_and_keeps_the_old_file(tmp_pat
     assert os.listdir(tmp_path) == ['talosconfig']
 
 
-def test_the_temporary_name_carries_the_writer_and_the_target(tmp_path):
+def test_the_temporary_name_carries_the_target_the_host_and_the_writer(tmp_path, monkeypatch):
+    monkeypatch.setattr(_atomic_file.socket, 'gethostname', lambda: 'ctl.lab.internal')
     prefix = _atomic_file.temporary_prefix(str(tmp_path / 'sealed-secrets.key'), pid=4242)
-    assert prefix == '.sealed-secrets.key.4242.'
+    assert prefix == '.sealed-secrets.key.ctl-lab-internal.4242.'
