@@ -148,7 +148,8 @@ sanity: setup
 # upstream Cilium chart that setup fetched. The lab/k8s world ships its stand-in (inventories/lab/files).
 lab-up: setup
 	$(PY) -m lab up --detach $(LAB_ARGS) --reuse
-	if [ "$(LAB_KUBERNETES)" = upstream ]; then $(BIN)/ansible-playbook render-cilium.yml -i $(INVENTORY); fi
+	if [ "$(LAB_KUBERNETES)" = upstream ]; then $(BIN)/ansible-playbook render-cilium.yml -i $(INVENTORY) \
+		-e cni_manifest_keep_existing=true; fi
 
 lab-down: setup
 	$(PY) -m lab down
