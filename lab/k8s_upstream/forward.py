@@ -20,6 +20,21 @@ LOG = logging.getLogger('lab.k8s_upstream')
 CHUNK = 65536
 
 
+async def close_listener(listener):
+    """Stop listener.server (an asyncio Server) accepting, cut its open connections (the tasks in
+    listener.connections) and wait until all is closed; listener.server is None after."""
+    server, listener.server = listener.server, None
+    if server is not None:
+        server.close()
+    for task in list(listener.connections):
+        task.cancel()
+    if listener.connections:
+        await asyncio.gather(*listener.connections, return_exceptions=True)
+    listener.connections.clear()
+    if server is not None:
+        await server.wait_closed()   # (Python 3.12 waits here for the connections cut above)
+
+
 class AddressForward(object):
     """host:port -> target_host:target_port, byte for byte, until closed."""
 
@@ -52,16 +67,7 @@ class AddressForward(object):
             self.connections.discard(task)
 
     async def close(self):
-        server, self.server = self.server, None
-        if server is not None:
-            server.close()
-        for task in list(self.connections):
-            task.cancel()
-        if self.connections:
-            await asyncio.gather(*self.connections, return_exceptions=True)
-        self.connections.clear()
-        if server is not None:
-            await server.wait_closed()   # (Python 3.12 waits here for the connections cut above)
+        await close_listener(self)
 
 
 async def _copy(reader, writer):

@@ -30,6 +30,8 @@ import asyncio
 import logging
 import ssl
 
+from lab.k8s_upstream.forward import close_listener
+
 LOG = logging.getLogger('lab.k8s_upstream')
 ANSWER_BODY = (b'<html><body><h1>503 Service Unavailable</h1>\nNo server is available to handle this request.\n'
                b'</body></html>\n')
@@ -93,16 +95,7 @@ class UnavailableFront(object):
         return keep and headers.get('connection', '').lower() != 'close'
 
     async def close(self):
-        server, self.server = self.server, None
-        if server is not None:
-            server.close()
-        for task in list(self.connections):
-            task.cancel()
-        if self.connections:
-            await asyncio.gather(*self.connections, return_exceptions=True)
-        self.connections.clear()
-        if server is not None:
-            await server.wait_closed()
+        await close_listener(self)
 
 
 def _user(peercert):
