@@ -139,22 +139,18 @@ def _playbook_env():
 
 def render_cilium_manifest(lab):
     """A lab on upstream Kubernetes names its inline Cilium manifest in its run dir (lab_cilium_manifest, the upstream
-    chart's `helm template` output) and leaves writing it to the user, once, with the cni role's render_manifest entry
-    point (docs/stages/cni.md); the hand-written world ships its manifest. Done here before any measurement (it is not
-    part of a bootstrap's time); RuntimeError with the output's tail when it fails."""
+    chart's `helm template` output) and leaves writing it to the user, once, with the repository's render-cilium.yml
+    (the cni role's render_manifest entry point, docs/stages/cni.md); the hand-written world ships its manifest. Done
+    here before any measurement (it is not part of a bootstrap's time); RuntimeError with the output's tail when it
+    fails."""
     import yaml  # pylint: disable=import-outside-toplevel
     with open(lab.inventory, encoding='utf-8') as handle:
         document = yaml.safe_load(handle) or {}
     manifest = ((document.get('cluster') or {}).get('vars') or {}).get('lab_cilium_manifest')
     if not manifest or os.path.exists(manifest):
         return
-    playbook = os.path.join(lab.run_dir, 'render-cilium.yml')
-    with open(playbook, 'w', encoding='utf-8') as handle:
-        handle.write('- hosts: controlplane[0]\n  gather_facts: false\n  tasks:\n'
-                     '    - ansible.builtin.import_role:\n        name: proxtalos.cluster.cni\n'
-                     '        tasks_from: render_manifest\n')
-    done = subprocess.run([PLAYBOOK, playbook, '-i', lab.inventory_dir], cwd=ROOT, env=_playbook_env(),
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run([PLAYBOOK, os.path.join(ROOT, 'render-cilium.yml'), '-i', lab.inventory_dir], cwd=ROOT,
+                          env=_playbook_env(), capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0 or not os.path.exists(manifest):
         output = (done.stdout + done.stderr)[-3000:]
         raise RuntimeError('rendering the Cilium manifest %s failed (%d): %s' % (manifest, done.returncode, output))

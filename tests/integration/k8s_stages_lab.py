@@ -50,18 +50,14 @@ def environment(folder=None):
 
 def render_cilium_manifest(cluster):
     """A lab on upstream Kubernetes names its inline Cilium manifest in the run dir (the upstream chart's `helm
-    template` output, lab/world.py _inventory_vars); write it with the cni role's render_manifest entry point, as a
-    user does once (docs/stages/cni.md). A lab/k8s lab ships its manifest: nothing to do. `cluster`: a handle with
-    the lab's hosts (hosts.yml read), a folder of its own and a playbook runner (StageCluster, gitops_lab's)."""
+    template` output, lab/world.py _inventory_vars); write it with the repository's render-cilium.yml (the cni role's
+    render_manifest entry point), as a user does once (docs/stages/cni.md). A lab/k8s lab ships its manifest: nothing
+    to do. `cluster`: a handle with the lab's hosts (hosts.yml read), a folder of its own and a playbook runner
+    (StageCluster, gitops_lab's)."""
     manifest = (cluster.hosts['cluster'].get('vars') or {}).get('lab_cilium_manifest')
     if not manifest or os.path.exists(manifest):
         return
-    playbook = os.path.join(cluster.folder, 'render-cilium.yml')
-    with open(playbook, 'w', encoding='utf-8') as handle:
-        handle.write('- hosts: controlplane[0]\n  gather_facts: false\n  tasks:\n'
-                     '    - ansible.builtin.import_role:\n        name: proxtalos.cluster.cni\n'
-                     '        tasks_from: render_manifest\n')
-    run = cluster.playbook(playbook, timeout=300)
+    run = cluster.playbook(os.path.join(ROOT, 'render-cilium.yml'), timeout=300)
     assert run.rc == 0 and os.path.exists(manifest), 'rendering %s: %s' % (manifest, run.explain())
 
 
