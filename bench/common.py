@@ -291,9 +291,13 @@ class MemorySampler(object):
         if status is None:
             return
         self.main_peak_kb = max(self.main_peak_kb, status.get('VmHWM', 0))
-        tree = _descendants(self.pid)
-        self.tree_peak_pss_kb = max(self.tree_peak_pss_kb, sum(_pss_kb(pid) for pid in tree))
-        self.tree_peak_processes = max(self.tree_peak_processes, len(tree))
+        total, processes = self.measure_tree(_descendants(self.pid))
+        self.tree_peak_pss_kb = max(self.tree_peak_pss_kb, total)
+        self.tree_peak_processes = max(self.tree_peak_processes, processes)
+
+    def measure_tree(self, tree):
+        """(summed PSS in kB, processes counted) of one sample of the tree's pids."""
+        return sum(_pss_kb(pid) for pid in tree), len(tree)
 
     def _run(self):
         while not self._stop.is_set():
@@ -325,12 +329,7 @@ class TreeMemorySampler(MemorySampler):
         super().__init__(pid, interval)
         self.by_name = {}
 
-    def sample(self):
-        status = _proc_status(self.pid)
-        if status is None:
-            return
-        self.main_peak_kb = max(self.main_peak_kb, status.get('VmHWM', 0))
-        tree = _descendants(self.pid)
+    def measure_tree(self, tree):
         total, names = 0, {}
         for pid in tree:
             pss = _pss_kb(pid)
@@ -342,11 +341,10 @@ class TreeMemorySampler(MemorySampler):
             total += pss
             kb, count = names.get(name, (0, 0))
             names[name] = (kb + pss, count + 1)
-        self.tree_peak_pss_kb = max(self.tree_peak_pss_kb, total)
-        self.tree_peak_processes = max(self.tree_peak_processes, sum(count for _kb, count in names.values()))
         for name, (kb, count) in names.items():
             peak_kb, peak_count = self.by_name.get(name, (0, 0))
             self.by_name[name] = (max(peak_kb, kb), max(peak_count, count))
+        return total, sum(count for _kb, count in names.values())
 
     def biggest(self, count=None):
         """[{'name', 'peak_pss_kb', 'processes'}] by peak, biggest first (the first count of them)."""
