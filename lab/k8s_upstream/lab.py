@@ -250,24 +250,23 @@ class LabUpstreamKubernetes(KubeletVmHooks):
             await fronts.pop(address).close()
             self.world.remove_endpoint('k8s-api-%s' % address)
         for address in sorted(unavailable - set(fronts)):
-            front = UnavailableFront(address, API_PORT, plane.pki_file('apiserver.crt'), plane.pki_file('apiserver.key'),
-                                     plane.pki_file('ca.crt'), self._unavailable_answered)
-            try:
-                await front.start()
-            except OSError as exc:
-                LOG.error('cluster %s: cannot listen on %s:%d for the unavailable API: %s', cluster_id, address, API_PORT, exc)
-                continue
-            fronts[address] = front
-            self.world.add_endpoint('k8s-api-%s' % address, address, API_PORT, 'https')
+            await self._listen(cluster_id, fronts, address, 'the unavailable API', UnavailableFront(
+                address, API_PORT, plane.pki_file('apiserver.crt'), plane.pki_file('apiserver.key'),
+                plane.pki_file('ca.crt'), self._unavailable_answered))
         for address in sorted(wanted - set(forwards)):
-            forward = AddressForward(address, API_PORT, plane.api_host, plane.ports['kube-apiserver'])
-            try:
-                await forward.start()
-            except OSError as exc:
-                LOG.error('cluster %s: cannot listen on %s:%d for kube-apiserver: %s', cluster_id, address, API_PORT, exc)
-                continue
-            forwards[address] = forward
-            self.world.add_endpoint('k8s-api-%s' % address, address, API_PORT, 'https')
+            await self._listen(cluster_id, forwards, address, 'kube-apiserver',
+                               AddressForward(address, API_PORT, plane.api_host, plane.ports['kube-apiserver']))
+
+    async def _listen(self, cluster_id, listeners, address, what, listener):
+        """Start listener (a forward or a front) on address:API_PORT, keep it in listeners and name its endpoint; a port
+        that cannot be bound is logged and left for the next follow."""
+        try:
+            await listener.start()
+        except OSError as exc:
+            LOG.error('cluster %s: cannot listen on %s:%d for %s: %s', cluster_id, address, API_PORT, what, exc)
+            return
+        listeners[address] = listener
+        self.world.add_endpoint('k8s-api-%s' % address, address, API_PORT, 'https')
 
     async def _vip_operator(self, cluster_id):
         """Talos' VIP operator for the cluster's endpoint: the election runs again whenever the simulation changes (a
